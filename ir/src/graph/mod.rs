@@ -1,0 +1,1 @@
+//! The IR graph (being written).

@@ -1,0 +1,18 @@
+//! `tensorplay-ir`: the pure-data core shared by every TensorPlay crate — dtypes, devices, shapes,
+//! tensor metadata, operator schemas, the IR graph and the error type. Nothing here owns tensor data.
+
+pub mod device;
+pub mod dtype;
+pub mod error;
+pub mod graph;
+pub mod meta;
+pub mod op_class;
+pub mod schema;
+pub mod shape;
+
+pub use device::Device;
+pub use dtype::{Category, DType};
+pub use error::{Error, Result};
+pub use meta::TensorMeta;
+pub use op_class::OpClass;
+pub use shape::{Dim, Shape, Strides, SymShape};
