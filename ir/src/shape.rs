@@ -154,12 +154,13 @@ pub fn broadcast_strides(op: &str, shape: &[usize], strides: &[isize], target: &
 /// assert!(normalize_dim("sum", 3, 3).is_err());
 /// ```
 pub fn normalize_dim(op: &str, dim: i64, rank: usize) -> Result<usize> {
-    let r = rank as i64;
+    // A 0-d tensor accepts dims -1 and 0, like PyTorch.
+    let r = (rank as i64).max(1);
     let d = if dim < 0 { dim + r } else { dim };
-    if d < 0 || d >= r.max(1) || (rank == 0 && d != 0) {
+    if d < 0 || d >= r {
         return Err(Error::shape(
             op,
-            format!("dim {dim} is out of range for a tensor of rank {rank} (expected -{} to {})", r.max(1), r.max(1) - 1),
+            format!("dim {dim} is out of range for a tensor of rank {rank} (expected -{r} to {})", r - 1),
         ));
     }
     Ok(d as usize)

@@ -1,0 +1,19 @@
+//! `tensorplay-runtime`: tensors, eager CPU kernels, the op table and dispatcher, and autograd.
+//!
+//! Every op call goes through [`dispatch`]; builtin ops are declared once in [`ops`].
+
+pub mod autograd;
+pub mod dispatch;
+pub mod element;
+pub(crate) mod kernels;
+pub mod ops;
+pub mod parallel;
+pub mod storage;
+pub mod tensor;
+pub mod value;
+
+pub use element::Element;
+pub use tensor::Tensor;
+pub use tensor::factory_api::manual_seed;
+pub use tensorplay_ir::{DType, Device, Error, Result};
+pub use value::{Args, Scalar, Value};

@@ -1,0 +1,277 @@
+//! The stable text form of a graph.
+//!
+//! Inputs print as `%name`; constants and ops are numbered `%0, %1, ...` in topological order (ties
+//! by node index), so the text does not depend on how petgraph numbered the nodes. A node with
+//! several outputs prints `%4.0, %4.1 = ...` and its uses as `%4.1`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::Graph;
+use super::node::{Arg, Edge, Node, NodeId, NodeKind, ValueRef};
+use crate::meta::TensorMeta;
+
+/// Printed names of every node, shared by the printer, the DOT exporter and error messages.
+pub(crate) struct Naming {
+    /// Every live node: inputs by input index, then constants and ops in topological order (if the
+    /// graph has a cycle: the acyclic prefix, then the rest by index), then output sinks.
+    pub(crate) order: Vec<NodeId>,
+    /// By node index: the position in `order`.
+    pos: Vec<Option<usize>>,
+    /// By node index: `%x` for inputs, `%3` for constants and ops, `return` for sinks.
+    label: Vec<Option<String>>,
+}
+
+impl Naming {
+    pub(crate) fn new(g: &Graph) -> Self {
+        let bound = g.bound();
+        let (topo, _) = g.kahn();
+        let mut seen = vec![false; bound];
+        let mut body = Vec::new();
+        for id in topo.into_iter().chain(g.node_ids()) {
+            if seen[id.index()] {
+                continue;
+            }
+            seen[id.index()] = true;
+            if let Some(n) = g.node(id)
+                && !n.is_input()
+                && !n.is_output()
+            {
+                body.push(id);
+            }
+        }
+        let inputs: Vec<NodeId> = g.inputs().into_iter().map(|v| v.node).collect();
+        let sinks: Vec<NodeId> = g
+            .node_ids()
+            .into_iter()
+            .filter(|&id| g.node(id).is_some_and(Node::is_output))
+            .collect();
+        let mut label = vec![None; bound];
+        for &id in &inputs {
+            if let Some(NodeKind::Input { name, .. }) = g.node(id).map(|n| &n.kind) {
+                label[id.index()] = Some(format!("%{name}"));
+            }
+        }
+        for (k, &id) in body.iter().enumerate() {
+            label[id.index()] = Some(format!("%{k}"));
+        }
+        for &id in &sinks {
+            label[id.index()] = Some("return".to_string());
+        }
+        let order: Vec<NodeId> = inputs.into_iter().chain(body).chain(sinks).collect();
+        let mut pos = vec![None; bound];
+        for (p, id) in order.iter().enumerate() {
+            pos[id.index()] = Some(p);
+        }
+        Naming { order, pos, label }
+    }
+
+    /// Position of `id` in the printed order (`usize::MAX` for a dead id).
+    pub(crate) fn pos(&self, id: NodeId) -> usize {
+        self.pos
+            .get(id.index())
+            .copied()
+            .flatten()
+            .unwrap_or(usize::MAX)
+    }
+
+    /// `%x`, `%3`, `return`, or `%?` for a dead id.
+    pub(crate) fn label(&self, id: NodeId) -> String {
+        self.label
+            .get(id.index())
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| "%?".to_string())
+    }
+
+    /// The name of a value: the node label, with `.i` when the node does not have exactly one
+    /// output or `i` is not 0.
+    pub(crate) fn value(&self, g: &Graph, v: ValueRef) -> String {
+        let base = self.label(v.node);
+        match g.node(v.node) {
+            Some(n) if n.outputs.len() == 1 && v.output == 0 => base,
+            _ => format!("{base}.{}", v.output),
+        }
+    }
+
+    /// `%3 = tp::add`, `%1 = constant(2.0)`, `input %x`, `return`, `node #7 (removed)`.
+    pub(crate) fn describe(&self, g: &Graph, id: NodeId) -> String {
+        let label = self.label(id);
+        match g.node(id).map(|n| &n.kind) {
+            None => format!("node {id} (removed)"),
+            Some(NodeKind::Input { .. }) => format!("input {label}"),
+            Some(NodeKind::Output { .. }) => label,
+            Some(NodeKind::Constant(c)) => format!("{label} = constant({c})"),
+            Some(NodeKind::Op(call)) => format!("{label} = {}", call.name),
+        }
+    }
+
+    /// The producers of `id`'s tensor slots, keyed by `(arg, item)`.
+    pub(crate) fn slot_sources(g: &Graph, id: NodeId) -> BTreeMap<(usize, usize), Vec<ValueRef>> {
+        let mut map: BTreeMap<(usize, usize), Vec<ValueRef>> = BTreeMap::new();
+        for (src, e) in g.in_edges(id) {
+            if let Edge::Data {
+                arg,
+                item,
+                src_output,
+            } = e
+            {
+                map.entry((arg, item))
+                    .or_default()
+                    .push(ValueRef::new(src, src_output));
+            }
+        }
+        map
+    }
+}
+
+fn fmt_types(outputs: &[TensorMeta]) -> String {
+    match outputs {
+        [one] => one.to_string(),
+        many => {
+            let parts: Vec<String> = many.iter().map(ToString::to_string).collect();
+            format!("({})", parts.join(", "))
+        }
+    }
+}
+
+impl Graph {
+    fn fmt_slot(
+        &self,
+        naming: &Naming,
+        sources: &BTreeMap<(usize, usize), Vec<ValueRef>>,
+        arg: usize,
+        item: usize,
+    ) -> String {
+        match sources.get(&(arg, item)).and_then(|v| v.first()) {
+            Some(&v) => naming.value(self, v),
+            None => "%?".to_string(),
+        }
+    }
+
+    fn fmt_node_line(&self, naming: &Naming, id: NodeId, node: &Node) -> String {
+        let sources = Naming::slot_sources(self, id);
+        let label = naming.label(id);
+        let lhs = if node.outputs.len() == 1 {
+            label
+        } else {
+            let parts: Vec<String> = (0..node.outputs.len())
+                .map(|i| format!("{label}.{i}"))
+                .collect();
+            if parts.is_empty() {
+                label
+            } else {
+                parts.join(", ")
+            }
+        };
+        let mut comments = Vec::new();
+        let rhs = match &node.kind {
+            NodeKind::Constant(c) => format!("constant({c})"),
+            NodeKind::Op(call) => {
+                let args: Vec<String> = call
+                    .args
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| match a {
+                        Arg::Tensor => self.fmt_slot(naming, &sources, i, 0),
+                        Arg::OptionalTensor { present: true } => {
+                            self.fmt_slot(naming, &sources, i, 0)
+                        }
+                        Arg::OptionalTensor { present: false } => "None".to_string(),
+                        Arg::TensorList { len } => {
+                            let items: Vec<String> = (0..*len)
+                                .map(|j| self.fmt_slot(naming, &sources, i, j))
+                                .collect();
+                            format!("[{}]", items.join(", "))
+                        }
+                        Arg::Attr {
+                            name: Some(n),
+                            value,
+                        } => format!("{n}={value}"),
+                        Arg::Attr { name: None, value } => value.to_string(),
+                    })
+                    .collect();
+                if let Some(reason) = &call.barrier_reason {
+                    comments.push(format!("barrier: {reason}"));
+                }
+                format!("{}({})", call.name, args.join(", "))
+            }
+            // Inputs print in the header and sinks as `return`; never reached.
+            NodeKind::Input { .. } | NodeKind::Output { .. } => String::new(),
+        };
+        let mut after = self.order_predecessors(id);
+        after.sort_by_key(|&p| naming.pos(p));
+        if !after.is_empty() {
+            let names: Vec<String> = after.iter().map(|&p| naming.label(p)).collect();
+            comments.push(format!("after {}", names.join(", ")));
+        }
+        let mut line = format!("{lhs} = {rhs} : {}", fmt_types(&node.outputs));
+        if !comments.is_empty() {
+            line.push_str("  # ");
+            line.push_str(&comments.join("; "));
+        }
+        line
+    }
+
+    fn fmt_return(&self, naming: &Naming, id: NodeId, arity: usize) -> String {
+        let sources = Naming::slot_sources(self, id);
+        let items: Vec<String> = (0..arity)
+            .map(|i| self.fmt_slot(naming, &sources, i, 0))
+            .collect();
+        let mut line = format!("return ({})", items.join(", "));
+        let mut after = self.order_predecessors(id);
+        after.sort_by_key(|&p| naming.pos(p));
+        if !after.is_empty() {
+            let names: Vec<String> = after.iter().map(|&p| naming.label(p)).collect();
+            line.push_str(&format!("  # after {}", names.join(", ")));
+        }
+        line
+    }
+}
+
+impl fmt::Display for Graph {
+    /// Prints the graph in its stable text form:
+    ///
+    /// ```text
+    /// graph(%x: f32[s0, 1024], %b: f32[1024]) {
+    ///   %0 = tp::add(%x, %b) : f32[s0, 1024]
+    ///   %1 = tp::sum(%0, dims=[1], keepdim=False) : f32[s0]
+    ///   return (%0, %1)
+    /// }
+    /// ```
+    ///
+    /// Order edges print as a trailing `# after %2` comment, barrier reasons as
+    /// `# barrier: mutates self`; a missing tensor argument prints as `%?`. Never fails, even on an
+    /// invalid graph (a cycle numbers the remaining nodes by index).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let naming = Naming::new(self);
+        let header: Vec<String> = self
+            .inputs()
+            .into_iter()
+            .map(|v| {
+                let ty = self
+                    .node(v.node)
+                    .map(|n| fmt_types(&n.outputs))
+                    .unwrap_or_default();
+                format!("{}: {ty}", naming.label(v.node))
+            })
+            .collect();
+        writeln!(f, "graph({}) {{", header.join(", "))?;
+        let mut has_return = false;
+        for &id in &naming.order {
+            let Some(node) = self.node(id) else { continue };
+            match &node.kind {
+                NodeKind::Input { .. } => {}
+                NodeKind::Output { arity } => {
+                    has_return = true;
+                    writeln!(f, "  {}", self.fmt_return(&naming, id, *arity))?;
+                }
+                _ => writeln!(f, "  {}", self.fmt_node_line(&naming, id, node))?,
+            }
+        }
+        if !has_return {
+            writeln!(f, "  return <unset>")?;
+        }
+        writeln!(f, "}}")
+    }
+}

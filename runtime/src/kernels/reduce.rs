@@ -1,0 +1,208 @@
+//! The reduction loop driver: reduces a strided tensor over a set of dims into a contiguous output.
+//!
+//! Kept dims index the output; reduced dims form an inner nest walked per output element. When the
+//! reduced dims merge into one unit-stride run, the op's slice function sees whole slices (where it
+//! can keep several accumulators); otherwise it gets one element at a time. Work is split across
+//! the pool by output elements, or — for few outputs over a large reduced space — by chunks of the
+//! reduced space whose partial results are merged in a fixed order (deterministic for a given
+//! thread count).
+
+use rayon::prelude::*;
+use smallvec::SmallVec;
+use tensorplay_ir::{Error, Result, Shape};
+
+use super::iter::{Nest, PAR_MIN_ELEMS, SendPtr};
+use crate::element::Element;
+use crate::parallel;
+use crate::tensor::Tensor;
+
+/// Normalizes a `dims` argument: `None` or empty means every dim; negatives count from the end;
+/// duplicates are an error. Returns a sorted mask.
+pub(crate) fn reduced_mask(op: &str, dims: Option<&[i64]>, rank: usize) -> Result<SmallVec<[bool; 6]>> {
+    let mut mask: SmallVec<[bool; 6]> = SmallVec::from_elem(false, rank);
+    match dims {
+        None | Some([]) => mask.iter_mut().for_each(|m| *m = true),
+        Some(ds) => {
+            for &d in ds {
+                let i = tensorplay_ir::shape::normalize_dim(op, d, rank)?;
+                if rank == 0 {
+                    continue;
+                }
+                if mask[i] {
+                    return Err(Error::argument(op, "dim", "distinct dims", format!("dim {d} twice in {ds:?}")));
+                }
+                mask[i] = true;
+            }
+        }
+    }
+    Ok(mask)
+}
+
+/// Output shape of a reduction over `mask`.
+pub(crate) fn reduced_shape(shape: &[usize], mask: &[bool], keepdim: bool) -> Shape {
+    shape
+        .iter()
+        .zip(mask)
+        .filter_map(|(&s, &m)| match (m, keepdim) {
+            (false, _) => Some(s),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect()
+}
+
+/// How one reduction combines elements.
+pub(crate) struct Reducer<T, A, O, Init, Step, Slice, Merge, Finish> {
+    pub init: Init,
+    pub step: Step,
+    pub slice: Slice,
+    pub merge: Merge,
+    pub finish: Finish,
+    pub _types: std::marker::PhantomData<fn(T, A) -> O>,
+}
+
+/// Builds a [`Reducer`] from its five functions.
+pub(crate) fn reducer<T, A, O, Init, Step, Slice, Merge, Finish>(
+    init: Init,
+    step: Step,
+    slice: Slice,
+    merge: Merge,
+    finish: Finish,
+) -> Reducer<T, A, O, Init, Step, Slice, Merge, Finish>
+where
+    Init: Fn() -> A + Sync,
+    Step: Fn(A, T, usize) -> A + Sync,
+    Slice: Fn(A, &[T], usize) -> A + Sync,
+    Merge: Fn(A, A) -> A + Sync,
+    Finish: Fn(A, usize) -> O + Sync,
+{
+    Reducer {
+        init,
+        step,
+        slice,
+        merge,
+        finish,
+        _types: std::marker::PhantomData,
+    }
+}
+
+impl<T, A, O, Init, Step, Slice, Merge, Finish> Reducer<T, A, O, Init, Step, Slice, Merge, Finish>
+where
+    T: Element,
+    A: Copy + Send,
+    O: Element,
+    Init: Fn() -> A + Sync,
+    // `step(acc, x, i)` gets the element's position `i` in the reduced space (for argmax).
+    Step: Fn(A, T, usize) -> A + Sync,
+    // `slice(acc, xs, i0)`: a unit-stride run starting at reduced position `i0`.
+    Slice: Fn(A, &[T], usize) -> A + Sync,
+    Merge: Fn(A, A) -> A + Sync,
+    Finish: Fn(A, usize) -> O + Sync,
+{
+    /// Reduces `x` over the dims in `mask` into the contiguous tensor `out` (whose element count is
+    /// the product of kept dims).
+    pub(crate) fn run(&self, op: &str, x: &Tensor, mask: &[bool], out: &Tensor) -> Result<()> {
+        let px = SendPtr(x.data_ptr(op)? as *mut T);
+        let po = SendPtr(out.data_ptr(op)? as *mut O);
+        let (mut kshape, mut kstr, mut rshape, mut rstr) = (vec![], vec![], vec![], vec![]);
+        for ((&s, &st), &m) in x.shape().iter().zip(x.strides()).zip(mask) {
+            if m {
+                rshape.push(s);
+                rstr.push(st);
+            } else {
+                kshape.push(s);
+                kstr.push(st);
+            }
+        }
+        let nout: usize = kshape.iter().product();
+        let nred: usize = rshape.iter().product();
+        let ostr = tensorplay_ir::shape::contiguous_strides(&kshape);
+        let outer = Nest::<2>::new(&kshape, [&ostr, &kstr]);
+        let inner = Nest::<1>::new(&rshape, [&rstr]);
+        let [istride] = inner.inner_strides();
+
+        // Reduces reduced-space positions `range` starting from element offset `base`.
+        let partial = |base: isize, range: std::ops::Range<usize>| -> A {
+            let mut acc = (self.init)();
+            let mut pos = range.start;
+            inner.for_each_run(range, |[o], len| unsafe {
+                if istride == 1 {
+                    let xs = std::slice::from_raw_parts(px.at(base + o), len);
+                    acc = (self.slice)(acc, xs, pos);
+                } else {
+                    for i in 0..len {
+                        let v = *px.at(base + o + i as isize * istride);
+                        acc = (self.step)(acc, v, pos + i);
+                    }
+                }
+                pos += len;
+            });
+            acc
+        };
+        let threads = parallel::num_threads();
+        let total = nout * nred;
+        if threads > 1 && total >= PAR_MIN_ELEMS && nout < threads * 4 && nred >= PAR_MIN_ELEMS / 2 {
+            // Few outputs, long reductions: split each reduction into chunks.
+            let chunks = (nred / (PAR_MIN_ELEMS / 2)).clamp(1, threads * 4);
+            let per = nred.div_ceil(chunks);
+            let mut bases: Vec<(isize, isize)> = Vec::with_capacity(nout);
+            outer.for_each_run(0..nout, |[oo, ox], len| {
+                let [so, sx] = outer.inner_strides();
+                for i in 0..len as isize {
+                    bases.push((oo + i * so, ox + i * sx));
+                }
+            });
+            for (oo, ox) in bases {
+                let parts: Vec<A> = parallel::pool().install(|| {
+                    (0..chunks)
+                        .into_par_iter()
+                        .map(|c| partial(ox, (c * per).min(nred)..((c + 1) * per).min(nred)))
+                        .collect()
+                });
+                let acc = parts.into_iter().reduce(|a, b| (self.merge)(a, b)).unwrap_or_else(|| (self.init)());
+                unsafe { *po.at(oo) = (self.finish)(acc, nred) };
+            }
+            return Ok(());
+        }
+        let [so, sx] = outer.inner_strides();
+        let body = |[oo, ox]: [isize; 2], len: usize| {
+            for i in 0..len as isize {
+                let acc = partial(ox + i * sx, 0..nred);
+                unsafe { *po.at(oo + i * so) = (self.finish)(acc, nred) };
+            }
+        };
+        if threads > 1 && total >= PAR_MIN_ELEMS && nout > 1 {
+            let chunks = nout.clamp(1, threads * 4);
+            let per = nout.div_ceil(chunks);
+            parallel::pool().install(|| {
+                (0..chunks).into_par_iter().for_each(|c| {
+                    let r = (c * per).min(nout)..((c + 1) * per).min(nout);
+                    outer.for_each_run(r, &body);
+                })
+            });
+        } else {
+            outer.for_each_run(0..nout, &body);
+        }
+        Ok(())
+    }
+}
+
+/// Sums an f32 slice with 16 independent lanes (vectorizable), widening block sums to f64.
+pub(crate) fn sum_f32_slice(xs: &[f32]) -> f64 {
+    let mut total = 0f64;
+    for block in xs.chunks(4096) {
+        let mut lanes = [0f32; 16];
+        let mut it = block.chunks_exact(16);
+        for c in &mut it {
+            for (l, &v) in lanes.iter_mut().zip(c) {
+                *l += v;
+            }
+        }
+        let mut s: f32 = lanes.iter().sum();
+        for &v in it.remainder() {
+            s += v;
+        }
+        total += s as f64;
+    }
+    total
+}

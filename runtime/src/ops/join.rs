@@ -1,0 +1,6 @@
+//! cat and stack.
+
+use super::OpDef;
+
+/// Every op of this family.
+pub static OPS: &[&OpDef] = &[];

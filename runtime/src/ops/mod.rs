@@ -1,0 +1,120 @@
+//! The op table: every builtin op declared once — name, schema, class, kernel (with its meta rule)
+//! and derivative — in one `static OpDef` per op. The dispatcher, autograd, fake tensors and the
+//! compiler all read these declarations; none of them special-cases an op by name.
+//!
+//! Families live one per file: `unary`, `binary`, `compare`, `logical` (and/or/not, where,
+//! clamp), `reduce`, `softmax`, `linalg` (matmul), `shape` (views), `join` (cat/stack),
+//! `inplace`, `cast`.
+
+pub mod binary;
+pub mod cast;
+pub mod compare;
+pub mod inplace;
+pub mod join;
+pub mod linalg;
+pub mod logical;
+pub mod reduce;
+pub mod shape;
+pub mod softmax;
+pub mod unary;
+
+use tensorplay_ir::{DType, OpClass, Result, Shape};
+
+use crate::tensor::Tensor;
+use crate::value::Args;
+
+/// Shape and dtype of one fresh output, computed by a meta rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutSpec {
+    pub shape: Shape,
+    pub dtype: DType,
+}
+
+impl OutSpec {
+    /// An output spec from a shape slice and dtype.
+    pub fn new(shape: &[usize], dtype: DType) -> Self {
+        OutSpec {
+            shape: shape.into(),
+            dtype,
+        }
+    }
+}
+
+/// The meta rule of an op that allocates fresh outputs: validates arguments and returns output
+/// shapes and dtypes. It never reads data, so it is also the op's fake kernel.
+pub type MetaFn = fn(Args) -> Result<Vec<OutSpec>>;
+/// Fills freshly allocated outputs (on real data).
+pub type FillFn = fn(Args, &[Tensor]) -> Result<()>;
+/// Builds aliasing outputs (views) from metadata only.
+pub type ViewFn = fn(Args) -> Result<Vec<Tensor>>;
+/// Validates (meta) or performs (fill) a write into argument 0.
+pub type MutateFn = fn(Args) -> Result<()>;
+/// Computes input gradients from output gradients; one entry per tensor input (flattened).
+pub type DerivativeFn = fn(&GradCtx) -> Result<Vec<Option<Tensor>>>;
+
+/// How an op produces its results.
+pub enum Kernel {
+    /// Fresh outputs: `meta` shapes them (and is the fake kernel), `fill` computes them.
+    Compute { meta: MetaFn, fill: FillFn },
+    /// Outputs alias argument 0's storage; no data is touched, so fake inputs need nothing else.
+    View(ViewFn),
+    /// Writes into argument 0 and returns it: `check` validates (also on fake inputs), `fill`
+    /// writes.
+    Mutate { check: MutateFn, fill: MutateFn },
+}
+
+/// Which tensors a derivative reads, so autograd can detect in-place modification of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved {
+    Nothing,
+    Inputs,
+    Outputs,
+    All,
+}
+
+/// One builtin op.
+pub struct OpDef {
+    /// Unqualified name, registered as `tp::<name>`.
+    pub name: &'static str,
+    /// PyTorch-style schema (without namespace).
+    pub schema: &'static str,
+    pub class: OpClass,
+    pub kernel: Kernel,
+    /// `None` for ops that are not differentiable (comparisons, argmax, integer-only ops).
+    pub derivative: Option<DerivativeFn>,
+    pub saved: Saved,
+}
+
+/// What a derivative sees: the call's arguments, its (detached) outputs and the output gradients.
+pub struct GradCtx<'a> {
+    pub args: Args<'a>,
+    pub outputs: &'a [Tensor],
+    pub grads: &'a [Option<Tensor>],
+}
+
+impl GradCtx<'_> {
+    /// Gradient of output `i`, or zeros shaped like it when nothing reached it.
+    pub fn grad(&self, i: usize) -> Result<Tensor> {
+        match self.grads.get(i).and_then(|g| g.clone()) {
+            Some(g) => Ok(g),
+            None => Ok(Tensor::zeros_like(&self.outputs[i])),
+        }
+    }
+}
+
+/// Every builtin op, for registration and for tests that sweep the table.
+pub fn all_ops() -> Vec<&'static OpDef> {
+    let mut v: Vec<&'static OpDef> = Vec::new();
+    v.extend_from_slice(unary::OPS);
+    v.extend_from_slice(binary::OPS);
+    v.extend_from_slice(compare::OPS);
+    v.extend_from_slice(reduce::OPS);
+    v.extend_from_slice(shape::OPS);
+    v.extend_from_slice(inplace::OPS);
+    v.extend_from_slice(cast::OPS);
+    v.extend_from_slice(logical::OPS);
+    v.extend_from_slice(softmax::OPS);
+    v.extend_from_slice(linalg::OPS);
+    v.extend_from_slice(join::OPS);
+    v
+}

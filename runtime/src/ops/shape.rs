@@ -1,0 +1,479 @@
+//! View ops: new shape/strides/offset over the same storage, no data touched (so they work on fake
+//! tensors unchanged). `reshape`, `squeeze`, `unsqueeze`, `flatten` and `select` are methods
+//! composed from these.
+
+use smallvec::SmallVec;
+use tensorplay_ir::shape::{contiguous_strides, fmt_shape, normalize_dim, numel};
+use tensorplay_ir::{Error, OpClass, Result, Shape, Strides};
+
+use super::{Kernel, OpDef, OutSpec, Saved};
+use crate::dispatch::call1;
+use crate::tensor::Tensor;
+use crate::value::{Args, Value};
+
+/// `view(Tensor(a) self, SymInt[] size) -> Tensor(a)`: same data, new shape (must be viewable).
+pub static VIEW: OpDef = OpDef {
+    name: "view",
+    schema: "view(Tensor(a) self, SymInt[] size) -> Tensor(a)",
+    class: OpClass::View,
+    kernel: Kernel::View(view_kernel),
+    derivative: Some(|c| {
+        let x = c.args.tensor(0)?;
+        Ok(vec![Some(c.grad(0)?.reshape(x.shape())?)])
+    }),
+    saved: Saved::Nothing,
+};
+
+/// `permute(Tensor(a) self, int[] dims) -> Tensor(a)`
+pub static PERMUTE: OpDef = OpDef {
+    name: "permute",
+    schema: "permute(Tensor(a) self, int[] dims) -> Tensor(a)",
+    class: OpClass::View,
+    kernel: Kernel::View(permute_kernel),
+    derivative: Some(|c| {
+        let x = c.args.tensor(0)?;
+        let perm = permutation(c.args.op, c.args.ints(1)?, x.rank())?;
+        let mut inverse = vec![0i64; perm.len()];
+        for (i, &p) in perm.iter().enumerate() {
+            inverse[p] = i as i64;
+        }
+        Ok(vec![Some(c.grad(0)?.permute(&inverse)?)])
+    }),
+    saved: Saved::Nothing,
+};
+
+/// `expand(Tensor(a) self, SymInt[] size) -> Tensor(a)`: broadcast view (stride 0 along new dims).
+pub static EXPAND: OpDef = OpDef {
+    name: "expand",
+    schema: "expand(Tensor(a) self, SymInt[] size) -> Tensor(a)",
+    class: OpClass::View,
+    kernel: Kernel::View(expand_kernel),
+    derivative: Some(|c| {
+        let x = c.args.tensor(0)?;
+        Ok(vec![Some(c.grad(0)?.sum_to_shape(x.shape())?)])
+    }),
+    saved: Saved::Nothing,
+};
+
+/// `slice(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) ->
+/// Tensor(a)`: Python-style slicing along one dim (negative and out-of-range bounds clamp).
+pub static SLICE: OpDef = OpDef {
+    name: "slice",
+    schema: "slice(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)",
+    class: OpClass::View,
+    kernel: Kernel::View(slice_kernel),
+    derivative: Some(|c| {
+        let x = c.args.tensor(0)?;
+        let g = c.grad(0)?;
+        let mut args = c.args.values.to_vec();
+        args[0] = Value::Tensor(g);
+        args.insert(1, Value::IntList(x.shape().iter().map(|&s| s as i64).collect()));
+        Ok(vec![Some(call1(&SLICE_BACKWARD, &args)?)])
+    }),
+    saved: Saved::Nothing,
+};
+
+/// `slice_backward(Tensor grad, SymInt[] input_sizes, int dim, SymInt? start, SymInt? end, SymInt
+/// step) -> Tensor`: zeros of `input_sizes` with `grad` written into the slice.
+pub static SLICE_BACKWARD: OpDef = OpDef {
+    name: "slice_backward",
+    schema: "slice_backward(Tensor grad, SymInt[] input_sizes, int dim, SymInt? start, SymInt? end, SymInt step) -> Tensor",
+    class: OpClass::Opaque,
+    kernel: Kernel::Compute {
+        meta: slice_backward_meta,
+        fill: slice_backward_fill,
+    },
+    derivative: Some(|c| {
+        let g = c.grad(0)?;
+        let dim = c.args.int(2)?;
+        let (start, end, step) = slice_bounds_args(c.args, 3)?;
+        Ok(vec![Some(g.slice(dim, start, end, step)?)])
+    }),
+    saved: Saved::Nothing,
+};
+
+/// Every view op.
+pub static OPS: &[&OpDef] = &[&VIEW, &PERMUTE, &EXPAND, &SLICE, &SLICE_BACKWARD];
+
+fn to_usizes(op: &str, arg: &str, v: &[i64]) -> Result<Shape> {
+    v.iter()
+        .map(|&d| {
+            usize::try_from(d).map_err(|_| {
+                Error::argument(op, arg, "non-negative sizes", format!("{v:?}"))
+            })
+        })
+        .collect()
+}
+
+/// Strides that let `shape`/`strides` be read as `new_shape` without copying, if any exist.
+pub(crate) fn view_strides(shape: &[usize], strides: &[isize], new_shape: &[usize]) -> Option<Strides> {
+    if numel(shape) <= 1 || shape.is_empty() {
+        return Some(contiguous_strides(new_shape));
+    }
+    let mut out: Strides = SmallVec::from_elem(0, new_shape.len());
+    let mut view_d = new_shape.len() as isize - 1;
+    let mut chunk_stride = *strides.last().unwrap();
+    let (mut tensor_numel, mut view_numel) = (1usize, 1usize);
+    for d in (0..shape.len()).rev() {
+        tensor_numel *= shape[d];
+        // A chunk ends where the next-outer dim does not continue this one contiguously.
+        let chunk_ends = d == 0
+            || (shape[d - 1] != 1 && strides[d - 1] != tensor_numel as isize * chunk_stride);
+        if chunk_ends {
+            while view_d >= 0
+                && (view_numel < tensor_numel || new_shape[view_d as usize] == 1)
+            {
+                out[view_d as usize] = view_numel as isize * chunk_stride;
+                view_numel *= new_shape[view_d as usize];
+                view_d -= 1;
+            }
+            if view_numel != tensor_numel {
+                return None;
+            }
+            if d > 0 {
+                chunk_stride = strides[d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    (view_d == -1).then_some(out)
+}
+
+fn view_kernel(a: Args) -> Result<Vec<Tensor>> {
+    let x = a.tensor(0)?;
+    let shape = to_usizes(a.op, "size", a.ints(1)?)?;
+    if numel(&shape) != x.numel() {
+        return Err(Error::shape(
+            a.op,
+            format!(
+                "shape {} is invalid for input of size {} (shape {})",
+                fmt_shape(&shape),
+                x.numel(),
+                fmt_shape(x.shape())
+            ),
+        ));
+    }
+    let strides = view_strides(x.shape(), x.strides(), &shape).ok_or_else(|| {
+        Error::shape(
+            a.op,
+            format!(
+                "cannot view {} with strides {:?} as {} without a copy; use reshape()",
+                fmt_shape(x.shape()),
+                x.strides(),
+                fmt_shape(&shape)
+            ),
+        )
+    })?;
+    Ok(vec![x.alias_with(shape, strides, x.storage_offset())])
+}
+
+/// Validates a permutation of `0..rank` (negative entries allowed).
+fn permutation(op: &str, dims: &[i64], rank: usize) -> Result<SmallVec<[usize; 6]>> {
+    if dims.len() != rank {
+        return Err(Error::argument(
+            op,
+            "dims",
+            format!("{rank} dims (one per dimension)"),
+            format!("{dims:?}"),
+        ));
+    }
+    let mut seen: SmallVec<[bool; 6]> = SmallVec::from_elem(false, rank);
+    let mut perm = SmallVec::new();
+    for &d in dims {
+        let i = normalize_dim(op, d, rank)?;
+        if seen[i] {
+            return Err(Error::argument(op, "dims", "a permutation", format!("{dims:?} repeats dim {d}")));
+        }
+        seen[i] = true;
+        perm.push(i);
+    }
+    Ok(perm)
+}
+
+fn permute_kernel(a: Args) -> Result<Vec<Tensor>> {
+    let x = a.tensor(0)?;
+    let perm = permutation(a.op, a.ints(1)?, x.rank())?;
+    let shape = perm.iter().map(|&p| x.shape()[p]).collect();
+    let strides = perm.iter().map(|&p| x.strides()[p]).collect();
+    Ok(vec![x.alias_with(shape, strides, x.storage_offset())])
+}
+
+fn expand_kernel(a: Args) -> Result<Vec<Tensor>> {
+    let x = a.tensor(0)?;
+    let target = a.ints(1)?;
+    if target.len() < x.rank() {
+        return Err(Error::shape(
+            a.op,
+            format!("cannot expand {} to the lower rank {target:?}", fmt_shape(x.shape())),
+        ));
+    }
+    let lead = target.len() - x.rank();
+    let mut shape: Shape = SmallVec::with_capacity(target.len());
+    let mut strides: Strides = SmallVec::with_capacity(target.len());
+    for (i, &t) in target.iter().enumerate() {
+        let (size, stride) = if i < lead {
+            (t, 0)
+        } else {
+            let (d, s) = (x.shape()[i - lead], x.strides()[i - lead]);
+            match t {
+                -1 => (d as i64, s),
+                t if t == d as i64 => (t, s),
+                t if d == 1 && t >= 0 => (t, 0),
+                _ => {
+                    return Err(Error::shape(
+                        a.op,
+                        format!(
+                            "cannot expand {} to {target:?} (dim {i}: {d} vs {t})",
+                            fmt_shape(x.shape())
+                        ),
+                    ));
+                }
+            }
+        };
+        if size < 0 {
+            return Err(Error::argument(a.op, "size", "non-negative sizes (or -1 for existing dims)", format!("{target:?}")));
+        }
+        shape.push(size as usize);
+        strides.push(stride);
+    }
+    Ok(vec![x.alias_with(shape, strides, x.storage_offset())])
+}
+
+/// `(start, end, step)` from args `i..i+3` with Python defaults.
+fn slice_bounds_args(a: Args, i: usize) -> Result<(Option<i64>, Option<i64>, i64)> {
+    let opt = |k: usize| -> Result<Option<i64>> {
+        match a.values.get(k) {
+            None | Some(Value::None) => Ok(None),
+            _ => a.int(k).map(Some),
+        }
+    };
+    let step = match a.values.get(i + 2) {
+        None => 1,
+        Some(_) => a.int(i + 2)?,
+    };
+    Ok((opt(i)?, opt(i + 1)?, step))
+}
+
+/// Clamped `(start, len)` of a Python slice over a dim of `size`.
+fn slice_range(op: &str, size: usize, start: Option<i64>, end: Option<i64>, step: i64) -> Result<(usize, usize)> {
+    if step <= 0 {
+        return Err(Error::argument(op, "step", "a positive step", step.to_string()));
+    }
+    let n = size as i64;
+    let clamp = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
+    let s = clamp(start.unwrap_or(0));
+    let e = clamp(end.unwrap_or(n)).max(s);
+    let len = (e - s + step - 1) / step;
+    Ok((s as usize, len as usize))
+}
+
+fn slice_kernel(a: Args) -> Result<Vec<Tensor>> {
+    let x = a.tensor(0)?;
+    let dim = normalize_dim(a.op, a.values.get(1).map_or(Ok(0), |_| a.int(1))?, x.rank())?;
+    if x.rank() == 0 {
+        return Err(Error::shape(a.op, "cannot slice a 0-d tensor"));
+    }
+    let (start, end, step) = slice_bounds_args(a, 2)?;
+    let (s, len) = slice_range(a.op, x.shape()[dim], start, end, step)?;
+    let mut shape: Shape = x.shape().into();
+    let mut strides: Strides = x.strides().into();
+    shape[dim] = len;
+    let offset = x.storage_offset() as isize + s as isize * strides[dim];
+    strides[dim] *= step as isize;
+    Ok(vec![x.alias_with(shape, strides, offset as usize)])
+}
+
+fn slice_backward_meta(a: Args) -> Result<Vec<OutSpec>> {
+    let g = a.tensor(0)?;
+    let shape = to_usizes(a.op, "input_sizes", a.ints(1)?)?;
+    Ok(vec![OutSpec::new(&shape, g.dtype())])
+}
+
+fn slice_backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
+    let out = &outs[0];
+    super::inplace::fill_scalar(a.op, out, crate::value::Scalar::Int(0))?;
+    let mut args: Vec<Value> = a.values.to_vec();
+    args.remove(1);
+    args[0] = Value::Tensor(out.clone());
+    let window = slice_kernel(Args::new(a.op, &args))?.remove(0);
+    window.expect_shape(a.op, "grad", a.tensor(0)?.shape())?;
+    super::cast::copy_convert(a.op, &window, a.tensor(0)?)
+}
+
+impl Tensor {
+    /// A view with a new shape; errors when the strides do not allow one (see [`Tensor::reshape`]).
+    pub fn view(&self, shape: &[usize]) -> Result<Tensor> {
+        let size: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+        call1(&VIEW, &[self.into(), size.into()])
+    }
+
+    /// Same data with a new shape: a view when possible, otherwise a contiguous copy.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::arange(0.0, 6.0, 1.0, tensorplay_runtime::DType::F32)?;
+    /// let y = x.reshape(&[2, 3])?.t()?.reshape(&[6])?; // the transpose forces a copy
+    /// assert_eq!(y.to_vec::<f32>()?, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        if numel(shape) == self.numel() && view_strides(self.shape(), self.strides(), shape).is_none() {
+            return self.contiguous()?.view(shape);
+        }
+        self.view(shape)
+    }
+
+    /// Like [`Tensor::reshape`], with one dim given as `-1` and inferred.
+    pub fn reshape_infer(&self, shape: &[i64]) -> Result<Tensor> {
+        let known: i64 = shape.iter().filter(|&&d| d != -1).product();
+        let holes = shape.iter().filter(|&&d| d == -1).count();
+        let bad = || Error::shape("reshape", format!("shape {shape:?} is invalid for input of size {}", self.numel()));
+        if holes > 1 || shape.iter().any(|&d| d < -1) {
+            return Err(bad());
+        }
+        let resolved: Vec<usize> = if holes == 1 {
+            if known == 0 || self.numel() as i64 % known != 0 {
+                return Err(bad());
+            }
+            shape.iter().map(|&d| if d == -1 { (self.numel() as i64 / known) as usize } else { d as usize }).collect()
+        } else {
+            shape.iter().map(|&d| d as usize).collect()
+        };
+        self.reshape(&resolved)
+    }
+
+    /// Reorders dims: output dim `i` is input dim `dims[i]`.
+    pub fn permute(&self, dims: &[i64]) -> Result<Tensor> {
+        call1(&PERMUTE, &[self.into(), dims.to_vec().into()])
+    }
+
+    /// Swaps two dims.
+    pub fn transpose(&self, dim0: i64, dim1: i64) -> Result<Tensor> {
+        let rank = self.rank();
+        let d0 = normalize_dim("transpose", dim0, rank)?;
+        let d1 = normalize_dim("transpose", dim1, rank)?;
+        let mut perm: Vec<i64> = (0..rank as i64).collect();
+        if rank > 0 {
+            perm.swap(d0, d1);
+        }
+        self.permute(&perm)
+    }
+
+    /// Transpose of a 1-D or 2-D tensor.
+    pub fn t(&self) -> Result<Tensor> {
+        match self.rank() {
+            0 | 1 => Ok(self.clone()),
+            2 => self.transpose(0, 1),
+            r => Err(Error::shape("t", format!("expects a tensor with <= 2 dims, got {r}"))),
+        }
+    }
+
+    /// Broadcasts to `shape` without copying (new leading dims and size-1 dims stretch).
+    pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
+        let size: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+        call1(&EXPAND, &[self.into(), size.into()])
+    }
+
+    /// Same as [`Tensor::expand`].
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        self.expand(shape)
+    }
+
+    /// Python-style slice `start:end:step` along `dim`.
+    pub fn slice(&self, dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<Tensor> {
+        let opt = |v: Option<i64>| v.map_or(Value::None, Value::Int);
+        call1(&SLICE, &[self.into(), dim.into(), opt(start), opt(end), step.into()])
+    }
+
+    /// `len` elements of `dim` starting at `start` (a view).
+    pub fn narrow(&self, dim: i64, start: usize, len: usize) -> Result<Tensor> {
+        let d = normalize_dim("narrow", dim, self.rank())?;
+        let size = self.shape().get(d).copied().unwrap_or(0);
+        if start + len > size {
+            return Err(Error::shape(
+                "narrow",
+                format!("start {start} + length {len} exceeds dim {dim} of size {size}"),
+            ));
+        }
+        self.slice(dim, Some(start as i64), Some((start + len) as i64), 1)
+    }
+
+    /// Index `index` of `dim`, removing that dim (a view).
+    pub fn select(&self, dim: i64, index: i64) -> Result<Tensor> {
+        let d = normalize_dim("select", dim, self.rank())?;
+        let size = self.shape()[d] as i64;
+        let i = if index < 0 { index + size } else { index };
+        if i < 0 || i >= size {
+            return Err(Error::shape(
+                "select",
+                format!("index {index} is out of range for dim {dim} of size {size}"),
+            ));
+        }
+        let mut shape: Shape = self.shape().into();
+        shape.remove(d);
+        self.narrow(dim, i as usize, 1)?.reshape(&shape)
+    }
+
+    /// Removes size-1 dims (all of them, or just `dim`).
+    pub fn squeeze(&self, dim: Option<i64>) -> Result<Tensor> {
+        let shape: Shape = match dim {
+            None => self.shape().iter().copied().filter(|&s| s != 1).collect(),
+            Some(d) => {
+                let d = normalize_dim("squeeze", d, self.rank())?;
+                let mut s: Shape = self.shape().into();
+                if s.get(d) == Some(&1) {
+                    s.remove(d);
+                }
+                s
+            }
+        };
+        self.reshape(&shape)
+    }
+
+    /// Inserts a size-1 dim at `dim` (which may be `rank`, or negative).
+    pub fn unsqueeze(&self, dim: i64) -> Result<Tensor> {
+        let d = normalize_dim("unsqueeze", dim, self.rank() + 1)?;
+        let mut shape: Shape = self.shape().into();
+        shape.insert(d, 1);
+        self.reshape(&shape)
+    }
+
+    /// Merges dims `start..=end` into one.
+    pub fn flatten(&self, start: i64, end: i64) -> Result<Tensor> {
+        if self.rank() == 0 {
+            return self.reshape(&[1]);
+        }
+        let s = normalize_dim("flatten", start, self.rank())?;
+        let e = normalize_dim("flatten", end, self.rank())?;
+        if s > e {
+            return Err(Error::argument("flatten", "start_dim", "start_dim <= end_dim", format!("{start} > {end}")));
+        }
+        let mut shape: Shape = self.shape()[..s].into();
+        shape.push(self.shape()[s..=e].iter().product());
+        shape.extend_from_slice(&self.shape()[e + 1..]);
+        self.reshape(&shape)
+    }
+
+    /// A contiguous tensor with the same values (`self` when already contiguous).
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            Ok(self.clone())
+        } else {
+            call1(&super::cast::CLONE, &[self.into()])
+        }
+    }
+
+    /// A contiguous copy (always new storage).
+    pub fn clone_tensor(&self) -> Result<Tensor> {
+        call1(&super::cast::CLONE, &[self.into()])
+    }
+
+    /// Converts to `dtype` (a copy; `self` when the dtype already matches).
+    pub fn to_dtype(&self, dtype: tensorplay_ir::DType) -> Result<Tensor> {
+        if self.dtype() == dtype {
+            return Ok(self.clone());
+        }
+        call1(&super::cast::TO_DTYPE, &[self.into(), dtype.into()])
+    }
+}

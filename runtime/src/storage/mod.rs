@@ -1,0 +1,81 @@
+//! Reference-counted tensor storage: a byte buffer (or none, for fake and meta tensors) plus the
+//! version counter that every in-place write bumps.
+
+pub mod allocator;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use allocator::Buffer;
+
+/// Shared storage behind one or more tensor views.
+#[derive(Clone)]
+pub struct Storage(Arc<StorageImpl>);
+
+struct StorageImpl {
+    /// `None` for fake/meta storage: shapes only, no data.
+    buffer: Option<Buffer>,
+    bytes: usize,
+    version: AtomicU64,
+}
+
+impl Storage {
+    /// Uninitialized storage of `bytes` bytes.
+    pub(crate) fn uninit(bytes: usize) -> Storage {
+        Storage::with_buffer(Some(Buffer::new(bytes, false)), bytes)
+    }
+
+    /// Zero-filled storage of `bytes` bytes.
+    pub(crate) fn zeroed(bytes: usize) -> Storage {
+        Storage::with_buffer(Some(Buffer::new(bytes, true)), bytes)
+    }
+
+    /// Storage with no data, for fake and meta tensors.
+    pub(crate) fn fake(bytes: usize) -> Storage {
+        Storage::with_buffer(None, bytes)
+    }
+
+    fn with_buffer(buffer: Option<Buffer>, bytes: usize) -> Storage {
+        Storage(Arc::new(StorageImpl {
+            buffer,
+            bytes,
+            version: AtomicU64::new(0),
+        }))
+    }
+
+    /// Base pointer, or `None` for fake storage.
+    pub(crate) fn ptr(&self) -> Option<*mut u8> {
+        self.0.buffer.as_ref().map(|b| b.as_ptr())
+    }
+
+    /// True when this storage holds no data.
+    pub fn is_fake(&self) -> bool {
+        self.0.buffer.is_none()
+    }
+
+    /// Size in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.0.bytes
+    }
+
+    /// How many in-place writes this storage has seen; autograd uses it to detect that a tensor it
+    /// saved for backward was modified.
+    pub fn version(&self) -> u64 {
+        self.0.version.load(Ordering::Acquire)
+    }
+
+    /// Records an in-place write.
+    pub(crate) fn bump_version(&self) {
+        self.0.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// True when both handles share one allocation.
+    pub fn same(&self, other: &Storage) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// A stable identity for the allocation (for alias checks and debugging).
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+}

@@ -1,0 +1,315 @@
+//! The tensor handle: shared storage viewed through shape, strides and an offset, plus the autograd
+//! metadata that links it into a backward graph.
+
+mod data;
+mod factory;
+/// Free functions of the factory module.
+pub mod factory_api {
+    pub use super::factory::manual_seed;
+}
+mod fmt;
+mod ops_overload;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+use tensorplay_ir::shape::{contiguous_strides, fmt_shape, is_contiguous, numel};
+use tensorplay_ir::{DType, Device, Error, Result, Shape, Strides, TensorMeta};
+
+use crate::autograd::node::GradEdge;
+use crate::storage::Storage;
+
+/// An n-dimensional array of one dtype on one device.
+///
+/// Cloning a `Tensor` is cheap and yields another handle to the same tensor (like a Python
+/// reference): views share storage, in-place ops are seen through every handle.
+///
+/// ```
+/// use tensorplay_runtime::{Tensor, DType};
+/// let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+/// let b = (&a * 2.0)?;
+/// assert_eq!(b.to_vec::<f32>()?, vec![2.0, 4.0, 6.0, 8.0]);
+/// assert_eq!(a.t()?.shape(), &[2, 2]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Arc<TensorImpl>);
+
+pub(crate) struct TensorImpl {
+    pub(crate) storage: Storage,
+    pub(crate) shape: Shape,
+    pub(crate) strides: Strides,
+    /// Offset of element `[0, .., 0]` in elements from the storage base.
+    pub(crate) offset: usize,
+    pub(crate) dtype: DType,
+    pub(crate) device: Device,
+    /// A 0-d tensor made from a Rust scalar operand: it only raises the promotion category.
+    pub(crate) wrapped_number: bool,
+    pub(crate) autograd: AutogradMeta,
+}
+
+/// Autograd state of one tensor handle.
+#[derive(Default)]
+pub(crate) struct AutogradMeta {
+    pub(crate) requires_grad: AtomicBool,
+    pub(crate) grad: Mutex<Option<Tensor>>,
+    /// The node that produced this tensor and which of its outputs it is; `None` for leaves.
+    pub(crate) grad_fn: Option<GradEdge>,
+}
+
+impl TensorImpl {
+    pub(crate) fn new(
+        storage: Storage,
+        shape: Shape,
+        strides: Strides,
+        offset: usize,
+        dtype: DType,
+        device: Device,
+    ) -> TensorImpl {
+        TensorImpl {
+            storage,
+            shape,
+            strides,
+            offset,
+            dtype,
+            device,
+            wrapped_number: false,
+            autograd: AutogradMeta::default(),
+        }
+    }
+}
+
+impl Tensor {
+    pub(crate) fn from_impl(t: TensorImpl) -> Tensor {
+        Tensor(Arc::new(t))
+    }
+
+    /// A fresh contiguous tensor with uninitialized data (or no data when `fake`).
+    pub(crate) fn empty_with(shape: &[usize], dtype: DType, device: Device, fake: bool) -> Tensor {
+        let bytes = numel(shape) * dtype.size();
+        let storage = if fake || device == Device::Meta {
+            Storage::fake(bytes)
+        } else {
+            Storage::uninit(bytes)
+        };
+        Tensor::from_impl(TensorImpl::new(
+            storage,
+            shape.into(),
+            contiguous_strides(shape),
+            0,
+            dtype,
+            device,
+        ))
+    }
+
+    /// A tensor sharing this one's storage with new shape/strides/offset (no autograd history).
+    pub(crate) fn alias_with(&self, shape: Shape, strides: Strides, offset: usize) -> Tensor {
+        Tensor::from_impl(TensorImpl::new(
+            self.0.storage.clone(),
+            shape,
+            strides,
+            offset,
+            self.0.dtype,
+            self.0.device,
+        ))
+    }
+
+    /// Size of each dimension.
+    pub fn shape(&self) -> &[usize] {
+        &self.0.shape
+    }
+
+    /// Size of dimension `dim` (negative counts from the end).
+    pub fn size(&self, dim: i64) -> Result<usize> {
+        let d = tensorplay_ir::shape::normalize_dim("size", dim, self.rank())?;
+        Ok(self.0.shape.get(d).copied().unwrap_or(1))
+    }
+
+    /// Strides in elements.
+    pub fn strides(&self) -> &[isize] {
+        &self.0.strides
+    }
+
+    /// Offset of the first element into the storage, in elements.
+    pub fn storage_offset(&self) -> usize {
+        self.0.offset
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.0.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        numel(&self.0.shape)
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    /// Device.
+    pub fn device(&self) -> Device {
+        self.0.device
+    }
+
+    /// The storage this tensor views.
+    pub fn storage(&self) -> &Storage {
+        &self.0.storage
+    }
+
+    /// True when the elements are laid out row-major without gaps.
+    pub fn is_contiguous(&self) -> bool {
+        is_contiguous(&self.0.shape, &self.0.strides)
+    }
+
+    /// True for fake and meta tensors, which carry metadata but no data.
+    pub fn is_fake(&self) -> bool {
+        self.0.storage.is_fake()
+    }
+
+    /// Shape, dtype and device as IR metadata.
+    pub fn meta(&self) -> TensorMeta {
+        TensorMeta::new(&self.0.shape, self.0.dtype, self.0.device)
+    }
+
+    /// The storage's version counter (bumped by every in-place write through any view).
+    pub fn version(&self) -> u64 {
+        self.0.storage.version()
+    }
+
+    /// True when both handles refer to the same tensor object.
+    pub fn same(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    pub(crate) fn is_wrapped_number(&self) -> bool {
+        self.0.wrapped_number
+    }
+
+    /// Base data pointer of element `[0, .., 0]`, or an error naming `op` for fake tensors.
+    pub(crate) fn data_ptr(&self, op: &str) -> Result<*mut u8> {
+        let base = self.0.storage.ptr().ok_or_else(|| {
+            Error::unsupported(
+                op,
+                format!(
+                    "tensor {} has no data (fake or meta tensor); a fake kernel must not read data",
+                    self.meta()
+                ),
+            )
+        })?;
+        Ok(unsafe { base.add(self.0.offset * self.0.dtype.size()) })
+    }
+
+    // ---- autograd ---------------------------------------------------------------------------
+
+    /// Whether gradients are tracked for this tensor.
+    pub fn requires_grad(&self) -> bool {
+        self.0.autograd.requires_grad.load(Ordering::Relaxed)
+    }
+
+    /// Marks a leaf tensor as requiring gradients (only floating dtypes can).
+    ///
+    /// ```
+    /// use tensorplay_runtime::{Tensor, DType};
+    /// let w = Tensor::ones(&[3], DType::F32).requires_grad_(true)?;
+    /// assert!(w.requires_grad() && w.is_leaf());
+    /// assert!(Tensor::ones(&[3], DType::I64).requires_grad_(true).is_err());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn requires_grad_(self, requires_grad: bool) -> Result<Tensor> {
+        if requires_grad && !self.dtype().is_float() {
+            return Err(Error::argument(
+                "requires_grad_",
+                "requires_grad",
+                "a floating-point tensor",
+                format!("a tensor of dtype {}", self.dtype()),
+            ));
+        }
+        if !self.is_leaf() {
+            return Err(Error::Autograd(
+                "requires_grad_ can only change leaf tensors; use detach() to make a new leaf".into(),
+            ));
+        }
+        self.0
+            .autograd
+            .requires_grad
+            .store(requires_grad, Ordering::Relaxed);
+        Ok(self)
+    }
+
+    /// True for tensors not produced by a differentiable op (user-created tensors).
+    pub fn is_leaf(&self) -> bool {
+        self.0.autograd.grad_fn.is_none()
+    }
+
+    /// The accumulated gradient of a leaf after `backward()`.
+    pub fn grad(&self) -> Option<Tensor> {
+        self.0.autograd.grad.lock().clone()
+    }
+
+    /// Clears the accumulated gradient.
+    pub fn zero_grad(&self) {
+        *self.0.autograd.grad.lock() = None;
+    }
+
+    /// Name of the op that produced this tensor (`None` for leaves).
+    pub fn grad_fn_name(&self) -> Option<&str> {
+        self.0.autograd.grad_fn.as_ref().map(|e| e.node.name())
+    }
+
+    pub(crate) fn grad_edge(&self) -> Option<&GradEdge> {
+        self.0.autograd.grad_fn.as_ref()
+    }
+
+    pub(crate) fn set_grad(&self, grad: Option<Tensor>) {
+        *self.0.autograd.grad.lock() = grad;
+    }
+
+    /// A new handle to the same data with no autograd history (a leaf that does not require grad).
+    pub fn detach(&self) -> Tensor {
+        let mut t = TensorImpl::new(
+            self.0.storage.clone(),
+            self.0.shape.clone(),
+            self.0.strides.clone(),
+            self.0.offset,
+            self.0.dtype,
+            self.0.device,
+        );
+        t.wrapped_number = self.0.wrapped_number;
+        Tensor::from_impl(t)
+    }
+
+    /// Returns this tensor with `edge` as its grad_fn, re-wrapping the handle if it is shared.
+    pub(crate) fn with_grad_fn(mut self, edge: GradEdge) -> Tensor {
+        if Arc::get_mut(&mut self.0).is_none() {
+            self = self.alias_with(
+                self.0.shape.clone(),
+                self.0.strides.clone(),
+                self.0.offset,
+            );
+        }
+        let inner = Arc::get_mut(&mut self.0).expect("freshly aliased tensor is unique");
+        inner.autograd.requires_grad.store(true, Ordering::Relaxed);
+        inner.autograd.grad_fn = Some(edge);
+        self
+    }
+
+    /// Checks that `self` has exactly `shape`, naming `op` otherwise.
+    pub(crate) fn expect_shape(&self, op: &str, what: &str, shape: &[usize]) -> Result<()> {
+        if self.shape() != shape {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "{what} has shape {}, expected {}",
+                    fmt_shape(self.shape()),
+                    fmt_shape(shape)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
