@@ -1,0 +1,2 @@
+pub mod codegen;
+pub mod passes;

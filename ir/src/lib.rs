@@ -7,6 +7,7 @@ pub mod error;
 pub mod graph;
 pub mod meta;
 pub mod op_class;
+pub mod scalar;
 pub mod schema;
 pub mod shape;
 
@@ -16,4 +17,5 @@ pub use error::{Error, Result};
 pub use graph::{Graph, GraphBuilder, NodeId, ValueRef};
 pub use meta::TensorMeta;
 pub use op_class::OpClass;
+pub use scalar::{ReduceOp, ScalarOp};
 pub use shape::{Dim, Shape, Strides, SymShape};

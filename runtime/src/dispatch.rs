@@ -1,17 +1,30 @@
 //! The dispatcher: every op call, builtin or custom, enters here and passes the layers in a fixed
-//! order — capture → autocast → vmap → autograd → backend. This module holds the autograd and
-//! backend layers for builtin ops; the other layers are added by the modules that own them.
+//! order — capture → autocast → vmap → autograd → backend. Each layer is a small function below;
+//! the state they consult (capture hook, autocast region, vmap levels, grad mode) is thread-local.
+
+use std::sync::Arc;
 
 use tensorplay_ir::{Device, Error, Result};
 
+use crate::autocast;
 use crate::autograd::mode::{is_grad_enabled, no_grad};
 use crate::autograd::node::{BackwardFn, record};
+use crate::library::autograd::{CustomBackward, make_ctx};
+use crate::library::bind::bind;
+use crate::library::registry::{Operator, Slot};
+use crate::library::triton::{TritonScope, with_scope};
 use crate::ops::{GradCtx, Kernel, OpDef, Saved};
 use crate::tensor::Tensor;
 use crate::value::{Args, Value};
 
-/// Calls builtin `op` with boxed `args`, returning its outputs.
+/// Calls builtin `op` with boxed `args` (already in schema order), returning its outputs.
 pub fn call(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
+    if autocast::any_active()
+        && let Some(cast) = autocast::apply_builtin(op.name, args, common_device(op.name, args)?)?
+    {
+        let _off = autocast::suspend();
+        return autograd_layer(op, &cast);
+    }
     autograd_layer(op, args)
 }
 
@@ -20,6 +33,16 @@ pub fn call1(op: &'static OpDef, args: &[Value]) -> Result<Tensor> {
     let mut outs = call(op, args)?;
     debug_assert_eq!(outs.len(), 1, "{} returns one tensor", op.name);
     Ok(outs.swap_remove(0))
+}
+
+/// Calls a registered operator (builtin or custom) with positional and keyword arguments, which
+/// are first bound to its schema (arity, types, defaults).
+pub fn call_operator(op: &Arc<Operator>, args: &[Value], kwargs: &[(String, Value)]) -> Result<Vec<Tensor>> {
+    let bound = bind(op.qualname(), op.schema(), args, kwargs)?;
+    match op.builtin() {
+        Some(def) => call(def, &bound),
+        None => call_custom(op, &bound),
+    }
 }
 
 fn any_requires_grad(args: &[Value]) -> bool {
@@ -46,12 +69,13 @@ fn autograd_layer(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
         backend(op, args)?
     };
     let inputs: Vec<&Tensor> = args.iter().flat_map(Value::tensors).collect();
-    let saved: Vec<Tensor> = match op.saved {
+    let saved: Vec<&Tensor> = match op.saved {
         Saved::Nothing => vec![],
-        Saved::Inputs => inputs.iter().map(|t| (*t).clone()).collect(),
-        Saved::Outputs => outs.clone(),
-        Saved::All => inputs.iter().map(|t| (*t).clone()).chain(outs.iter().cloned()).collect(),
+        Saved::Inputs => inputs.clone(),
+        Saved::Outputs => outs.iter().collect(),
+        Saved::All => inputs.iter().copied().chain(outs.iter()).collect(),
     };
+    let saved: Vec<Tensor> = saved.into_iter().cloned().collect();
     let saved: Vec<&Tensor> = saved.iter().collect();
     let backward = Box::new(BuiltinBackward {
         op,
@@ -101,9 +125,13 @@ pub(crate) fn common_device(op: &str, args: &[Value]) -> Result<Device> {
     Ok(device.unwrap_or(Device::Cpu))
 }
 
+fn any_fake(args: &[Value]) -> bool {
+    args.iter().flat_map(Value::tensors).any(Tensor::is_fake)
+}
+
 fn backend(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
     let device = common_device(op.name, args)?;
-    let fake = device == Device::Meta || args.iter().flat_map(Value::tensors).any(Tensor::is_fake);
+    let fake = device == Device::Meta || any_fake(args);
     if !fake && device != Device::Cpu {
         return Err(Error::device(
             op.name,
@@ -134,4 +162,158 @@ fn backend(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
             Ok(vec![target.clone()])
         }
     }
+}
+
+// ---- custom operators ----------------------------------------------------------------------
+
+/// The layers for a custom op: autocast by its registered rule, then autograd (its formula, or
+/// implicitly through the builtin ops its kernel calls), then kernel selection.
+fn call_custom(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
+    if autocast::any_active() {
+        let device = common_device(op.qualname(), args)?;
+        let rule = Slot::for_device(device)
+            .and_then(|slot| autocast::active_dtype(device).and(op.regs.read().autocast.get(&slot).map(|e| e.value)));
+        if let Some(dtype) = rule {
+            let cast = autocast::cast_args(args, device, dtype)?;
+            return custom_autograd_layer(op, &cast);
+        }
+    }
+    custom_autograd_layer(op, args)
+}
+
+fn custom_autograd_layer(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
+    let formula = op.regs.read().autograd.as_ref().map(|e| e.value.clone());
+    let needs_grad = is_grad_enabled() && any_requires_grad(args);
+    match formula {
+        Some(imp) if needs_grad => {
+            let outs = {
+                let _g = no_grad();
+                custom_backend(op, args)?
+            };
+            let ctx = make_ctx(&imp, args, &outs)?;
+            let inputs: Vec<&Tensor> = args.iter().flat_map(Value::tensors).collect();
+            let saved: Vec<Tensor> = ctx.saved_tensors().to_vec();
+            let saved: Vec<&Tensor> = saved.iter().collect();
+            let backward = Box::new(CustomBackward {
+                op: op.qualname().to_string(),
+                schema: op.schema().clone(),
+                args: args.to_vec(),
+                imp,
+                ctx,
+            });
+            Ok(record(op.qualname(), backward, &inputs, &saved, outs))
+        }
+        // No formula: the kernel's own builtin ops record the graph (implicit autograd).
+        _ => custom_backend(op, args),
+    }
+}
+
+/// Picks and runs the kernel for `args`: the fake kernel for fake inputs; otherwise the
+/// concrete device slot if registered and enabled, else the default slot.
+fn custom_backend(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
+    let name = op.qualname();
+    let device = common_device(name, args)?;
+    let fake = device == Device::Meta || any_fake(args);
+    let kernel = {
+        let regs = op.regs.read();
+        if fake {
+            match &regs.fake {
+                Some(e) => e.value.clone(),
+                None if op.schema().returns.is_empty() => return Ok(vec![]),
+                None => {
+                    return Err(Error::Lookup(format!(
+                        "`{name}` has no fake kernel, so it cannot run on fake or meta tensors; \
+                         register one with register_fake"
+                    )));
+                }
+            }
+        } else {
+            let slot = Slot::for_device(device);
+            let concrete = slot.and_then(|s| regs.kernels.get(&s)).filter(|k| k.enabled);
+            match concrete.or_else(|| regs.kernels.get(&Slot::Default)) {
+                Some(k) => k.f.clone(),
+                None => {
+                    let slots: Vec<String> = {
+                        let mut v: Vec<_> = regs
+                            .kernels
+                            .iter()
+                            .map(|(s, k)| if k.enabled { s.to_string() } else { format!("{s} (disabled)") })
+                            .collect();
+                        v.sort();
+                        v
+                    };
+                    return Err(Error::Lookup(format!(
+                        "`{name}` has no kernel for device {device}; registered slots: [{}]",
+                        slots.join(", ")
+                    )));
+                }
+            }
+        }
+    };
+    let run = || {
+        let _off = autocast::suspend();
+        kernel(args)
+    };
+    let outs = if op.is_triton() && !fake {
+        let declared = op.schema().mutated_params();
+        let read_only = op
+            .schema()
+            .params
+            .iter()
+            .zip(args)
+            .filter(|(p, _)| !declared.contains(&p.name.as_str()))
+            .flat_map(|(_, v)| v.tensors().cloned())
+            .collect();
+        with_scope(TritonScope { op: name.to_string(), read_only }, run)?
+    } else {
+        run()?
+    };
+    check_outputs(op, args, &outs, fake)?;
+    Ok(outs)
+}
+
+/// Output rules: the count matches the schema, fake kernels return fake tensors, and no output
+/// aliases an input or another output.
+fn check_outputs(op: &Operator, args: &[Value], outs: &[Tensor], fake: bool) -> Result<()> {
+    let name = op.qualname();
+    let returns = &op.schema().returns;
+    let list_return = returns.len() == 1 && returns[0].ty.is_tensor_list();
+    if !list_return && outs.len() != returns.len() {
+        return Err(Error::argument(
+            name,
+            "returns",
+            format!("{} outputs (schema: {})", returns.len(), op.schema()),
+            format!("{}", outs.len()),
+        ));
+    }
+    for (i, o) in outs.iter().enumerate() {
+        if fake && !o.is_fake() {
+            return Err(Error::argument(
+                name,
+                "fake kernel",
+                "fake outputs (build them from the fake inputs or Tensor::empty_fake)",
+                format!("a real tensor for output {i}"),
+            ));
+        }
+        if fake {
+            continue;
+        }
+        if let Some(input) = args.iter().flat_map(Value::tensors).find(|t| t.storage().same(o.storage())) {
+            return Err(Error::argument(
+                name,
+                "returns",
+                "outputs that do not alias inputs (return a copy, e.g. x.clone_tensor())",
+                format!("output {i} shares storage with input {input:?}"),
+            ));
+        }
+        if outs[..i].iter().any(|p| p.storage().same(o.storage())) {
+            return Err(Error::argument(
+                name,
+                "returns",
+                "outputs that do not alias each other",
+                format!("output {i} shares storage with an earlier output"),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -8,7 +8,9 @@ use tensorplay_ir::DType;
 /// A Rust type that can be a tensor element.
 ///
 /// Casts follow PyTorch: float to int truncates toward zero (NaN becomes 0, out-of-range saturates),
-/// anything to bool is `!= 0` (NaN is true), bool to number is 0 or 1.
+/// anything to bool is `!= 0` (NaN is true), bool to number is 0 or 1. Conversions into f16 and
+/// bf16 from f64 or i64 go through f32 first, exactly like PyTorch's `Half(float)` and
+/// `BFloat16(float)` constructors (so a value can round twice).
 pub trait Element: Copy + Send + Sync + Debug + PartialEq + 'static {
     /// The dtype this type stores.
     const DTYPE: DType;
@@ -168,8 +170,11 @@ pub fn cast<S: Element, D: Element>(s: S) -> D {
         D::from_bool(s.to_bool())
     } else if D::DTYPE.is_float() {
         if S::DTYPE == DType::I64 && D::DTYPE != DType::F64 {
-            // Avoid double rounding i64 -> f64 -> f32.
+            // Avoid double rounding i64 -> f64 -> f32 (f16/bf16 then round from that f32).
             D::from_f64(s.to_i64() as f32 as f64)
+        } else if S::DTYPE == DType::F64 && D::DTYPE.is_half() {
+            // PyTorch converts double to half types through float.
+            D::from_f64(s.to_f64() as f32 as f64)
         } else {
             D::from_f64(s.to_f64())
         }
@@ -236,5 +241,18 @@ mod tests {
         assert_eq!(cast::<f64, f16>(65520.0), f16::INFINITY);
         assert_eq!(cast::<i32, bf16>(3), bf16::from_f32(3.0));
         assert_eq!(cast::<i64, i32>(1 << 33), 0);
+    }
+
+    #[test]
+    fn f64_to_half_rounds_through_f32_like_pytorch() {
+        // 1 + 2^-8 + 2^-30 rounds to the bf16 tie 1 + 2^-8 in f32, then to even (1.0).
+        let x = 1.0 + 2f64.powi(-8) + 2f64.powi(-30);
+        assert_eq!(cast::<f64, bf16>(x), bf16::ONE);
+        let y = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
+        assert_eq!(cast::<f64, f16>(y), f16::ONE);
+        // Above the tie in f32 already: rounds up.
+        let z = 1.0 + 2f64.powi(-8) + 2f64.powi(-20);
+        assert_eq!(cast::<f64, bf16>(z), bf16::from_f32(1.0078125));
+        assert_eq!(cast::<i64, bf16>(257), bf16::from_f32(256.0));
     }
 }

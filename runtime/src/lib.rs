@@ -2,10 +2,12 @@
 //!
 //! Every op call goes through [`dispatch`]; builtin ops are declared once in [`ops`].
 
+pub mod autocast;
 pub mod autograd;
 pub mod dispatch;
 pub mod element;
 pub(crate) mod kernels;
+pub mod library;
 pub mod ops;
 pub mod parallel;
 pub mod storage;

@@ -175,7 +175,21 @@ fn default_root_grads(roots: &[Tensor], grads: &[Option<Tensor>]) -> Result<Vec<
         .map(|(t, g)| match g {
             Some(g) => {
                 g.expect_shape("backward", "the gradient", t.shape())?;
-                Ok(g.clone())
+                if !g.dtype().is_float() {
+                    return Err(Error::dtype(
+                        "backward",
+                        format!(
+                            "the gradient of an output must be floating point, got {}",
+                            g.dtype()
+                        ),
+                    ));
+                }
+                if t.dtype().is_float() && g.dtype() != t.dtype() {
+                    // Gradients carry their output's dtype, as PyTorch's engine casts them.
+                    g.to_dtype(t.dtype())
+                } else {
+                    Ok(g.clone())
+                }
             }
             None if t.numel() == 1 => Ok(Tensor::ones_like(t)),
             None => Err(Error::Autograd(format!(

@@ -1,5 +1,6 @@
 //! Backward graph nodes: what an op recorded so that its gradients can be computed later.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use tensorplay_ir::{DType, Error, Result, Shape};
@@ -85,6 +86,59 @@ impl Node {
             }
         }
         Ok(out)
+    }
+}
+
+/// The backward left in a node while it is torn down (never run: the node is unreachable).
+struct Released;
+
+impl BackwardFn for Released {
+    fn apply(&self, _grads: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
+        Err(Error::Autograd("backward of a released node".into()))
+    }
+}
+
+/// Parts of a dropped node whose own drop may release further nodes (held only to be dropped).
+struct Deferred {
+    _edges: Vec<Option<Edge>>,
+    _backward: Box<dyn BackwardFn>,
+}
+
+thread_local! {
+    /// While a node drop is draining on this thread: the parts still to drop.
+    static DROP_QUEUE: RefCell<Option<Vec<Deferred>>> = const { RefCell::new(None) };
+}
+
+impl Drop for Node {
+    /// Drops long chains iteratively: a node's edges (and the tensors its backward saved) hold the
+    /// previous nodes, so a naive drop of a 100,000-op chain would recurse that deep and overflow
+    /// the stack. The outermost drop on a thread drains a queue; nested drops only enqueue.
+    fn drop(&mut self) {
+        let item = Deferred {
+            _edges: std::mem::take(&mut self.next),
+            _backward: std::mem::replace(&mut self.backward, Box::new(Released)),
+        };
+        let owned = DROP_QUEUE.try_with(|q| {
+            let mut q = q.borrow_mut();
+            match q.as_mut() {
+                Some(queue) => {
+                    queue.push(item);
+                    None
+                }
+                None => {
+                    *q = Some(Vec::new());
+                    Some(item)
+                }
+            }
+        });
+        // `Err`: the thread is exiting and its queue is gone; the parts drop right here.
+        if let Ok(Some(item)) = owned {
+            drop(item);
+            while let Some(item) = DROP_QUEUE.with(|q| q.borrow_mut().as_mut().and_then(Vec::pop)) {
+                drop(item);
+            }
+            DROP_QUEUE.with(|q| *q.borrow_mut() = None);
+        }
     }
 }
 

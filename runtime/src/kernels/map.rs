@@ -97,6 +97,9 @@ pub(crate) fn map3<A: Element, B: Element, C: Element, O: Element>(
     c: &Tensor,
     f: impl Fn(A, B, C) -> O + Sync,
 ) -> Result<()> {
+    debug_assert!(
+        a.dtype() == A::DTYPE && b.dtype() == B::DTYPE && c.dtype() == C::DTYPE && out.dtype() == O::DTYPE
+    );
     let sa = strides_for(op, a, out)?;
     let sb = strides_for(op, b, out)?;
     let sc = strides_for(op, c, out)?;
@@ -107,8 +110,36 @@ pub(crate) fn map3<A: Element, B: Element, C: Element, O: Element>(
     let nest = Nest::<4>::new(out.shape(), [out.strides(), &sa, &sb, &sc]);
     let [io, ia, ib, ic] = nest.inner_strides();
     nest.run(|[oo, oa, ob, oc], len| unsafe {
-        for i in 0..len as isize {
-            *po.at(oo + i * io) = f(*pa.at(oa + i * ia), *pb.at(ob + i * ib), *pc.at(oc + i * ic));
+        if io == 1 && ia == 1 && ib == 1 && ic == 1 {
+            let o = std::slice::from_raw_parts_mut(po.at(oo), len);
+            let x = std::slice::from_raw_parts(pa.at(oa), len);
+            let y = std::slice::from_raw_parts(pb.at(ob), len);
+            let z = std::slice::from_raw_parts(pc.at(oc), len);
+            for (((o, &x), &y), &z) in o.iter_mut().zip(x).zip(y).zip(z) {
+                *o = f(x, y, z);
+            }
+        } else if io == 1 && ia == 1 && ib == 1 && ic == 0 {
+            // `where(cond, grad, 0)`: one operand is a broadcast scalar.
+            let o = std::slice::from_raw_parts_mut(po.at(oo), len);
+            let x = std::slice::from_raw_parts(pa.at(oa), len);
+            let y = std::slice::from_raw_parts(pb.at(ob), len);
+            let z = *pc.at(oc);
+            for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
+                *o = f(x, y, z);
+            }
+        } else if io == 1 && ia == 1 && ib == 0 && ic == 1 {
+            let o = std::slice::from_raw_parts_mut(po.at(oo), len);
+            let x = std::slice::from_raw_parts(pa.at(oa), len);
+            let y = *pb.at(ob);
+            let z = std::slice::from_raw_parts(pc.at(oc), len);
+            for ((o, &x), &z) in o.iter_mut().zip(x).zip(z) {
+                *o = f(x, y, z);
+            }
+        } else {
+            for i in 0..len as isize {
+                *po.at(oo + i * io) =
+                    f(*pa.at(oa + i * ia), *pb.at(ob + i * ib), *pc.at(oc + i * ic));
+            }
         }
     });
     Ok(())

@@ -102,8 +102,26 @@ where
     /// Reduces `x` over the dims in `mask` into the contiguous tensor `out` (whose element count is
     /// the product of kept dims).
     pub(crate) fn run(&self, op: &str, x: &Tensor, mask: &[bool], out: &Tensor) -> Result<()> {
-        let px = SendPtr(x.data_ptr(op)? as *mut T);
         let po = SendPtr(out.data_ptr(op)? as *mut O);
+        self.run_with(op, x, mask, |o, acc, n| unsafe {
+            *po.at(o as isize) = (self.finish)(acc, n);
+        })
+    }
+
+    /// Reduces `x` over the dims in `mask`, handing each output's final accumulator to
+    /// `emit(flat_output_index, acc, reduced_len)` (the output index is row-major over the kept
+    /// dims). Lets one pass write several outputs, e.g. the values and indices of `max_dim`.
+    ///
+    /// Every output element is emitted exactly once, from one thread; the accumulation order for a
+    /// given thread count is fixed, so results are deterministic.
+    pub(crate) fn run_with(
+        &self,
+        op: &str,
+        x: &Tensor,
+        mask: &[bool],
+        emit: impl Fn(usize, A, usize) + Sync,
+    ) -> Result<()> {
+        let px = SendPtr(x.data_ptr(op)? as *mut T);
         let (mut kshape, mut kstr, mut rshape, mut rstr) = (vec![], vec![], vec![], vec![]);
         for ((&s, &st), &m) in x.shape().iter().zip(x.strides()).zip(mask) {
             if m {
@@ -116,6 +134,9 @@ where
         }
         let nout: usize = kshape.iter().product();
         let nred: usize = rshape.iter().product();
+        if nout == 0 {
+            return Ok(());
+        }
         let ostr = tensorplay_ir::shape::contiguous_strides(&kshape);
         let outer = Nest::<2>::new(&kshape, [&ostr, &kstr]);
         let inner = Nest::<1>::new(&rshape, [&rstr]);
@@ -130,19 +151,40 @@ where
                     let xs = std::slice::from_raw_parts(px.at(base + o), len);
                     acc = (self.slice)(acc, xs, pos);
                 } else {
-                    for i in 0..len {
-                        let v = *px.at(base + o + i as isize * istride);
-                        acc = (self.step)(acc, v, pos + i);
+                    for i in 0..len as isize {
+                        let v = *px.at(base + o + i * istride);
+                        acc = (self.step)(acc, v, pos + i as usize);
                     }
                 }
                 pos += len;
             });
             acc
         };
+        // Reduces `width` outputs whose input elements are adjacent (unit stride along the kept
+        // dim): walks the reduced space once, updating a row of accumulators per position, so the
+        // memory is read row by row instead of column by column.
+        let columns = |out0: usize, base: isize, width: usize, accs: &mut Vec<A>| {
+            accs.clear();
+            accs.resize(width, (self.init)());
+            let mut pos = 0usize;
+            inner.for_each_run(0..nred, |[o], len| {
+                for i in 0..len {
+                    let row = base + o + i as isize * istride;
+                    let xs = unsafe { std::slice::from_raw_parts(px.at(row), width) };
+                    for (a, &v) in accs.iter_mut().zip(xs) {
+                        *a = (self.step)(*a, v, pos + i);
+                    }
+                }
+                pos += len;
+            });
+            for (j, &a) in accs.iter().enumerate() {
+                emit(out0 + j, a, nred);
+            }
+        };
         let threads = parallel::num_threads();
         let total = nout * nred;
         if threads > 1 && total >= PAR_MIN_ELEMS && nout < threads * 4 && nred >= PAR_MIN_ELEMS / 2 {
-            // Few outputs, long reductions: split each reduction into chunks.
+            // Few outputs, long reductions: split each reduction into chunks merged in order.
             let chunks = (nred / (PAR_MIN_ELEMS / 2)).clamp(1, threads * 4);
             let per = nred.div_ceil(chunks);
             let mut bases: Vec<(isize, isize)> = Vec::with_capacity(nout);
@@ -159,16 +201,31 @@ where
                         .map(|c| partial(ox, (c * per).min(nred)..((c + 1) * per).min(nred)))
                         .collect()
                 });
-                let acc = parts.into_iter().reduce(|a, b| (self.merge)(a, b)).unwrap_or_else(|| (self.init)());
-                unsafe { *po.at(oo) = (self.finish)(acc, nred) };
+                let acc = parts
+                    .into_iter()
+                    .reduce(|a, b| (self.merge)(a, b))
+                    .unwrap_or_else(|| (self.init)());
+                emit(oo as usize, acc, nred);
             }
             return Ok(());
         }
         let [so, sx] = outer.inner_strides();
-        let body = |[oo, ox]: [isize; 2], len: usize| {
+        // Column path: kept elements adjacent in memory while the reduction walks a larger stride.
+        let by_columns = sx == 1 && istride != 1 && nred > 1;
+        const COLS: usize = 512;
+        let body = |[oo, ox]: [isize; 2], len: usize, accs: &mut Vec<A>| {
+            if by_columns && len > 1 {
+                let mut j = 0;
+                while j < len {
+                    let w = COLS.min(len - j);
+                    columns(oo as usize + j, ox + j as isize, w, accs);
+                    j += w;
+                }
+                return;
+            }
             for i in 0..len as isize {
                 let acc = partial(ox + i * sx, 0..nred);
-                unsafe { *po.at(oo + i * so) = (self.finish)(acc, nred) };
+                emit((oo + i * so) as usize, acc, nred);
             }
         };
         if threads > 1 && total >= PAR_MIN_ELEMS && nout > 1 {
@@ -177,11 +234,13 @@ where
             parallel::pool().install(|| {
                 (0..chunks).into_par_iter().for_each(|c| {
                     let r = (c * per).min(nout)..((c + 1) * per).min(nout);
-                    outer.for_each_run(r, &body);
+                    let mut accs = Vec::new();
+                    outer.for_each_run(r, |o, len| body(o, len, &mut accs));
                 })
             });
         } else {
-            outer.for_each_run(0..nout, &body);
+            let mut accs = Vec::new();
+            outer.for_each_run(0..nout, |o, len| body(o, len, &mut accs));
         }
         Ok(())
     }

@@ -94,11 +94,19 @@ pub fn binary_fill<M: BinaryMath>(a: Args, outs: &[Tensor]) -> Result<()> {
     }
 }
 
-/// Declares a binary op: its math type and its `OpDef` static.
+/// Declares a binary op: its math type and its `OpDef` static. `meta = f` overrides the shared
+/// meta rule (for ops with extra argument checks, such as `pow`).
 macro_rules! binary_op {
     ($STATIC:ident, $Math:ident, $name:literal, out = $out:ident, bool_ok = $bool_ok:expr,
      f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
      grad = $grad:expr, saved = $saved:ident) => {
+        binary_op!($STATIC, $Math, $name, out = $out, bool_ok = $bool_ok,
+            f32 = $f32, f64 = $f64, int = $int, bool = $bool,
+            grad = $grad, saved = $saved, meta = binary_meta::<$Math>);
+    };
+    ($STATIC:ident, $Math:ident, $name:literal, out = $out:ident, bool_ok = $bool_ok:expr,
+     f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
+     grad = $grad:expr, saved = $saved:ident, meta = $meta:expr) => {
         #[doc = concat!("Scalar definition of `", $name, "`.")]
         pub struct $Math;
         impl BinaryMath for $Math {
@@ -128,7 +136,7 @@ macro_rules! binary_op {
             schema: concat!($name, "(Tensor self, Tensor other) -> Tensor"),
             class: OpClass::Elementwise,
             kernel: Kernel::Compute {
-                meta: binary_meta::<$Math>,
+                meta: $meta,
                 fill: binary_fill::<$Math>,
             },
             derivative: $grad,
@@ -136,7 +144,6 @@ macro_rules! binary_op {
         };
     };
 }
-
 
 /// Reduces a broadcast gradient back to the shape of operand `t`, or `None` when `t` needs none.
 pub fn grad_for(g: &Tensor, t: &Tensor) -> Result<Option<Tensor>> {
@@ -197,8 +204,138 @@ binary_op!(DIV, Div, "div", out = Float, bool_ok = true,
         Ok(vec![gx, gy])
     }), saved = All);
 
+/// `base ** exp` on integers: repeated squaring with wrapping. A negative exponent gives 1 for
+/// base 1, ±1 for base -1 and 0 otherwise (PyTorch's rule for tensor exponents).
+#[inline(always)]
+fn int_pow(base: i64, exp: i64) -> i64 {
+    if exp < 0 {
+        return match base {
+            1 => 1,
+            -1 => {
+                if exp & 1 == 1 {
+                    -1
+                } else {
+                    1
+                }
+            }
+            _ => 0,
+        };
+    }
+    let (mut base, mut e, mut acc) = (base, exp as u64, 1i64);
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = acc.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        e >>= 1;
+    }
+    acc
+}
+
+/// A 0-d zero of `dtype`, for masking gradients with `where`.
+fn zero(dtype: DType) -> Tensor {
+    Tensor::zeros(&[], dtype)
+}
+
+/// `y - 1`, staying a wrapped number when `y` is one (so the derivative's dtype does not widen).
+fn minus_one(y: &Tensor) -> Result<Tensor> {
+    if y.is_wrapped_number() && !y.is_fake() {
+        let s = match y.dtype() {
+            DType::F64 => Scalar::Float(y.item::<f64>()? - 1.0),
+            _ => Scalar::Int(y.item::<i64>()?.wrapping_sub(1)),
+        };
+        Ok(Tensor::wrapped_scalar(s))
+    } else {
+        y.sub_scalar(1)
+    }
+}
+
+/// `pow`'s meta rule: the shared one, plus PyTorch's refusal of a negative integer Rust scalar
+/// exponent on an integer base (a wrapped scalar is a constant, so it can be read here).
+fn pow_meta(a: Args) -> Result<Vec<OutSpec>> {
+    let (x, y) = (a.tensor(0)?, a.tensor(1)?);
+    if !x.dtype().is_float() && y.is_wrapped_number() && y.dtype() == DType::I64 && !y.is_fake() {
+        let e = y.item::<i64>()?;
+        if e < 0 {
+            return Err(Error::argument(
+                "pow",
+                "exponent",
+                format!(
+                    "a non-negative exponent for a {} base (integers to negative integer powers \
+                     are not allowed)",
+                    x.dtype()
+                ),
+                e.to_string(),
+            ));
+        }
+    }
+    binary_meta::<Pow>(a)
+}
+
+fn pow_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
+    let (x, y, g) = operands(c)?;
+    let gx = if x.requires_grad() {
+        // y * x^(y-1), and 0 where y == 0 (so 0^-1 never turns the zero into NaN).
+        let d = y.mul(&x.pow(&minus_one(y)?)?)?;
+        let d = Tensor::where_cond(&y.eq_scalar(0)?, &zero(d.dtype()), &d)?;
+        grad_for(&g.mul(&d)?, x)?
+    } else {
+        None
+    };
+    let gy = if y.requires_grad() {
+        // out * ln(x), and 0 where x == 0 and y >= 0 (PyTorch's masking).
+        let d = c.outputs[0].mul(&x.log()?)?;
+        let mask = x.eq_scalar(0)?.logical_and(&y.ge_scalar(0)?)?;
+        let d = Tensor::where_cond(&mask, &zero(d.dtype()), &d)?;
+        grad_for(&g.mul(&d)?, y)?
+    } else {
+        None
+    };
+    Ok(vec![gx, gy])
+}
+
+/// Gradient of maximum (`larger`) or minimum: all of it to the winning operand, half to each on
+/// ties, and all to both where a NaN makes neither win (PyTorch's rule).
+fn extremum_grad(c: &GradCtx, larger: bool) -> Result<Vec<Option<Tensor>>> {
+    let (x, y, g) = operands(c)?;
+    let z = zero(g.dtype());
+    let tie = x.eq(y)?;
+    let half = g.mul_scalar(0.5)?;
+    let share = |loses: Tensor| -> Result<Tensor> {
+        Tensor::where_cond(&tie, &half, &Tensor::where_cond(&loses, &z, &g)?)
+    };
+    let gx = if x.requires_grad() {
+        grad_for(&share(if larger { x.lt(y)? } else { x.gt(y)? })?, x)?
+    } else {
+        None
+    };
+    let gy = if y.requires_grad() {
+        grad_for(&share(if larger { x.gt(y)? } else { x.lt(y)? })?, y)?
+    } else {
+        None
+    };
+    Ok(vec![gx, gy])
+}
+
+binary_op!(POW, Pow, "pow", out = Promote, bool_ok = false,
+    f32 = f32::powf, f64 = f64::powf, int = int_pow, bool = no_bool,
+    grad = Some(pow_grad), saved = All, meta = pow_meta);
+
+binary_op!(MAXIMUM, Maximum, "maximum", out = Promote, bool_ok = true,
+    // NaN-propagating: a NaN in either operand wins.
+    f32 = |a: f32, b: f32| if a > b || a.is_nan() { a } else { b },
+    f64 = |a: f64, b: f64| if a > b || a.is_nan() { a } else { b },
+    int = |a: i64, b: i64| a.max(b), bool = |a: bool, b: bool| a | b,
+    grad = Some(|c| extremum_grad(c, true)), saved = Inputs);
+
+binary_op!(MINIMUM, Minimum, "minimum", out = Promote, bool_ok = true,
+    f32 = |a: f32, b: f32| if a < b || a.is_nan() { a } else { b },
+    f64 = |a: f64, b: f64| if a < b || a.is_nan() { a } else { b },
+    int = |a: i64, b: i64| a.min(b), bool = |a: bool, b: bool| a & b,
+    grad = Some(|c| extremum_grad(c, false)), saved = Inputs);
+
 /// Every binary op of this family.
-pub static OPS: &[&OpDef] = &[&ADD, &SUB, &MUL, &DIV];
+pub static OPS: &[&OpDef] = &[&ADD, &SUB, &MUL, &DIV, &POW, &MAXIMUM, &MINIMUM];
 
 impl Tensor {
     /// Elementwise `self + other` with broadcasting.
@@ -232,5 +369,55 @@ impl Tensor {
     /// `self / s` for a Rust scalar `s`.
     pub fn div_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
         self.div(&Tensor::wrapped_scalar(s.into()))
+    }
+
+    /// Elementwise `self ** exponent` with broadcasting.
+    ///
+    /// Floats follow C's `pow` (`pow(x, 0) = 1` even for NaN, `pow(1, y) = 1`); integers use
+    /// exact repeated squaring that wraps on overflow, and a negative integer exponent tensor gives
+    /// 1 for base 1, ±1 for base -1 and 0 otherwise.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let b = Tensor::from_vec(vec![2i64, -1, 1, 3], &[4])?;
+    /// let e = Tensor::from_vec(vec![10i64, -3, -5, -1], &[4])?;
+    /// assert_eq!(b.pow(&e)?.to_vec::<i64>()?, vec![1024, -1, 1, 0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn pow(&self, exponent: &Tensor) -> Result<Tensor> {
+        call1(&POW, &[self.into(), exponent.into()])
+    }
+    /// `self ** exponent` for a Rust scalar exponent; a negative integer exponent on an integer
+    /// tensor is an error, as in PyTorch.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 4.0, 9.0], &[3])?;
+    /// assert_eq!(x.pow_scalar(0.5)?.to_vec::<f32>()?, vec![1.0, 2.0, 3.0]);
+    /// let i = Tensor::from_vec(vec![2i32, 3], &[2])?;
+    /// assert_eq!(i.pow_scalar(3)?.to_vec::<i32>()?, vec![8, 27]);
+    /// assert!(i.pow_scalar(-1).is_err());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn pow_scalar(&self, exponent: impl Into<Scalar>) -> Result<Tensor> {
+        self.pow(&Tensor::wrapped_scalar(exponent.into()))
+    }
+    /// Elementwise maximum with broadcasting; a NaN in either operand gives NaN.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let a = Tensor::from_vec(vec![1.0f32, f32::NAN, -3.0], &[3])?;
+    /// let b = Tensor::from_vec(vec![2.0f32, 0.0, -4.0], &[3])?;
+    /// let m = a.maximum(&b)?.to_vec::<f32>()?;
+    /// assert_eq!((m[0], m[2]), (2.0, -3.0));
+    /// assert!(m[1].is_nan());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
+        call1(&MAXIMUM, &[self.into(), other.into()])
+    }
+    /// Elementwise minimum with broadcasting; a NaN in either operand gives NaN.
+    pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
+        call1(&MINIMUM, &[self.into(), other.into()])
     }
 }

@@ -3,7 +3,7 @@
 //! `no_grad` code, which autograd then detects by version.
 
 use tensorplay_ir::shape::{broadcast_shapes, fmt_shape};
-use tensorplay_ir::{DType, Error, OpClass, Result};
+use tensorplay_ir::{DType, Device, Error, OpClass, Result};
 
 use super::binary::{Add, BinaryMath, Div, Mul, Sub, binary_fill, result_type};
 use super::{Kernel, OpDef, Saved};
@@ -73,7 +73,15 @@ fn inplace_check<M: BinaryMath>(a: Args) -> Result<()> {
 fn inplace_fill<M: BinaryMath>(a: Args) -> Result<()> {
     let target = a.tensor(0)?;
     let value = unaliased(target, a.tensor(1)?)?;
+    let rt = result_type(target, &value);
     let args = [Value::Tensor(target.clone()), Value::Tensor(value)];
+    if rt != target.dtype() && rt.is_float() {
+        // Like PyTorch, compute in the common dtype and round once into the target (rounding the
+        // wider operand to the target dtype first would round twice).
+        let tmp = Tensor::try_empty_with(a.op, target.shape(), rt, Device::Cpu, false)?;
+        binary_fill::<M>(Args::new(a.op, &args), std::slice::from_ref(&tmp))?;
+        return super::cast::copy_convert(a.op, target, &tmp);
+    }
     binary_fill::<M>(Args::new(a.op, &args), std::slice::from_ref(target))
 }
 

@@ -1,6 +1,353 @@
-//! matmul (2-D, batched, vector cases) through the gemm crate.
+//! matmul with `torch.matmul` semantics: 1-D·1-D dot (0-d result), matrix products, vector-matrix
+//! products (a 1-D operand gains a dim that is removed again) and batched N-D products with
+//! broadcast batch dims.
+//!
+//! Floating products go through the `gemm` crate, which takes arbitrary row and column strides, so
+//! transposed and sliced operands are read in place without a copy. f32, f64 and f16 are native
+//! (gemm's f16 kernel computes in f32); bf16 converts to f32, multiplies, and rounds once. gemm has
+//! no integer kernels, and integer results must wrap exactly like PyTorch's, so i32/i64 use a plain
+//! row-times-matrix loop with wrapping i64 accumulation (exact modulo 2^64, hence also modulo 2^32).
 
-use super::OpDef;
+use rayon::prelude::*;
+use tensorplay_ir::shape::{broadcast_shapes, broadcast_strides, contiguous_strides, fmt_shape};
+use tensorplay_ir::{DType, Error, OpClass, Result, Shape, Strides};
+
+use super::{GradCtx, Kernel, OpDef, OutSpec, Saved};
+use crate::dispatch::call1;
+use crate::element::Element;
+use crate::kernels::iter::{Nest, SendPtr};
+use crate::parallel;
+use crate::tensor::Tensor;
+use crate::value::{Args, Scalar};
+
+/// `matmul(Tensor self, Tensor other) -> Tensor`
+pub static MATMUL: OpDef = OpDef {
+    name: "matmul",
+    schema: "matmul(Tensor self, Tensor other) -> Tensor",
+    class: OpClass::Opaque,
+    kernel: Kernel::Compute {
+        meta: matmul_meta,
+        fill: matmul_fill,
+    },
+    derivative: Some(matmul_grad),
+    saved: Saved::Inputs,
+};
 
 /// Every op of this family.
-pub static OPS: &[&OpDef] = &[];
+pub static OPS: &[&OpDef] = &[&MATMUL];
+
+/// Products with at least this many multiply-adds use the pool.
+const PAR_MIN_FLOPS: usize = 1 << 17;
+/// Batched products each this large parallelize inside one product rather than across products.
+const BIG_PRODUCT_FLOPS: usize = 1 << 21;
+
+/// The shape of one matmul call: broadcast batch dims, the matrix sizes, and which operands were
+/// vectors.
+struct Plan {
+    batch: Shape,
+    m: usize,
+    k: usize,
+    n: usize,
+    out_shape: Shape,
+}
+
+fn plan(op: &str, a: &[usize], b: &[usize]) -> Result<Plan> {
+    if a.is_empty() || b.is_empty() {
+        return Err(Error::shape(
+            op,
+            format!(
+                "both arguments must be at least 1-D, got shapes {} and {}",
+                fmt_shape(a),
+                fmt_shape(b)
+            ),
+        ));
+    }
+    let (ra, rb) = (a.len(), b.len());
+    let (m, ka) = if ra == 1 { (1, a[0]) } else { (a[ra - 2], a[ra - 1]) };
+    let (kb, n) = if rb == 1 { (b[0], 1) } else { (b[rb - 2], b[rb - 1]) };
+    if ka != kb {
+        let which = if rb == 1 { "its size" } else { "its second-to-last dim" };
+        return Err(Error::shape(
+            op,
+            format!(
+                "shapes {} and {} cannot be multiplied: the last dim of self ({ka}) must equal {which} of other ({kb})",
+                fmt_shape(a),
+                fmt_shape(b)
+            ),
+        ));
+    }
+    let batch_a = &a[..ra.saturating_sub(2)];
+    let batch_b = &b[..rb.saturating_sub(2)];
+    let batch = broadcast_shapes(op, batch_a, batch_b).map_err(|_| {
+        Error::shape(
+            op,
+            format!(
+                "batch dims {} of {} and {} of {} cannot be broadcast",
+                fmt_shape(batch_a),
+                fmt_shape(a),
+                fmt_shape(batch_b),
+                fmt_shape(b)
+            ),
+        )
+    })?;
+    let mut out_shape = batch.clone();
+    if ra > 1 {
+        out_shape.push(m);
+    }
+    if rb > 1 {
+        out_shape.push(n);
+    }
+    Ok(Plan {
+        batch,
+        m,
+        k: ka,
+        n,
+        out_shape,
+    })
+}
+
+fn matmul_meta(a: Args) -> Result<Vec<OutSpec>> {
+    let (x, y) = (a.tensor(0)?, a.tensor(1)?);
+    if x.dtype() == DType::Bool || y.dtype() == DType::Bool {
+        return Err(Error::dtype(a.op, "bool tensors are not supported"));
+    }
+    if x.dtype() != y.dtype() {
+        return Err(Error::dtype(
+            a.op,
+            format!(
+                "expected both operands to have the same dtype, got {} and {} (convert one with to_dtype)",
+                x.dtype(),
+                y.dtype()
+            ),
+        ));
+    }
+    let p = plan(a.op, x.shape(), y.shape())?;
+    Ok(vec![OutSpec::new(&p.out_shape, x.dtype())])
+}
+
+/// One operand seen as a batch of matrices: batch strides broadcast to the plan's batch shape,
+/// and the row and column strides of each matrix.
+struct Layout {
+    batch_strides: Strides,
+    rs: isize,
+    cs: isize,
+}
+
+fn layout(op: &str, t: &Tensor, batch: &[usize], lhs: bool) -> Result<Layout> {
+    let (shape, strides) = (t.shape(), t.strides());
+    let r = shape.len();
+    if r == 1 {
+        // lhs: a 1 x k row; rhs: a k x 1 column. The stride of the size-1 dim is never used.
+        let s = strides[0];
+        let (rs, cs) = if lhs { (s * shape[0].max(1) as isize, s) } else { (s, 1) };
+        return Ok(Layout {
+            batch_strides: smallvec::smallvec![0; batch.len()],
+            rs,
+            cs,
+        });
+    }
+    Ok(Layout {
+        batch_strides: broadcast_strides(op, &shape[..r - 2], &strides[..r - 2], batch)?,
+        rs: strides[r - 2],
+        cs: strides[r - 1],
+    })
+}
+
+/// Element offsets `(out, lhs, rhs)` of every matrix product in the batch, in row-major order.
+fn batch_offsets(p: &Plan, a: &Layout, b: &Layout) -> Vec<(isize, isize, isize)> {
+    let mn = (p.m * p.n) as isize;
+    let out_strides: Strides = contiguous_strides(&p.batch).iter().map(|s| s * mn).collect();
+    let nest = Nest::<3>::new(&p.batch, [&out_strides, &a.batch_strides, &b.batch_strides]);
+    let [so, sa, sb] = nest.inner_strides();
+    let mut v = Vec::with_capacity(nest.numel());
+    nest.for_each_run(0..nest.numel(), |[o, x, y], len| {
+        for i in 0..len as isize {
+            v.push((o + i * so, x + i * sa, y + i * sb));
+        }
+    });
+    v
+}
+
+/// Floating matmul through `gemm` for `T` in {f32, f64, f16}.
+fn gemm_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &Plan) -> Result<()> {
+    if out.numel() == 0 {
+        return Ok(());
+    }
+    if p.k == 0 {
+        return super::inplace::fill_scalar(op, out, Scalar::Int(0));
+    }
+    let (la, lb) = (layout(op, x, &p.batch, true)?, layout(op, y, &p.batch, false)?);
+    let bases = batch_offsets(p, &la, &lb);
+    let pa = SendPtr(x.data_ptr(op)? as *mut T);
+    let pb = SendPtr(y.data_ptr(op)? as *mut T);
+    let po = SendPtr(out.data_ptr(op)? as *mut T);
+    let (m, n, k) = (p.m, p.n, p.k);
+    let (zero, one) = (T::from_f64(0.0), T::from_f64(1.0));
+    let product = |(oo, oa, ob): (isize, isize, isize), par: gemm::Parallelism| unsafe {
+        // dst := beta * lhs * rhs (read_dst = false, so alpha is unused).
+        gemm::gemm(
+            m,
+            n,
+            k,
+            po.at(oo),
+            1,
+            n as isize,
+            false,
+            pa.at(oa) as *const T,
+            la.cs,
+            la.rs,
+            pb.at(ob) as *const T,
+            lb.cs,
+            lb.rs,
+            zero,
+            one,
+            false,
+            false,
+            false,
+            par,
+        )
+    };
+    let flops = m * n * k;
+    let threads = parallel::num_threads();
+    if threads > 1 && bases.len() > 1 && flops < BIG_PRODUCT_FLOPS && flops * bases.len() >= PAR_MIN_FLOPS {
+        // Many small products: one product per task.
+        parallel::pool().install(|| {
+            bases.par_iter().for_each(|&b| product(b, gemm::Parallelism::None));
+        });
+    } else if threads > 1 && flops >= PAR_MIN_FLOPS {
+        parallel::pool().install(|| {
+            for &b in &bases {
+                product(b, gemm::Parallelism::Rayon(threads));
+            }
+        });
+    } else {
+        for &b in &bases {
+            product(b, gemm::Parallelism::None);
+        }
+    }
+    Ok(())
+}
+
+/// Integer matmul (`T` in {i32, i64}) with wrapping i64 accumulation.
+fn int_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &Plan) -> Result<()> {
+    if out.numel() == 0 {
+        return Ok(());
+    }
+    let (la, lb) = (layout(op, x, &p.batch, true)?, layout(op, y, &p.batch, false)?);
+    let bases = batch_offsets(p, &la, &lb);
+    let pa = SendPtr(x.data_ptr(op)? as *mut T);
+    let pb = SendPtr(y.data_ptr(op)? as *mut T);
+    let po = SendPtr(out.data_ptr(op)? as *mut T);
+    let (m, n, k) = (p.m, p.n, p.k);
+    // One output row: out[i, :] = sum_p a[i, p] * b[p, :], walking b row by row.
+    let row = |u: usize, acc: &mut Vec<i64>| unsafe {
+        let (oo, oa, ob) = bases[u / m];
+        let i = (u % m) as isize;
+        acc.clear();
+        acc.resize(n, 0);
+        for q in 0..k as isize {
+            let av = (*pa.at(oa + i * la.rs + q * la.cs)).to_i64();
+            if av == 0 {
+                continue;
+            }
+            let brow = ob + q * lb.rs;
+            for (j, s) in acc.iter_mut().enumerate() {
+                let bv = (*pb.at(brow + j as isize * lb.cs)).to_i64();
+                *s = s.wrapping_add(av.wrapping_mul(bv));
+            }
+        }
+        let orow = oo + i * n as isize;
+        for (j, &s) in acc.iter().enumerate() {
+            *po.at(orow + j as isize) = T::from_i64(s);
+        }
+    };
+    let rows = bases.len() * m;
+    let threads = parallel::num_threads();
+    if threads > 1 && rows > 1 && m * n * k * bases.len() >= PAR_MIN_FLOPS {
+        let chunks = rows.min(threads * 4);
+        let per = rows.div_ceil(chunks);
+        parallel::pool().install(|| {
+            (0..chunks).into_par_iter().for_each(|c| {
+                let mut acc = Vec::new();
+                for u in (c * per).min(rows)..((c + 1) * per).min(rows) {
+                    row(u, &mut acc);
+                }
+            })
+        });
+    } else {
+        let mut acc = Vec::new();
+        for u in 0..rows {
+            row(u, &mut acc);
+        }
+    }
+    Ok(())
+}
+
+fn matmul_fill(a: Args, outs: &[Tensor]) -> Result<()> {
+    let (x, y, out) = (a.tensor(0)?, a.tensor(1)?, &outs[0]);
+    let p = plan(a.op, x.shape(), y.shape())?;
+    match out.dtype() {
+        DType::F32 => gemm_matmul::<f32>(a.op, x, y, out, &p),
+        DType::F64 => gemm_matmul::<f64>(a.op, x, y, out, &p),
+        DType::F16 => gemm_matmul::<gemm::f16>(a.op, x, y, out, &p),
+        DType::BF16 => {
+            let (x32, y32) = (x.to_dtype(DType::F32)?, y.to_dtype(DType::F32)?);
+            let tmp = Tensor::empty(out.shape(), DType::F32);
+            gemm_matmul::<f32>(a.op, &x32, &y32, &tmp, &p)?;
+            super::cast::copy_convert(a.op, out, &tmp)
+        }
+        DType::I32 => int_matmul::<i32>(a.op, x, y, out, &p),
+        DType::I64 => int_matmul::<i64>(a.op, x, y, out, &p),
+        DType::Bool => Err(Error::dtype(a.op, "bool tensors are not supported")),
+    }
+}
+
+/// `grad_a = g @ b^T`, `grad_b = a^T @ g`, with 1-D operands lifted to matrices and broadcast
+/// batch dims summed away.
+fn matmul_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
+    let (a, b) = (c.args.tensor(0)?, c.args.tensor(1)?);
+    let g = c.grad(0)?;
+    let a2 = if a.rank() == 1 { a.unsqueeze(0)? } else { a.clone() };
+    let b2 = if b.rank() == 1 { b.unsqueeze(1)? } else { b.clone() };
+    let p = plan(c.args.op, a2.shape(), b2.shape())?;
+    // The gradient with the vector dims restored: batch + [m, n].
+    let g2 = g.reshape(&p.out_shape)?;
+    let ga = if a.requires_grad() {
+        let full = g2.matmul(&b2.transpose(-1, -2)?)?;
+        Some(full.sum_to_shape(a2.shape())?.reshape(a.shape())?)
+    } else {
+        None
+    };
+    let gb = if b.requires_grad() {
+        let full = if b2.rank() == 2 && a2.rank() > 2 {
+            // b is shared by the whole batch: fold the batch into the rows, one product.
+            let rows = a2.numel() / p.k.max(1);
+            let af = a2.reshape(&[rows, p.k])?;
+            let gf = g2.reshape(&[rows, p.n])?;
+            af.t()?.matmul(&gf)?
+        } else {
+            a2.transpose(-1, -2)?.matmul(&g2)?.sum_to_shape(b2.shape())?
+        };
+        Some(full.reshape(b.shape())?)
+    } else {
+        None
+    };
+    Ok(vec![ga, gb])
+}
+
+impl Tensor {
+    /// Matrix product with `torch.matmul` semantics (vectors, matrices, broadcast batches).
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+    /// let b = Tensor::from_vec(vec![1.0f32, 0.0, -1.0], &[3])?;
+    /// assert_eq!(a.matmul(&b)?.to_vec::<f32>()?, vec![-2.0, -2.0]);
+    /// assert_eq!(a.matmul(&a.t()?)?.shape(), &[2, 2]);
+    /// assert!(a.matmul(&a).is_err()); // [2, 3] @ [2, 3]
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        call1(&MATMUL, &[self.into(), other.into()])
+    }
+}

@@ -13,6 +13,7 @@ pub mod inplace;
 pub mod join;
 pub mod linalg;
 pub mod logical;
+pub mod lowering;
 pub mod reduce;
 pub mod shape;
 pub mod softmax;
@@ -117,4 +118,20 @@ pub fn all_ops() -> Vec<&'static OpDef> {
     v.extend_from_slice(linalg::OPS);
     v.extend_from_slice(join::OPS);
     v
+}
+
+/// Calls any registered operator by qualified name (`"tp::add"`, `"mylib::weighted_sum"`), with
+/// positional arguments bound to its schema.
+///
+/// ```
+/// use tensorplay_runtime::{ops, Tensor, DType};
+/// let x = Tensor::ones(&[2], DType::F32);
+/// let y = ops::call("tp::add", &[x.clone().into(), x.into()])?;
+/// assert_eq!(y[0].to_vec::<f32>()?, vec![2.0, 2.0]);
+/// assert!(ops::call("tp::nope", &[]).is_err());
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn call(qualname: &str, args: &[crate::value::Value]) -> Result<Vec<Tensor>> {
+    let op = crate::library::registry().get(qualname)?;
+    crate::dispatch::call_operator(&op, args, &[])
 }

@@ -8,8 +8,13 @@ use tensorplay_ir::{Error, OpClass, Result, Shape, Strides};
 
 use super::{Kernel, OpDef, OutSpec, Saved};
 use crate::dispatch::call1;
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, checked_nbytes};
 use crate::value::{Args, Value};
+
+/// Element count of a shape that passed [`checked_nbytes`] (zero-size dims short-circuit).
+fn shape_numel(shape: &[usize]) -> usize {
+    if shape.contains(&0) { 0 } else { numel(shape) }
+}
 
 /// `view(Tensor(a) self, SymInt[] size) -> Tensor(a)`: same data, new shape (must be viewable).
 pub static VIEW: OpDef = OpDef {
@@ -64,10 +69,20 @@ pub static SLICE: OpDef = OpDef {
     kernel: Kernel::View(slice_kernel),
     derivative: Some(|c| {
         let x = c.args.tensor(0)?;
-        let g = c.grad(0)?;
-        let mut args = c.args.values.to_vec();
-        args[0] = Value::Tensor(g);
-        args.insert(1, Value::IntList(x.shape().iter().map(|&s| s as i64).collect()));
+        let dim = match c.args.values.get(1) {
+            None => 0,
+            Some(_) => c.args.int(1)?,
+        };
+        let (start, end, step) = slice_bounds_args(c.args, 2)?;
+        let opt = |v: Option<i64>| v.map_or(Value::None, Value::Int);
+        let args = [
+            Value::Tensor(c.grad(0)?),
+            Value::IntList(x.shape().iter().map(|&s| s as i64).collect()),
+            Value::Int(dim),
+            opt(start),
+            opt(end),
+            Value::Int(step),
+        ];
         Ok(vec![Some(call1(&SLICE_BACKWARD, &args)?)])
     }),
     saved: Saved::Nothing,
@@ -143,7 +158,8 @@ pub(crate) fn view_strides(shape: &[usize], strides: &[isize], new_shape: &[usiz
 fn view_kernel(a: Args) -> Result<Vec<Tensor>> {
     let x = a.tensor(0)?;
     let shape = to_usizes(a.op, "size", a.ints(1)?)?;
-    if numel(&shape) != x.numel() {
+    checked_nbytes(a.op, &shape, x.dtype())?;
+    if shape_numel(&shape) != x.numel() {
         return Err(Error::shape(
             a.op,
             format!(
@@ -237,6 +253,7 @@ fn expand_kernel(a: Args) -> Result<Vec<Tensor>> {
         shape.push(size as usize);
         strides.push(stride);
     }
+    checked_nbytes(a.op, &shape, x.dtype())?;
     Ok(vec![x.alias_with(shape, strides, x.storage_offset())])
 }
 
@@ -264,7 +281,8 @@ fn slice_range(op: &str, size: usize, start: Option<i64>, end: Option<i64>, step
     let clamp = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
     let s = clamp(start.unwrap_or(0));
     let e = clamp(end.unwrap_or(n)).max(s);
-    let len = (e - s + step - 1) / step;
+    // ceil((e - s) / step) without overflowing for huge steps.
+    let len = if e > s { (e - s - 1) / step + 1 } else { 0 };
     Ok((s as usize, len as usize))
 }
 
@@ -279,14 +297,43 @@ fn slice_kernel(a: Args) -> Result<Vec<Tensor>> {
     let mut shape: Shape = x.shape().into();
     let mut strides: Strides = x.strides().into();
     shape[dim] = len;
-    let offset = x.storage_offset() as isize + s as isize * strides[dim];
-    strides[dim] *= step as isize;
-    Ok(vec![x.alias_with(shape, strides, offset as usize)])
+    // An empty slice keeps the base offset: `s` may be one past the end of the dim.
+    let offset = if len == 0 || x.numel() == 0 {
+        x.storage_offset()
+    } else {
+        (x.storage_offset() as isize + s as isize * strides[dim]) as usize
+    };
+    // With at most one element the stride is never used; otherwise `step < size` keeps the
+    // product in range.
+    if len > 1 {
+        strides[dim] *= step as isize;
+    }
+    Ok(vec![x.alias_with(shape, strides, offset)])
 }
 
 fn slice_backward_meta(a: Args) -> Result<Vec<OutSpec>> {
     let g = a.tensor(0)?;
     let shape = to_usizes(a.op, "input_sizes", a.ints(1)?)?;
+    checked_nbytes(a.op, &shape, g.dtype())?;
+    if shape.is_empty() {
+        return Err(Error::shape(a.op, "cannot slice a 0-d tensor"));
+    }
+    let dim = normalize_dim(a.op, a.int(2)?, shape.len())?;
+    let (start, end, step) = slice_bounds_args(a, 3)?;
+    let (_, len) = slice_range(a.op, shape[dim], start, end, step)?;
+    let mut window = shape.clone();
+    window[dim] = len;
+    if g.shape() != window.as_slice() {
+        return Err(Error::shape(
+            a.op,
+            format!(
+                "grad has shape {}, but slicing input_sizes {} gives {}",
+                fmt_shape(g.shape()),
+                fmt_shape(&shape),
+                fmt_shape(&window)
+            ),
+        ));
+    }
     Ok(vec![OutSpec::new(&shape, g.dtype())])
 }
 
@@ -318,7 +365,10 @@ impl Tensor {
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
-        if numel(shape) == self.numel() && view_strides(self.shape(), self.strides(), shape).is_none() {
+        checked_nbytes("view", shape, self.dtype())?;
+        if shape_numel(shape) == self.numel()
+            && view_strides(self.shape(), self.strides(), shape).is_none()
+        {
             return self.contiguous()?.view(shape);
         }
         self.view(shape)
@@ -326,17 +376,41 @@ impl Tensor {
 
     /// Like [`Tensor::reshape`], with one dim given as `-1` and inferred.
     pub fn reshape_infer(&self, shape: &[i64]) -> Result<Tensor> {
-        let known: i64 = shape.iter().filter(|&&d| d != -1).product();
+        let bad = |why: &str| {
+            Error::shape(
+                "reshape",
+                format!(
+                    "shape {} is invalid for input of size {} (shape {}): {why}",
+                    fmt_shape(shape),
+                    self.numel(),
+                    fmt_shape(self.shape())
+                ),
+            )
+        };
         let holes = shape.iter().filter(|&&d| d == -1).count();
-        let bad = || Error::shape("reshape", format!("shape {shape:?} is invalid for input of size {}", self.numel()));
-        if holes > 1 || shape.iter().any(|&d| d < -1) {
-            return Err(bad());
+        if holes > 1 {
+            return Err(bad("only one dim can be -1"));
         }
+        if shape.iter().any(|&d| d < -1) {
+            return Err(bad("sizes must be non-negative (or -1 to infer one)"));
+        }
+        let known = shape
+            .iter()
+            .filter(|&&d| d != -1)
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+            .ok_or_else(|| bad("the product of the sizes overflows"))?;
+        let n = self.numel() as u64;
         let resolved: Vec<usize> = if holes == 1 {
-            if known == 0 || self.numel() as i64 % known != 0 {
-                return Err(bad());
+            if known == 0 {
+                return Err(bad("the -1 dim is ambiguous when another dim is 0"));
             }
-            shape.iter().map(|&d| if d == -1 { (self.numel() as i64 / known) as usize } else { d as usize }).collect()
+            if n % known != 0 {
+                return Err(bad("the other dims do not divide the element count"));
+            }
+            shape
+                .iter()
+                .map(|&d| if d == -1 { (n / known) as usize } else { d as usize })
+                .collect()
         } else {
             shape.iter().map(|&d| d as usize).collect()
         };
@@ -390,7 +464,7 @@ impl Tensor {
     pub fn narrow(&self, dim: i64, start: usize, len: usize) -> Result<Tensor> {
         let d = normalize_dim("narrow", dim, self.rank())?;
         let size = self.shape().get(d).copied().unwrap_or(0);
-        if start + len > size {
+        if start.checked_add(len).is_none_or(|e| e > size) {
             return Err(Error::shape(
                 "narrow",
                 format!("start {start} + length {len} exceeds dim {dim} of size {size}"),
@@ -401,6 +475,9 @@ impl Tensor {
 
     /// Index `index` of `dim`, removing that dim (a view).
     pub fn select(&self, dim: i64, index: i64) -> Result<Tensor> {
+        if self.rank() == 0 {
+            return Err(Error::shape("select", "cannot select from a 0-d tensor"));
+        }
         let d = normalize_dim("select", dim, self.rank())?;
         let size = self.shape()[d] as i64;
         let i = if index < 0 { index + size } else { index };

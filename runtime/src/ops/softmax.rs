@@ -1,6 +1,485 @@
-//! softmax and log_softmax.
+//! softmax and log_softmax along one dim.
+//!
+//! Numerically stable: each lane subtracts its maximum before exponentiating, so no finite input
+//! overflows. A lane containing NaN gives NaN everywhere; a lane of all `-inf` gives NaN (PyTorch).
+//! f32, f16 and bf16 compute in f32 (f16/bf16 round once at the end); f64 computes in f64.
+//!
+//! The kernel views the (contiguous) input as `[outer, n, inner]` with the softmax dim in the
+//! middle. With `inner == 1` (the last dim) it makes three passes per row — max, exp-and-sum, scale
+//! — on rows that sit in L1; otherwise it walks `n` rows of `inner` adjacent lanes at once so every
+//! pass is unit-stride. Work is split across the shared pool by rows (or lane blocks).
 
-use super::OpDef;
+use rayon::prelude::*;
+use tensorplay_ir::shape::normalize_dim;
+use tensorplay_ir::{DType, Error, OpClass, Result};
+
+use super::{GradCtx, Kernel, OpDef, OutSpec, Saved};
+use crate::dispatch::call1;
+use crate::kernels::iter::{PAR_MIN_ELEMS, SendPtr};
+use crate::parallel;
+use crate::tensor::Tensor;
+use crate::value::Args;
+
+/// `softmax(Tensor self, int dim) -> Tensor`: `exp(x - max) / sum(exp(x - max))` along `dim`.
+pub static SOFTMAX: OpDef = OpDef {
+    name: "softmax",
+    schema: "softmax(Tensor self, int dim) -> Tensor",
+    class: OpClass::Reduction,
+    kernel: Kernel::Compute {
+        meta: softmax_meta,
+        fill: softmax_fill::<false>,
+    },
+    derivative: Some(softmax_grad),
+    saved: Saved::Outputs,
+};
+
+/// `log_softmax(Tensor self, int dim) -> Tensor`: `x - max - log(sum(exp(x - max)))` along `dim`.
+pub static LOG_SOFTMAX: OpDef = OpDef {
+    name: "log_softmax",
+    schema: "log_softmax(Tensor self, int dim) -> Tensor",
+    class: OpClass::Reduction,
+    kernel: Kernel::Compute {
+        meta: softmax_meta,
+        fill: softmax_fill::<true>,
+    },
+    derivative: Some(log_softmax_grad),
+    saved: Saved::Outputs,
+};
 
 /// Every op of this family.
-pub static OPS: &[&OpDef] = &[];
+pub static OPS: &[&OpDef] = &[&SOFTMAX, &LOG_SOFTMAX];
+
+fn softmax_meta(a: Args) -> Result<Vec<OutSpec>> {
+    let x = a.tensor(0)?;
+    normalize_dim(a.op, a.int(1)?, x.rank())?;
+    if !x.dtype().is_float() {
+        return Err(Error::dtype(
+            a.op,
+            format!("input dtype must be floating point, got {}", x.dtype()),
+        ));
+    }
+    Ok(vec![OutSpec::new(x.shape(), x.dtype())])
+}
+
+/// The float type a softmax computes in, with the few operations the kernel needs.
+trait SoftFloat: Copy + Send + Sync + PartialOrd + 'static {
+    const NEG_INF: Self;
+    const ZERO: Self;
+    const ONE: Self;
+    fn add(self, o: Self) -> Self;
+    fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn div(self, o: Self) -> Self;
+    /// `exp(x)` for `x <= 0` (or NaN), the only inputs a stabilized softmax produces.
+    fn exp_nonpos(self) -> Self;
+    fn ln(self) -> Self;
+    fn nan() -> Self;
+}
+
+impl SoftFloat for f32 {
+    const NEG_INF: Self = f32::NEG_INFINITY;
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        self + o
+    }
+    #[inline(always)]
+    fn sub(self, o: Self) -> Self {
+        self - o
+    }
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        self * o
+    }
+    #[inline(always)]
+    fn div(self, o: Self) -> Self {
+        self / o
+    }
+    #[inline(always)]
+    fn exp_nonpos(self) -> Self {
+        exp_nonpos_f32(self)
+    }
+    fn ln(self) -> Self {
+        f32::ln(self)
+    }
+    fn nan() -> Self {
+        f32::NAN
+    }
+}
+
+impl SoftFloat for f64 {
+    const NEG_INF: Self = f64::NEG_INFINITY;
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    #[inline(always)]
+    fn add(self, o: Self) -> Self {
+        self + o
+    }
+    #[inline(always)]
+    fn sub(self, o: Self) -> Self {
+        self - o
+    }
+    #[inline(always)]
+    fn mul(self, o: Self) -> Self {
+        self * o
+    }
+    #[inline(always)]
+    fn div(self, o: Self) -> Self {
+        self / o
+    }
+    #[inline(always)]
+    fn exp_nonpos(self) -> Self {
+        f64::exp(self)
+    }
+    fn ln(self) -> Self {
+        f64::ln(self)
+    }
+    fn nan() -> Self {
+        f64::NAN
+    }
+}
+
+/// `exp(x)` in f32 for `x <= 0` (NaN gives NaN), branch-free so loops over it vectorize.
+///
+/// `x = k ln2 + r` with `|r| <= ln2 / 2` (ln2 split in two so `k ln2` is exact), `exp(r)` from its
+/// Taylor series to degree 7 (truncation error below 1e-8 relative), scaled by `2^k` built in the
+/// exponent bits. Results below the smallest normal f32 (`x < -87`) flush to 0; in a softmax that
+/// is an absolute error under 2e-38. `exp(0)` is exactly 1.
+#[inline(always)]
+pub(crate) fn exp_nonpos_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4; // 355 / 512, exact in 9 bits
+    const LN2_LO: f32 = -2.121_944_4e-4; // ln 2 - LN2_HI
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    // Clamp keeps 2^k a normal number; NaN fails both comparisons and stays NaN.
+    let xc = if x < -87.0 {
+        -87.0
+    } else if x > 88.0 {
+        88.0
+    } else {
+        x
+    };
+    let t = xc * LOG2E + ROUND;
+    let k = t - ROUND;
+    let ki = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
+    let r = (xc - k * LN2_HI) - k * LN2_LO;
+    let p = 1.0 / 5040.0;
+    let p = p * r + 1.0 / 720.0;
+    let p = p * r + 1.0 / 120.0;
+    let p = p * r + 1.0 / 24.0;
+    let p = p * r + 1.0 / 6.0;
+    let p = p * r + 0.5;
+    let er = (p * r * r + r) + 1.0;
+    let scale = f32::from_bits(((ki + 127) as u32) << 23);
+    let y = er * scale;
+    if x < -87.0 { 0.0 } else { y }
+}
+
+/// Lanes of the row kernels: wide enough for the compiler to use full vector registers.
+const LANES: usize = 16;
+
+/// Maximum of `xs`, NaN if any element is NaN (`-inf` for an all `-inf` row).
+#[inline]
+fn row_max<F: SoftFloat>(xs: &[F]) -> F {
+    let mut lanes = [F::NEG_INF; LANES];
+    let mut nan = [false; LANES];
+    let mut it = xs.chunks_exact(LANES);
+    for c in &mut it {
+        for k in 0..LANES {
+            let v = c[k];
+            lanes[k] = if v > lanes[k] { v } else { lanes[k] };
+            #[allow(clippy::eq_op)]
+            let is_nan = v != v;
+            nan[k] |= is_nan;
+        }
+    }
+    let mut m = F::NEG_INF;
+    let mut any_nan = nan.iter().any(|&b| b);
+    for &v in lanes.iter().chain(it.remainder()) {
+        m = if v > m { v } else { m };
+        #[allow(clippy::eq_op)]
+        let is_nan = v != v;
+        any_nan |= is_nan;
+    }
+    if any_nan { F::nan() } else { m }
+}
+
+/// Writes `exp(x - m)` into `out` (when given) and returns the sum of those values.
+#[inline]
+fn row_exp_sum<F: SoftFloat>(xs: &[F], m: F, out: Option<&mut [F]>) -> F {
+    let mut lanes = [F::ZERO; LANES];
+    match out {
+        Some(out) => {
+            let mut xi = xs.chunks_exact(LANES);
+            let mut oi = out.chunks_exact_mut(LANES);
+            for (c, o) in (&mut xi).zip(&mut oi) {
+                for k in 0..LANES {
+                    let e = c[k].sub(m).exp_nonpos();
+                    o[k] = e;
+                    lanes[k] = lanes[k].add(e);
+                }
+            }
+            for (k, (&v, o)) in xi.remainder().iter().zip(oi.into_remainder()).enumerate() {
+                let e = v.sub(m).exp_nonpos();
+                *o = e;
+                lanes[k] = lanes[k].add(e);
+            }
+        }
+        None => {
+            let mut xi = xs.chunks_exact(LANES);
+            for c in &mut xi {
+                for k in 0..LANES {
+                    lanes[k] = lanes[k].add(c[k].sub(m).exp_nonpos());
+                }
+            }
+            for (k, &v) in xi.remainder().iter().enumerate() {
+                lanes[k] = lanes[k].add(v.sub(m).exp_nonpos());
+            }
+        }
+    }
+    lanes.iter().fold(F::ZERO, |s, &v| s.add(v))
+}
+
+/// softmax (or log_softmax when `LOG`) of one contiguous row.
+#[inline]
+fn softmax_row<F: SoftFloat, const LOG: bool>(xs: &[F], out: &mut [F]) {
+    let m = row_max(xs);
+    if LOG {
+        let shift = m.add(row_exp_sum(xs, m, None).ln());
+        for (o, &v) in out.iter_mut().zip(xs) {
+            *o = v.sub(shift);
+        }
+    } else {
+        let inv = F::ONE.div(row_exp_sum(xs, m, Some(out)));
+        for o in out.iter_mut() {
+            *o = o.mul(inv);
+        }
+    }
+}
+
+/// softmax over the middle dim of a contiguous `[outer, n, inner]` block: `w` adjacent lanes
+/// starting at `x`/`out`, rows `inner` apart.
+///
+/// # Safety
+/// `x` and `out` must be valid for the `n` rows of `w` elements each.
+unsafe fn softmax_columns<F: SoftFloat, const LOG: bool>(
+    x: *const F,
+    out: *mut F,
+    n: usize,
+    inner: usize,
+    w: usize,
+    m: &mut Vec<F>,
+    s: &mut Vec<F>,
+) {
+    let row = |i: usize| unsafe { std::slice::from_raw_parts(x.add(i * inner), w) };
+    let row_out = |i: usize| unsafe { std::slice::from_raw_parts_mut(out.add(i * inner), w) };
+    m.clear();
+    m.resize(w, F::NEG_INF);
+    let mut nan = vec![false; w];
+    for i in 0..n {
+        for ((mj, nj), &v) in m.iter_mut().zip(nan.iter_mut()).zip(row(i)) {
+            *mj = if v > *mj { v } else { *mj };
+            #[allow(clippy::eq_op)]
+            let is_nan = v != v;
+            *nj |= is_nan;
+        }
+    }
+    for (mj, &nj) in m.iter_mut().zip(&nan) {
+        if nj {
+            *mj = F::nan();
+        }
+    }
+    s.clear();
+    s.resize(w, F::ZERO);
+    for i in 0..n {
+        if LOG {
+            for ((sj, &mj), &v) in s.iter_mut().zip(m.iter()).zip(row(i)) {
+                *sj = sj.add(v.sub(mj).exp_nonpos());
+            }
+        } else {
+            for (((sj, &mj), &v), o) in s.iter_mut().zip(m.iter()).zip(row(i)).zip(row_out(i)) {
+                let e = v.sub(mj).exp_nonpos();
+                *o = e;
+                *sj = sj.add(e);
+            }
+        }
+    }
+    if LOG {
+        for (sj, &mj) in s.iter_mut().zip(m.iter()) {
+            *sj = mj.add(sj.ln());
+        }
+        for i in 0..n {
+            for ((o, &v), &shift) in row_out(i).iter_mut().zip(row(i)).zip(s.iter()) {
+                *o = v.sub(shift);
+            }
+        }
+    } else {
+        for sj in s.iter_mut() {
+            *sj = F::ONE.div(*sj);
+        }
+        for i in 0..n {
+            for (o, &inv) in row_out(i).iter_mut().zip(s.iter()) {
+                *o = o.mul(inv);
+            }
+        }
+    }
+}
+
+/// Lane block of the middle-dim kernel: `n` rows of this many lanes stay in cache across passes.
+const COLS: usize = 256;
+
+/// Computes softmax of the contiguous `x` into the contiguous `out` (same shape, dtype `F`).
+fn softmax_contiguous<F: SoftFloat, const LOG: bool>(
+    op: &str,
+    x: &Tensor,
+    out: &Tensor,
+    dim: usize,
+) -> Result<()> {
+    let numel = x.numel();
+    if numel == 0 {
+        return Ok(());
+    }
+    let shape = x.shape();
+    let n = shape.get(dim).copied().unwrap_or(1);
+    let inner: usize = shape.iter().skip(dim + 1).product();
+    let outer = numel / (n * inner);
+    let px = SendPtr(x.data_ptr(op)? as *mut F);
+    let po = SendPtr(out.data_ptr(op)? as *mut F);
+    let threads = parallel::num_threads();
+    let parallel = threads > 1 && numel >= PAR_MIN_ELEMS;
+    if inner == 1 {
+        let rows = |r: std::ops::Range<usize>| {
+            for i in r {
+                let xs = unsafe { std::slice::from_raw_parts(px.at((i * n) as isize), n) };
+                let os = unsafe { std::slice::from_raw_parts_mut(po.at((i * n) as isize), n) };
+                softmax_row::<F, LOG>(xs, os);
+            }
+        };
+        if parallel && outer > 1 {
+            let chunks = outer.min(threads * 4);
+            let per = outer.div_ceil(chunks);
+            parallel::pool().install(|| {
+                (0..chunks)
+                    .into_par_iter()
+                    .for_each(|c| rows((c * per).min(outer)..((c + 1) * per).min(outer)))
+            });
+        } else {
+            rows(0..outer);
+        }
+        return Ok(());
+    }
+    let blocks = inner.div_ceil(COLS);
+    let units = outer * blocks;
+    let unit = |u: usize, m: &mut Vec<F>, s: &mut Vec<F>| {
+        let (o, b) = (u / blocks, u % blocks);
+        let j = b * COLS;
+        let w = COLS.min(inner - j);
+        let base = (o * n * inner + j) as isize;
+        unsafe { softmax_columns::<F, LOG>(px.at(base), po.at(base), n, inner, w, m, s) };
+    };
+    if parallel && units > 1 {
+        let chunks = units.min(threads * 4);
+        let per = units.div_ceil(chunks);
+        parallel::pool().install(|| {
+            (0..chunks).into_par_iter().for_each(|c| {
+                let (mut m, mut s) = (Vec::new(), Vec::new());
+                for u in (c * per).min(units)..((c + 1) * per).min(units) {
+                    unit(u, &mut m, &mut s);
+                }
+            })
+        });
+    } else {
+        let (mut m, mut s) = (Vec::new(), Vec::new());
+        for u in 0..units {
+            unit(u, &mut m, &mut s);
+        }
+    }
+    Ok(())
+}
+
+fn softmax_fill<const LOG: bool>(a: Args, outs: &[Tensor]) -> Result<()> {
+    let x = a.tensor(0)?;
+    let out = &outs[0];
+    let dim = normalize_dim(a.op, a.int(1)?, x.rank())?;
+    match x.dtype() {
+        DType::F32 => softmax_contiguous::<f32, LOG>(a.op, &x.contiguous()?, out, dim),
+        DType::F64 => softmax_contiguous::<f64, LOG>(a.op, &x.contiguous()?, out, dim),
+        DType::F16 | DType::BF16 => {
+            let x32 = x.to_dtype(DType::F32)?.contiguous()?;
+            let tmp = Tensor::empty(x.shape(), DType::F32);
+            softmax_contiguous::<f32, LOG>(a.op, &x32, &tmp, dim)?;
+            super::cast::copy_convert(a.op, out, &tmp)
+        }
+        d => Err(Error::dtype(a.op, format!("input dtype must be floating point, got {d}"))),
+    }
+}
+
+/// d softmax: `out * (g - sum(g * out, dim))`.
+fn softmax_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
+    let dim = c.args.int(1)?;
+    let (g, out) = (c.grad(0)?, &c.outputs[0]);
+    let dot = g.mul(out)?.sum(&[dim], true)?;
+    Ok(vec![Some(out.mul(&g.sub(&dot)?)?)])
+}
+
+/// d log_softmax: `g - exp(out) * sum(g, dim)`.
+fn log_softmax_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
+    let dim = c.args.int(1)?;
+    let (g, out) = (c.grad(0)?, &c.outputs[0]);
+    let total = g.sum(&[dim], true)?;
+    Ok(vec![Some(g.sub(&out.exp()?.mul(&total)?)?)])
+}
+
+impl Tensor {
+    /// softmax along `dim` (negative counts from the end); floating input only.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![0.0f32, 0.0, 1.0, f32::NEG_INFINITY], &[2, 2])?;
+    /// let y = x.softmax(-1)?.to_vec::<f32>()?;
+    /// assert_eq!(y, vec![0.5, 0.5, 1.0, 0.0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn softmax(&self, dim: i64) -> Result<Tensor> {
+        call1(&SOFTMAX, &[self.into(), dim.into()])
+    }
+
+    /// log of softmax along `dim`, computed as `x - max - log(sum(exp(x - max)))` (no underflow
+    /// to `-inf` for very negative inputs).
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![0.0f64, 0.0], &[2])?;
+    /// let y = x.log_softmax(0)?.to_vec::<f64>()?;
+    /// assert!((y[0] + std::f64::consts::LN_2).abs() < 1e-15);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn log_softmax(&self, dim: i64) -> Result<Tensor> {
+        call1(&LOG_SOFTMAX, &[self.into(), dim.into()])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_nonpos_f32_is_accurate() {
+        let mut worst = 0f64;
+        let mut x = 0f32;
+        while x > -87.0 {
+            let want = (x as f64).exp();
+            let got = exp_nonpos_f32(x) as f64;
+            worst = worst.max(((got - want) / want).abs());
+            x -= 0.000_731;
+        }
+        // Within 2 ulp of f32 (2^-23 = 1.19e-7 per ulp).
+        assert!(worst < 2.4e-7, "worst relative error {worst:e}");
+        assert_eq!(exp_nonpos_f32(0.0), 1.0);
+        assert_eq!(exp_nonpos_f32(-0.0), 1.0);
+        assert_eq!(exp_nonpos_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_nonpos_f32(-200.0), 0.0);
+        assert!(exp_nonpos_f32(f32::NAN).is_nan());
+    }
+}

@@ -2,7 +2,14 @@
 //! meta/fill functions are instantiated per op, so the scalar function inlines into the loop.
 //!
 //! Dtype rules (PyTorch's): floating ops on integer or bool input compute in f32; f16/bf16
-//! compute in f32 and round once per element; sign-preserving ops keep integer dtypes.
+//! compute in f32 and round once per element; sign-preserving ops keep integer dtypes; rounding
+//! ops copy integers unchanged.
+//!
+//! An op with an attribute (`gelu`'s `approximate`) gets one math type per attribute value and a
+//! small meta/fill pair that validates the attribute and dispatches to the generic functions, so
+//! every variant still runs its own monomorphized loop.
+
+use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI, PI};
 
 use half::{bf16, f16};
 use tensorplay_ir::{DType, Error, OpClass, Result};
@@ -11,25 +18,36 @@ use super::{GradCtx, Kernel, OpDef, OutSpec, Saved};
 use crate::dispatch::call1;
 use crate::kernels::map::map1;
 use crate::tensor::Tensor;
-use crate::value::Args;
+use crate::value::{Args, Value};
 
-/// What a unary op does with integer (and bool) inputs.
+/// What a unary op does with integer inputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntRule {
     /// Convert to f32 and compute there (exp, sin, ...).
     Promote,
-    /// Compute with [`UnaryMath::int`] in the input dtype (neg, abs, sign, relu).
+    /// Compute with [`UnaryMath::int`] in the input dtype (neg, abs, sign, relu, square).
     Map,
     /// Copy unchanged (floor, ceil, round of an integer).
     Identity,
+}
+
+/// What a unary op does with bool inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoolRule {
+    /// A dtype error (neg, relu, floor...).
+    Reject,
+    /// Treated like an integer under the op's [`IntRule`]: f32 for `Promote`, otherwise computed
+    /// on 0/1 and stored back as bool.
+    AsInt,
+    /// Converted to i64 first, so the result is i64 (square, like PyTorch's `pow(x, 2)`).
+    ToI64,
 }
 
 /// The scalar definition of a unary op.
 pub trait UnaryMath: 'static {
     const NAME: &'static str;
     const INT: IntRule;
-    /// Whether bool input is accepted (under the int rule, computing on 0/1).
-    const BOOL_OK: bool = true;
+    const BOOL: BoolRule = BoolRule::AsInt;
     fn f32(x: f32) -> f32;
     fn f64(x: f64) -> f64;
     /// Integer semantics (wrapping); only used when `INT == IntRule::Map`.
@@ -39,8 +57,14 @@ pub trait UnaryMath: 'static {
 }
 
 fn out_dtype<M: UnaryMath>(d: DType) -> Result<DType> {
-    if d == DType::Bool && !M::BOOL_OK {
-        return Err(Error::dtype(M::NAME, "bool tensors are not supported"));
+    if d == DType::Bool {
+        match M::BOOL {
+            BoolRule::Reject => {
+                return Err(Error::dtype(M::NAME, "bool tensors are not supported"));
+            }
+            BoolRule::ToI64 => return Ok(DType::I64),
+            BoolRule::AsInt => {}
+        }
     }
     Ok(match (d.is_float(), M::INT) {
         (true, _) => d,
@@ -85,16 +109,16 @@ pub fn unary_fill<M: UnaryMath>(a: Args, outs: &[Tensor]) -> Result<()> {
     }
 }
 
-/// Declares a unary op: its math type, its `OpDef` static and its derivative.
-macro_rules! unary_op {
-    ($STATIC:ident, $Math:ident, $name:literal, $method:ident, int = $rule:ident, bool_ok = $bool_ok:expr,
-     f32 = $f32:expr, f64 = $f64:expr, int_fn = $int:expr, grad = $grad:expr, saved = $saved:ident) => {
+/// Declares the zero-sized math type of a unary op.
+macro_rules! unary_math {
+    ($Math:ident, $name:literal, int = $rule:ident, bool = $bool:ident,
+     f32 = $f32:expr, f64 = $f64:expr, int_fn = $int:expr) => {
         #[doc = concat!("Scalar definition of `", $name, "`.")]
         pub struct $Math;
         impl UnaryMath for $Math {
             const NAME: &'static str = $name;
             const INT: IntRule = IntRule::$rule;
-            const BOOL_OK: bool = $bool_ok;
+            const BOOL: BoolRule = BoolRule::$bool;
             #[inline(always)]
             fn f32(x: f32) -> f32 {
                 ($f32)(x)
@@ -108,6 +132,16 @@ macro_rules! unary_op {
                 ($int)(x)
             }
         }
+    };
+}
+
+/// Declares a unary op: its math type, its `OpDef` static, its derivative and its method.
+/// Attributes written before the static name (doc comments with examples) go on the method.
+macro_rules! unary_op {
+    ($(#[$attr:meta])* $STATIC:ident, $Math:ident, $name:literal, $method:ident,
+     int = $rule:ident, bool = $bool:ident,
+     f32 = $f32:expr, f64 = $f64:expr, int_fn = $int:expr, grad = $grad:expr, saved = $saved:ident) => {
+        unary_math!($Math, $name, int = $rule, bool = $bool, f32 = $f32, f64 = $f64, int_fn = $int);
         #[doc = concat!("`", $name, "(Tensor self) -> Tensor`")]
         pub static $STATIC: OpDef = OpDef {
             name: $name,
@@ -122,6 +156,7 @@ macro_rules! unary_op {
         };
         impl Tensor {
             #[doc = concat!("Elementwise `", $name, "`.")]
+            $(#[$attr])*
             pub fn $method(&self) -> Result<Tensor> {
                 call1(&$STATIC, &[self.into()])
             }
@@ -134,32 +169,65 @@ fn x_and_grad<'a>(c: &'a GradCtx) -> Result<(&'a Tensor, Tensor)> {
     Ok((c.args.tensor(0)?, c.grad(0)?))
 }
 
+/// `grad * f(x)` for derivatives that depend on the input only.
+fn grad_times(c: &GradCtx, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Vec<Option<Tensor>>> {
+    let (x, g) = x_and_grad(c)?;
+    Ok(vec![Some(g.mul(&f(x)?)?)])
+}
+
+/// `grad * f(out)` for derivatives that are cheapest in terms of the output.
+fn grad_times_out(
+    c: &GradCtx,
+    f: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> Result<Vec<Option<Tensor>>> {
+    let g = c.grad(0)?;
+    Ok(vec![Some(g.mul(&f(&c.outputs[0])?)?)])
+}
+
+/// The zero gradient of piecewise-constant ops (sign, floor, ceil, round).
+fn zero_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
+    Ok(vec![Some(Tensor::zeros_like(c.args.tensor(0)?))])
+}
+
 fn id(x: i64) -> i64 {
     x
 }
 
-unary_op!(NEG, Neg, "neg", neg, int = Map, bool_ok = false,
+/// `sqrt(2 / pi)`, the slope of the tanh approximation of gelu.
+const GELU_K: f64 = 0.797_884_560_802_865_4;
+/// The cubic coefficient of the tanh approximation of gelu.
+const GELU_C: f64 = 0.044_715;
+
+/// Numerically careful sigmoid: `exp` only ever sees `-|x|`, so nothing overflows and tiny
+/// results for very negative `x` keep their precision (no `1 - 1` cancellation).
+macro_rules! sigmoid_body {
+    ($x:expr) => {{
+        let x = $x;
+        let e = (-x.abs()).exp();
+        let r = 1.0 / (1.0 + e);
+        if x >= 0.0 { r } else { e * r }
+    }};
+}
+
+unary_op!(NEG, Neg, "neg", neg, int = Map, bool = Reject,
     f32 = |x: f32| -x, f64 = |x: f64| -x, int_fn = |x: i64| x.wrapping_neg(),
     grad = Some(|c| Ok(vec![Some(c.grad(0)?.neg()?)])), saved = Nothing);
 
-unary_op!(ABS, Abs, "abs", abs, int = Map, bool_ok = true,
+unary_op!(ABS, Abs, "abs", abs, int = Map, bool = AsInt,
     f32 = f32::abs, f64 = f64::abs, int_fn = |x: i64| x.wrapping_abs(),
-    grad = Some(|c| {
-        let (x, g) = x_and_grad(c)?;
-        Ok(vec![Some(g.mul(&x.sign()?)?)])
-    }), saved = Inputs);
+    grad = Some(|c| grad_times(c, |x| x.sign())), saved = Inputs);
 
-unary_op!(EXP, Exp, "exp", exp, int = Promote, bool_ok = true,
+unary_op!(EXP, Exp, "exp", exp, int = Promote, bool = AsInt,
     f32 = f32::exp, f64 = f64::exp, int_fn = id,
-    grad = Some(|c| Ok(vec![Some(c.grad(0)?.mul(&c.outputs[0])?)])), saved = Outputs);
+    grad = Some(|c| grad_times_out(c, |o| Ok(o.clone()))), saved = Outputs);
 
-unary_op!(SIGN, Sign, "sign", sign, int = Map, bool_ok = true,
+unary_op!(SIGN, Sign, "sign", sign, int = Map, bool = AsInt,
     f32 = |x: f32| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x },
     f64 = |x: f64| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x },
     int_fn = i64::signum,
-    grad = Some(|c| Ok(vec![Some(Tensor::zeros_like(c.args.tensor(0)?))])), saved = Nothing);
+    grad = Some(zero_grad), saved = Nothing);
 
-unary_op!(RELU, Relu, "relu", relu, int = Map, bool_ok = false,
+unary_op!(RELU, Relu, "relu", relu, int = Map, bool = Reject,
     // NaN propagates (PyTorch: relu(nan) = nan); -0.0 maps to 0.0.
     f32 = |x: f32| if x > 0.0 || x.is_nan() { x } else { 0.0 },
     f64 = |x: f64| if x > 0.0 || x.is_nan() { x } else { 0.0 },
@@ -170,5 +238,273 @@ unary_op!(RELU, Relu, "relu", relu, int = Map, bool_ok = false,
         Ok(vec![Some(g.mul(&mask.to_dtype(g.dtype())?)?)])
     }), saved = Outputs);
 
+unary_op!(
+    /// `log(0) = -inf`, `log(x < 0) = NaN`; integer input computes in f32.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{Tensor, DType};
+    /// let x = Tensor::from_vec(vec![1i64, 0, -1], &[3])?;
+    /// let y = x.log()?;
+    /// assert_eq!(y.dtype(), DType::F32);
+    /// let v = y.to_vec::<f32>()?;
+    /// assert_eq!((v[0], v[1]), (0.0, f32::NEG_INFINITY));
+    /// assert!(v[2].is_nan());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    LOG, Log, "log", log, int = Promote, bool = AsInt,
+    f32 = f32::ln, f64 = f64::ln, int_fn = id,
+    grad = Some(|c| {
+        let (x, g) = x_and_grad(c)?;
+        Ok(vec![Some(g.div(x)?)])
+    }), saved = Inputs);
+
+unary_op!(
+    /// `sqrt(-0.0) = -0.0`, `sqrt(x < 0) = NaN`.
+    SQRT, Sqrt, "sqrt", sqrt, int = Promote, bool = AsInt,
+    f32 = f32::sqrt, f64 = f64::sqrt, int_fn = id,
+    grad = Some(|c| {
+        let g = c.grad(0)?;
+        Ok(vec![Some(g.div(&c.outputs[0].mul_scalar(2.0)?)?)])
+    }), saved = Outputs);
+
+unary_op!(
+    /// `1 / sqrt(x)`: `rsqrt(0) = inf`, `rsqrt(-0.0) = -inf`.
+    RSQRT, Rsqrt, "rsqrt", rsqrt, int = Promote, bool = AsInt,
+    f32 = |x: f32| 1.0 / x.sqrt(), f64 = |x: f64| 1.0 / x.sqrt(), int_fn = id,
+    grad = Some(|c| grad_times_out(c, |o| o.mul(o)?.mul(o)?.mul_scalar(-0.5))), saved = Outputs);
+
+unary_op!(
+    /// `1 / x`: `reciprocal(±0) = ±inf`; integer input computes in f32.
+    RECIPROCAL, Reciprocal, "reciprocal", reciprocal, int = Promote, bool = AsInt,
+    f32 = |x: f32| 1.0 / x, f64 = |x: f64| 1.0 / x, int_fn = id,
+    grad = Some(|c| grad_times_out(c, |o| o.mul(o)?.neg())), saved = Outputs);
+
+unary_op!(SIN, Sin, "sin", sin, int = Promote, bool = AsInt,
+    f32 = f32::sin, f64 = f64::sin, int_fn = id,
+    grad = Some(|c| grad_times(c, Tensor::cos)), saved = Inputs);
+
+unary_op!(COS, Cos, "cos", cos, int = Promote, bool = AsInt,
+    f32 = f32::cos, f64 = f64::cos, int_fn = id,
+    grad = Some(|c| grad_times(c, |x| x.sin()?.neg())), saved = Inputs);
+
+unary_op!(
+    /// `tanh(±inf) = ±1`.
+    TANH, Tanh, "tanh", tanh, int = Promote, bool = AsInt,
+    f32 = f32::tanh, f64 = f64::tanh, int_fn = id,
+    // 1 - out^2
+    grad = Some(|c| grad_times_out(c, |o| o.mul(o)?.neg()?.add_scalar(1.0))), saved = Outputs);
+
+unary_op!(
+    /// `1 / (1 + exp(-x))`, computed without overflow: `sigmoid(-1000) = 0`, `sigmoid(1000) = 1`.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![-1000.0f32, 0.0, 1000.0], &[3])?;
+    /// assert_eq!(x.sigmoid()?.to_vec::<f32>()?, vec![0.0, 0.5, 1.0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    SIGMOID, Sigmoid, "sigmoid", sigmoid, int = Promote, bool = AsInt,
+    f32 = |x: f32| sigmoid_body!(x), f64 = |x: f64| sigmoid_body!(x), int_fn = id,
+    // out * (1 - out)
+    grad = Some(|c| grad_times_out(c, |o| o.mul(&o.neg()?.add_scalar(1.0)?))), saved = Outputs);
+
+unary_op!(
+    /// `x * sigmoid(x)`, computed as `x / (1 + exp(-x))` like PyTorch (so `silu(-inf)` is NaN).
+    SILU, Silu, "silu", silu, int = Promote, bool = AsInt,
+    f32 = |x: f32| x / (1.0 + (-x).exp()), f64 = |x: f64| x / (1.0 + (-x).exp()), int_fn = id,
+    // s * (1 + x * (1 - s)) with s = sigmoid(x)
+    grad = Some(|c| grad_times(c, |x| {
+        let s = x.sigmoid()?;
+        s.mul(&x.mul(&s.neg()?.add_scalar(1.0)?)?.add_scalar(1.0)?)
+    })), saved = Inputs);
+
+unary_op!(
+    /// The error function (libm's correctly-rounded-to-about-1-ulp implementation).
+    ERF, Erf, "erf", erf, int = Promote, bool = AsInt,
+    f32 = libm::erff, f64 = libm::erf, int_fn = id,
+    // 2/sqrt(pi) * exp(-x^2)
+    grad = Some(|c| grad_times(c, |x| x.mul(x)?.neg()?.exp()?.mul_scalar(FRAC_2_SQRT_PI))),
+    saved = Inputs);
+
+unary_op!(
+    /// Round toward -inf; integers are copied unchanged.
+    FLOOR, Floor, "floor", floor, int = Identity, bool = Reject,
+    f32 = f32::floor, f64 = f64::floor, int_fn = id,
+    grad = Some(zero_grad), saved = Nothing);
+
+unary_op!(
+    /// Round toward +inf; integers are copied unchanged.
+    CEIL, Ceil, "ceil", ceil, int = Identity, bool = Reject,
+    f32 = f32::ceil, f64 = f64::ceil, int_fn = id,
+    grad = Some(zero_grad), saved = Nothing);
+
+unary_op!(
+    /// Round half to even, like PyTorch: `round(0.5) = 0`, `round(1.5) = 2`, `round(-2.5) = -2`.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![0.5f64, 1.5, -2.5, 2.6], &[4])?;
+    /// assert_eq!(x.round()?.to_vec::<f64>()?, vec![0.0, 2.0, -2.0, 3.0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    ROUND, Round, "round", round, int = Identity, bool = Reject,
+    f32 = f32::round_ties_even, f64 = f64::round_ties_even, int_fn = id,
+    grad = Some(zero_grad), saved = Nothing);
+
+unary_op!(
+    /// `x * x`; integers wrap and keep their dtype, bool becomes i64 (PyTorch's `pow(x, 2)`).
+    SQUARE, Square, "square", square, int = Map, bool = ToI64,
+    f32 = |x: f32| x * x, f64 = |x: f64| x * x, int_fn = |x: i64| x.wrapping_mul(x),
+    grad = Some(|c| grad_times(c, |x| x.mul_scalar(2.0))), saved = Inputs);
+
+// ---- gelu: one op, two math types selected by `approximate` -------------------------------------
+
+unary_math!(GeluErf, "gelu", int = Promote, bool = AsInt,
+    // 0.5 * x * (1 + erf(x / sqrt 2)) == 0.5 * x * erfc(-x / sqrt 2); the erfc form keeps full
+    // relative precision for very negative x where 1 + erf cancels.
+    f32 = |x: f32| 0.5 * x * libm::erfcf(-x * FRAC_1_SQRT_2 as f32),
+    f64 = |x: f64| 0.5 * x * libm::erfc(-x * FRAC_1_SQRT_2),
+    int_fn = id);
+
+unary_math!(GeluTanh, "gelu", int = Promote, bool = AsInt,
+    // 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u) == x / (1 + exp(-2u)); no cancellation for
+    // negative x, and exp overflowing to inf gives the correct limit -0.
+    f32 = |x: f32| {
+        let u = GELU_K as f32 * (x + GELU_C as f32 * x * x * x);
+        x / (1.0 + (-2.0 * u).exp())
+    },
+    f64 = |x: f64| {
+        let u = GELU_K * (x + GELU_C * x * x * x);
+        x / (1.0 + (-2.0 * u).exp())
+    },
+    int_fn = id);
+
+/// Which form of gelu a call asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GeluApproximate {
+    /// The exact form `0.5 * x * (1 + erf(x / sqrt 2))` (`approximate="none"`).
+    None,
+    /// The tanh form `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`.
+    Tanh,
+}
+
+impl GeluApproximate {
+    /// Parses the `approximate` argument (`"none"` or `"tanh"`), naming `gelu` on errors.
+    pub fn parse(s: &str) -> Result<GeluApproximate> {
+        match s {
+            "none" => Ok(GeluApproximate::None),
+            "tanh" => Ok(GeluApproximate::Tanh),
+            other => Err(Error::argument(
+                "gelu",
+                "approximate",
+                "\"none\" or \"tanh\"",
+                format!("{other:?}"),
+            )),
+        }
+    }
+
+    /// The `approximate` argument of a gelu call (absent means `"none"`).
+    fn of(a: Args) -> Result<GeluApproximate> {
+        match a.values.get(1) {
+            None | Some(Value::None) => Ok(GeluApproximate::None),
+            Some(_) => GeluApproximate::parse(a.str(1)?),
+        }
+    }
+}
+
+fn gelu_meta(a: Args) -> Result<Vec<OutSpec>> {
+    match GeluApproximate::of(a)? {
+        GeluApproximate::None => unary_meta::<GeluErf>(a),
+        GeluApproximate::Tanh => unary_meta::<GeluTanh>(a),
+    }
+}
+
+fn gelu_fill(a: Args, outs: &[Tensor]) -> Result<()> {
+    match GeluApproximate::of(a)? {
+        GeluApproximate::None => unary_fill::<GeluErf>(a, outs),
+        GeluApproximate::Tanh => unary_fill::<GeluTanh>(a, outs),
+    }
+}
+
+/// The exact derivative of the selected gelu form, built from differentiable tensor ops.
+fn gelu_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
+    let form = GeluApproximate::of(c.args)?;
+    grad_times(c, |x| match form {
+        GeluApproximate::None => {
+            // Phi(x) + x * phi(x)
+            let cdf = x.mul_scalar(FRAC_1_SQRT_2)?.erf()?.add_scalar(1.0)?.mul_scalar(0.5)?;
+            let pdf = x
+                .mul(x)?
+                .mul_scalar(-0.5)?
+                .exp()?
+                .mul_scalar(1.0 / (2.0 * PI).sqrt())?;
+            cdf.add(&x.mul(&pdf)?)
+        }
+        GeluApproximate::Tanh => {
+            // 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3))
+            let x2 = x.mul(x)?;
+            let inner = x2.mul_scalar(GELU_C)?.add_scalar(1.0)?.mul(x)?.mul_scalar(GELU_K)?;
+            let t = inner.tanh()?;
+            let left = t.add_scalar(1.0)?.mul_scalar(0.5)?;
+            let sech2 = t.mul(&t)?.neg()?.add_scalar(1.0)?;
+            let dinner = x2.mul_scalar(3.0 * GELU_C)?.add_scalar(1.0)?.mul_scalar(GELU_K)?;
+            left.add(&x.mul(&sech2)?.mul(&dinner)?.mul_scalar(0.5)?)
+        }
+    })
+}
+
+/// `gelu(Tensor self, *, str approximate="none") -> Tensor`
+pub static GELU: OpDef = OpDef {
+    name: "gelu",
+    schema: "gelu(Tensor self, *, str approximate=\"none\") -> Tensor",
+    class: OpClass::Elementwise,
+    kernel: Kernel::Compute {
+        meta: gelu_meta,
+        fill: gelu_fill,
+    },
+    derivative: Some(gelu_grad),
+    saved: Saved::Inputs,
+};
+
+impl Tensor {
+    /// Gaussian error linear unit; `approximate` is `"none"` (erf form) or `"tanh"`; anything
+    /// else is an argument error.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![-1.0f64, 0.0, 2.0], &[3])?;
+    /// let exact = x.gelu("none")?.to_vec::<f64>()?;
+    /// let approx = x.gelu("tanh")?.to_vec::<f64>()?;
+    /// assert!((exact[2] - 1.954_499_736_103_642).abs() < 1e-12);
+    /// assert!((approx[2] - exact[2]).abs() < 1e-3);
+    /// assert!(x.gelu("fast").is_err());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn gelu(&self, approximate: &str) -> Result<Tensor> {
+        call1(&GELU, &[self.into(), approximate.into()])
+    }
+}
+
 /// Every unary op of this family.
-pub static OPS: &[&OpDef] = &[&NEG, &ABS, &EXP, &SIGN, &RELU];
+pub static OPS: &[&OpDef] = &[
+    &NEG,
+    &ABS,
+    &EXP,
+    &SIGN,
+    &RELU,
+    &LOG,
+    &SQRT,
+    &RSQRT,
+    &RECIPROCAL,
+    &SIN,
+    &COS,
+    &TANH,
+    &SIGMOID,
+    &GELU,
+    &SILU,
+    &ERF,
+    &FLOOR,
+    &CEIL,
+    &ROUND,
+    &SQUARE,
+];

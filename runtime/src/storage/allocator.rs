@@ -60,6 +60,10 @@ fn size_class(bytes: usize) -> Option<(usize, usize)> {
         return None;
     }
     let pow = usize::BITS - 1 - bytes.leading_zeros(); // floor(log2)
+    if pow as usize * 4 >= NUM_CLASSES {
+        // Beyond the cached range (and where `base + 4 * quarter` could overflow).
+        return None;
+    }
     let base = 1usize << pow;
     let quarter = base / 4;
     let step = bytes.saturating_sub(base).div_ceil(quarter); // 0..=4
@@ -104,7 +108,10 @@ unsafe impl Sync for Buffer {}
 
 impl Buffer {
     /// Allocates at least `bytes` bytes. `zeroed` asks for zero-filled memory.
-    pub(crate) fn new(bytes: usize, zeroed: bool) -> Buffer {
+    ///
+    /// Returns `None` when the request cannot be laid out (over `isize::MAX` bytes) or the system
+    /// allocator refuses it, so callers can report an error instead of aborting the process.
+    pub(crate) fn try_new(bytes: usize, zeroed: bool) -> Option<Buffer> {
         let bytes = bytes.max(1);
         if let Some((class, rounded)) = size_class(bytes) {
             let reused = {
@@ -120,21 +127,26 @@ impl Buffer {
                 if zeroed {
                     unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, rounded) };
                 }
-                return Buffer {
+                return Some(Buffer {
                     ptr,
                     capacity: rounded,
-                };
+                });
             }
             MISSES.fetch_add(1, Ordering::Relaxed);
-            return Buffer {
-                ptr: raw_alloc(rounded, zeroed),
+            let ptr = raw_alloc(rounded, zeroed).or_else(|| {
+                // The system is short of memory: give the cached buffers back and retry once.
+                empty_cache();
+                raw_alloc(rounded, zeroed)
+            })?;
+            return Some(Buffer {
+                ptr,
                 capacity: rounded,
-            };
+            });
         }
-        Buffer {
-            ptr: raw_alloc(bytes, zeroed),
+        Some(Buffer {
+            ptr: raw_alloc(bytes, zeroed)?,
             capacity: bytes,
-        }
+        })
     }
 
     pub(crate) fn as_ptr(&self) -> *mut u8 {
@@ -142,8 +154,9 @@ impl Buffer {
     }
 }
 
-fn raw_alloc(bytes: usize, zeroed: bool) -> NonNull<u8> {
-    let layout = Layout::from_size_align(bytes, ALIGN).expect("tensor buffer size overflows isize");
+/// Allocates `bytes` aligned bytes, or `None` when the layout is invalid or memory is exhausted.
+fn raw_alloc(bytes: usize, zeroed: bool) -> Option<NonNull<u8>> {
+    let layout = Layout::from_size_align(bytes, ALIGN).ok()?;
     let p = unsafe {
         if zeroed {
             alloc_zeroed(layout)
@@ -151,7 +164,7 @@ fn raw_alloc(bytes: usize, zeroed: bool) -> NonNull<u8> {
             alloc(layout)
         }
     };
-    NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+    NonNull::new(p)
 }
 
 impl Drop for Buffer {
@@ -195,12 +208,20 @@ mod tests {
     }
 
     #[test]
+    fn impossible_requests_fail_instead_of_aborting() {
+        assert!(Buffer::try_new(usize::MAX - 10, false).is_none());
+        assert!(Buffer::try_new(isize::MAX as usize, true).is_none());
+        // Beyond the largest size class: not cached, still refused cleanly.
+        assert!(Buffer::try_new(1 << 62, false).is_none());
+    }
+
+    #[test]
     fn freed_large_buffers_are_reused() {
         let bytes = 5 << 20;
-        let first = Buffer::new(bytes, false);
+        let first = Buffer::try_new(bytes, false).unwrap();
         let addr = first.as_ptr() as usize;
         drop(first);
-        let second = Buffer::new(bytes, true);
+        let second = Buffer::try_new(bytes, true).unwrap();
         // Another test thread may have taken it; only check the zeroing contract then.
         if second.as_ptr() as usize == addr {
             let s = unsafe { std::slice::from_raw_parts(second.as_ptr(), bytes) };

@@ -20,14 +20,14 @@ struct StorageImpl {
 }
 
 impl Storage {
-    /// Uninitialized storage of `bytes` bytes.
-    pub(crate) fn uninit(bytes: usize) -> Storage {
-        Storage::with_buffer(Some(Buffer::new(bytes, false)), bytes)
+    /// Uninitialized storage of `bytes` bytes, or `None` when the allocation fails.
+    pub(crate) fn uninit(bytes: usize) -> Option<Storage> {
+        Some(Storage::with_buffer(Some(Buffer::try_new(bytes, false)?), bytes))
     }
 
-    /// Zero-filled storage of `bytes` bytes.
-    pub(crate) fn zeroed(bytes: usize) -> Storage {
-        Storage::with_buffer(Some(Buffer::new(bytes, true)), bytes)
+    /// Zero-filled storage of `bytes` bytes, or `None` when the allocation fails.
+    pub(crate) fn zeroed(bytes: usize) -> Option<Storage> {
+        Some(Storage::with_buffer(Some(Buffer::try_new(bytes, true)?), bytes))
     }
 
     /// Storage with no data, for fake and meta tensors.

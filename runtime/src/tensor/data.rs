@@ -58,6 +58,12 @@ impl Tensor {
             return Ok(false);
         }
         let dt = DType::promote(self.dtype(), other.dtype());
+        if !dt.is_float() {
+            // Integers compare exactly (f64 would merge neighbours beyond 2^53).
+            let a = self.to_dtype(DType::I64)?.to_vec::<i64>()?;
+            let b = other.to_dtype(DType::I64)?.to_vec::<i64>()?;
+            return Ok(a == b);
+        }
         let (a, b) = (self.to_dtype(dt)?.to_vec_f64()?, other.to_dtype(dt)?.to_vec_f64()?);
         Ok(a.iter().zip(&b).all(|(x, y)| x == y || (x.is_nan() && y.is_nan())))
     }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tensorplay_ir::shape::{contiguous_strides, fmt_shape, numel};
 use tensorplay_ir::{DType, Device, Error, Result};
 
-use super::{Tensor, TensorImpl};
+use super::{Tensor, TensorImpl, checked_nbytes};
 use crate::element::Element;
 use crate::storage::Storage;
 use crate::value::Scalar;
@@ -41,6 +41,20 @@ fn next_stream() -> u64 {
     SEED.fetch_add(0x2545_f491_4f6c_dd1d, Ordering::SeqCst)
 }
 
+/// An f64 tensor of `shape` filled by `fill` from a generator seeded with `seed`.
+fn random_f64(
+    op: &str,
+    shape: &[usize],
+    seed: u64,
+    fill: impl FnOnce(&mut SplitMix64, &mut [f64]),
+) -> Result<Tensor> {
+    let t = Tensor::try_empty_with(op, shape, DType::F64, Device::Cpu, false)?;
+    let n = t.numel();
+    let out = unsafe { std::slice::from_raw_parts_mut(t.data_ptr(op)? as *mut f64, n) };
+    fill(&mut SplitMix64(seed), out);
+    Ok(t)
+}
+
 impl Tensor {
     /// A tensor of `shape` holding `data` (row-major), with `T`'s dtype.
     ///
@@ -54,13 +68,19 @@ impl Tensor {
 
     /// Like [`Tensor::from_vec`], copying from a slice.
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
-        if data.len() != numel(shape) {
+        checked_nbytes("from_vec", shape, T::DTYPE)?;
+        let n = if shape.contains(&0) { 0 } else { numel(shape) };
+        if data.len() != n {
             return Err(Error::shape(
                 "from_vec",
-                format!("{} values cannot fill shape {} ({} elements)", data.len(), fmt_shape(shape), numel(shape)),
+                format!(
+                    "{} values cannot fill shape {} ({n} elements)",
+                    data.len(),
+                    fmt_shape(shape)
+                ),
             ));
         }
-        let t = Tensor::empty_with(shape, T::DTYPE, Device::Cpu, false);
+        let t = Tensor::try_empty_with("from_vec", shape, T::DTYPE, Device::Cpu, false)?;
         let ptr = t.data_ptr("from_vec")? as *mut T;
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, data.len()) };
         Ok(t)
@@ -85,38 +105,86 @@ impl Tensor {
     }
 
     /// An uninitialized tensor (contents are whatever the allocator returns).
+    ///
+    /// # Panics
+    /// When the shape is too large to allocate; [`Tensor::try_empty`] returns an error instead.
     pub fn empty(shape: &[usize], dtype: DType) -> Tensor {
-        Tensor::empty_with(shape, dtype, Device::Cpu, false)
+        Tensor::try_empty(shape, dtype).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`Tensor::empty`], with an error when the shape overflows or memory runs out.
+    pub fn try_empty(shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::try_empty_with("empty", shape, dtype, Device::Cpu, false)
     }
 
     /// A tensor with metadata only, for shape computations (fake kernels, capture). `device` is
     /// the device it pretends to live on.
+    ///
+    /// # Panics
+    /// When the shape's byte size overflows `isize` (see [`checked_nbytes`]).
     pub fn empty_fake(shape: &[usize], dtype: DType, device: Device) -> Tensor {
-        Tensor::empty_with(shape, dtype, device, true)
+        Tensor::try_empty_with("empty_fake", shape, dtype, device, true)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// All zeros.
+    ///
+    /// # Panics
+    /// When the shape is too large to allocate; [`Tensor::try_zeros`] returns an error instead.
     pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
-        Tensor::from_impl(TensorImpl::new(
-            Storage::zeroed(numel(shape) * dtype.size()),
+        Tensor::try_zeros(shape, dtype).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`Tensor::zeros`], with an error when the shape overflows or memory runs out.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{Tensor, DType};
+    /// assert_eq!(Tensor::try_zeros(&[2], DType::I32)?.to_vec::<i32>()?, vec![0, 0]);
+    /// assert!(Tensor::try_zeros(&[1 << 40, 1 << 40], DType::F32).is_err());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn try_zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let bytes = checked_nbytes("zeros", shape, dtype)?;
+        let storage = Storage::zeroed(bytes).ok_or_else(|| {
+            Error::unsupported(
+                "zeros",
+                format!(
+                    "out of memory: cannot allocate {bytes} bytes for a tensor of shape {} and dtype {dtype}",
+                    fmt_shape(shape)
+                ),
+            )
+        })?;
+        Ok(Tensor::from_impl(TensorImpl::new(
+            storage,
             shape.into(),
             contiguous_strides(shape),
             0,
             dtype,
             Device::Cpu,
-        ))
+        )))
     }
 
     /// All ones.
+    ///
+    /// # Panics
+    /// When the shape is too large to allocate (see [`Tensor::try_full`]).
     pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
         Tensor::full(shape, 1, dtype)
     }
 
     /// Every element set to `value` (converted to `dtype`).
+    ///
+    /// # Panics
+    /// When the shape is too large to allocate; [`Tensor::try_full`] returns an error instead.
     pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Tensor {
-        let t = Tensor::empty(shape, dtype);
-        crate::ops::inplace::fill_scalar("full", &t, value.into()).expect("filling a fresh contiguous tensor cannot fail");
-        t
+        Tensor::try_full(shape, value, dtype).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`Tensor::full`], with an error when the shape overflows or memory runs out.
+    pub fn try_full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
+        let t = Tensor::try_empty_with("full", shape, dtype, Device::Cpu, false)?;
+        crate::ops::inplace::fill_scalar("full", &t, value.into())?;
+        Ok(t)
     }
 
     /// `start, start + step, ...` up to (excluding) `end`.
@@ -130,14 +198,39 @@ impl Tensor {
     /// ```
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<Tensor> {
         if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
-            return Err(Error::argument("arange", "step", "a finite non-zero step and finite bounds", format!("start={start}, end={end}, step={step}")));
+            return Err(Error::argument(
+                "arange",
+                "step",
+                "a finite non-zero step and finite bounds",
+                format!("start={start}, end={end}, step={step}"),
+            ));
         }
         if (end - start) * step < 0.0 {
-            return Err(Error::argument("arange", "step", "a step whose sign matches end - start", format!("start={start}, end={end}, step={step}")));
+            return Err(Error::argument(
+                "arange",
+                "step",
+                "a step whose sign matches end - start",
+                format!("start={start}, end={end}, step={step}"),
+            ));
         }
-        let n = ((end - start) / step).ceil().max(0.0) as usize;
-        let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
-        Tensor::from_vec(values, &[n])?.to_dtype(dtype)
+        let len = ((end - start) / step).ceil();
+        if len.is_nan() || len >= isize::MAX as f64 {
+            return Err(Error::argument(
+                "arange",
+                "step",
+                "a range with fewer than isize::MAX elements",
+                format!("start={start}, end={end}, step={step} ({len} elements)"),
+            ));
+        }
+        let n = len.max(0.0) as usize;
+        let values = Tensor::try_empty_with("arange", &[n], DType::F64, Device::Cpu, false)?;
+        let ptr = values.data_ptr("arange")? as *mut f64;
+        // Each value is computed from its index (not accumulated), so no error builds up.
+        let out = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
+        for (i, v) in out.iter_mut().enumerate() {
+            *v = start + i as f64 * step;
+        }
+        values.to_dtype(dtype)
     }
 
     /// Uniform random values in [0, 1) from the global seeded generator.
@@ -151,33 +244,52 @@ impl Tensor {
     }
 
     /// Uniform random values in [0, 1) from an explicit seed (same seed, same values).
+    ///
+    /// Each value carries as many random bits as `dtype` has significand bits, so it is exactly
+    /// representable and never rounds up to 1.0 (even in f16/bf16).
     pub fn rand_seeded(shape: &[usize], dtype: DType, seed: u64) -> Result<Tensor> {
         if !dtype.is_float() {
-            return Err(Error::dtype("rand", format!("expects a floating dtype, got {dtype}")));
+            return Err(Error::dtype(
+                "rand",
+                format!("expects a floating dtype, got {dtype}"),
+            ));
         }
-        let mut g = SplitMix64(seed);
-        let v: Vec<f64> = (0..numel(shape)).map(|_| g.next_f64()).collect();
-        Tensor::from_vec(v, shape)?.to_dtype(dtype)
+        let bits: u32 = match dtype {
+            DType::F64 => 53,
+            DType::F32 => 24,
+            DType::F16 => 11,
+            _ => 8, // bf16
+        };
+        let scale = 1.0 / (1u64 << bits) as f64;
+        let values = random_f64("rand", shape, seed, |g, out| {
+            for v in out {
+                *v = (g.next_u64() >> (64 - bits)) as f64 * scale;
+            }
+        })?;
+        values.to_dtype(dtype)
     }
 
     /// Standard normal values (Box–Muller) from an explicit seed.
     pub fn randn_seeded(shape: &[usize], dtype: DType, seed: u64) -> Result<Tensor> {
         if !dtype.is_float() {
-            return Err(Error::dtype("randn", format!("expects a floating dtype, got {dtype}")));
+            return Err(Error::dtype(
+                "randn",
+                format!("expects a floating dtype, got {dtype}"),
+            ));
         }
-        let mut g = SplitMix64(seed);
-        let n = numel(shape);
-        let mut v = Vec::with_capacity(n + 1);
-        while v.len() < n {
-            let u1 = 1.0 - g.next_f64(); // (0, 1]
-            let u2 = g.next_f64();
-            let r = (-2.0 * u1.ln()).sqrt();
-            let (s, c) = (2.0 * std::f64::consts::PI * u2).sin_cos();
-            v.push(r * c);
-            v.push(r * s);
-        }
-        v.truncate(n);
-        Tensor::from_vec(v, shape)?.to_dtype(dtype)
+        let values = random_f64("randn", shape, seed, |g, out| {
+            for pair in out.chunks_mut(2) {
+                let u1 = 1.0 - g.next_f64(); // (0, 1]
+                let u2 = g.next_f64();
+                let r = (-2.0 * u1.ln()).sqrt();
+                let (s, c) = (2.0 * std::f64::consts::PI * u2).sin_cos();
+                pair[0] = r * c;
+                if let Some(second) = pair.get_mut(1) {
+                    *second = r * s;
+                }
+            }
+        })?;
+        values.to_dtype(dtype)
     }
 
     /// Zeros with this tensor's shape and dtype.

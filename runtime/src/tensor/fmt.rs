@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use tensorplay_ir::DType;
+
 use super::Tensor;
 
 impl fmt::Debug for Tensor {
@@ -27,9 +29,35 @@ const EDGE: usize = 3;
 /// Tensors with more elements than this are summarized.
 const SUMMARIZE_ABOVE: usize = 1000;
 
+/// The values of a tensor in row-major order, kept in a type that prints them exactly.
+enum Values {
+    Float(Vec<f64>),
+    Int(Vec<i64>),
+    Bool(Vec<bool>),
+}
+
+impl Values {
+    fn write(&self, f: &mut fmt::Formatter<'_>, i: usize) -> fmt::Result {
+        match self {
+            Values::Bool(v) => f.write_str(if v[i] { "True" } else { "False" }),
+            Values::Int(v) => write!(f, "{}", v[i]),
+            Values::Float(v) => {
+                let x = v[i];
+                if x.is_nan() {
+                    f.write_str("nan")
+                } else if x.is_infinite() {
+                    f.write_str(if x > 0.0 { "inf" } else { "-inf" })
+                } else {
+                    write!(f, "{x:.4}")
+                }
+            }
+        }
+    }
+}
+
 fn write_nested(
     f: &mut fmt::Formatter<'_>,
-    vals: &[String],
+    vals: &Values,
     shape: &[usize],
     strides: &[usize],
     base: usize,
@@ -37,12 +65,16 @@ fn write_nested(
     summarize: bool,
 ) -> fmt::Result {
     if shape.is_empty() {
-        return f.write_str(&vals[base]);
+        return vals.write(f, base);
     }
     let n = shape[0];
     f.write_str("[")?;
     let indices: Vec<Option<usize>> = if summarize && n > 2 * EDGE {
-        (0..EDGE).map(Some).chain([None]).chain((n - EDGE..n).map(Some)).collect()
+        (0..EDGE)
+            .map(Some)
+            .chain([None])
+            .chain((n - EDGE..n).map(Some))
+            .collect()
     } else {
         (0..n).map(Some).collect()
     };
@@ -55,7 +87,15 @@ fn write_nested(
             }
         }
         match i {
-            Some(i) => write_nested(f, vals, &shape[1..], &strides[1..], base + i * strides[0], depth + 1, summarize)?,
+            Some(i) => write_nested(
+                f,
+                vals,
+                &shape[1..],
+                &strides[1..],
+                base + i * strides[0],
+                depth + 1,
+                summarize,
+            )?,
             None => f.write_str("...")?,
         }
     }
@@ -67,37 +107,36 @@ impl fmt::Display for Tensor {
         if self.is_fake() {
             return write!(f, "tensor(<fake {}>)", self.meta());
         }
-        let Ok(values) = self.to_vec_f64() else {
+        let dtype = self.dtype();
+        let values = if dtype == DType::Bool {
+            self.to_vec::<bool>().map(Values::Bool)
+        } else if dtype.is_int() {
+            // Through i64, not f64: integers beyond 2^53 must print exactly.
+            self.to_dtype(DType::I64)
+                .and_then(|t| t.to_vec::<i64>())
+                .map(Values::Int)
+        } else {
+            self.to_vec_f64().map(Values::Float)
+        };
+        let Ok(values) = values else {
             return write!(f, "tensor(<unreadable {}>)", self.meta());
         };
-        let float = self.dtype().is_float();
-        let bool_ = self.dtype() == tensorplay_ir::DType::Bool;
-        let vals: Vec<String> = values
-            .iter()
-            .map(|&v| {
-                if bool_ {
-                    (if v != 0.0 { "True" } else { "False" }).to_string()
-                } else if float {
-                    if v.is_nan() {
-                        "nan".into()
-                    } else if v.is_infinite() {
-                        (if v > 0.0 { "inf" } else { "-inf" }).into()
-                    } else {
-                        format!("{v:.4}")
-                    }
-                } else {
-                    format!("{v}")
-                }
-            })
-            .collect();
         let shape = self.shape();
         let mut strides = vec![1usize; shape.len()];
         for i in (0..shape.len().saturating_sub(1)).rev() {
             strides[i] = strides[i + 1] * shape[i + 1];
         }
         f.write_str("tensor(")?;
-        write_nested(f, &vals, shape, &strides, 0, 0, self.numel() > SUMMARIZE_ABOVE)?;
-        write!(f, ", dtype={})", self.dtype())
+        write_nested(
+            f,
+            &values,
+            shape,
+            &strides,
+            0,
+            0,
+            self.numel() > SUMMARIZE_ABOVE,
+        )?;
+        write!(f, ", dtype={dtype})")
     }
 }
 
@@ -114,6 +153,8 @@ mod tests {
         assert_eq!(Tensor::scalar(3i64).to_string(), "tensor(3, dtype=i64)");
         let big = Tensor::zeros(&[2000], DType::I32).to_string();
         assert!(big.contains("..."));
+        assert_eq!(Tensor::scalar(i64::MAX).to_string(), "tensor(9223372036854775807, dtype=i64)");
+        assert_eq!(Tensor::zeros(&[2, 0], DType::F32).to_string(), "tensor([[],\n        []], dtype=f32)");
         assert_eq!(format!("{:?}", Tensor::empty_fake(&[2], DType::F16, tensorplay_ir::Device::Cuda(0))), "Tensor(f16[2]@cuda:0, fake)");
     }
 }

@@ -86,21 +86,36 @@ impl Tensor {
     }
 
     /// A fresh contiguous tensor with uninitialized data (or no data when `fake`).
+    ///
+    /// # Panics
+    /// When the shape is too large to allocate; [`Tensor::try_empty_with`] reports that as an error.
     pub(crate) fn empty_with(shape: &[usize], dtype: DType, device: Device, fake: bool) -> Tensor {
-        let bytes = numel(shape) * dtype.size();
+        Tensor::try_empty_with("empty", shape, dtype, device, fake).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A fresh contiguous tensor with uninitialized data (or no data when `fake` or on the meta
+    /// device); an error naming `op` when the shape overflows or the memory cannot be allocated.
+    pub(crate) fn try_empty_with(
+        op: &str,
+        shape: &[usize],
+        dtype: DType,
+        device: Device,
+        fake: bool,
+    ) -> Result<Tensor> {
+        let bytes = checked_nbytes(op, shape, dtype)?;
         let storage = if fake || device == Device::Meta {
             Storage::fake(bytes)
         } else {
-            Storage::uninit(bytes)
+            Storage::uninit(bytes).ok_or_else(|| alloc_error(op, shape, dtype, bytes))?
         };
-        Tensor::from_impl(TensorImpl::new(
+        Ok(Tensor::from_impl(TensorImpl::new(
             storage,
             shape.into(),
             contiguous_strides(shape),
             0,
             dtype,
             device,
-        ))
+        )))
     }
 
     /// A tensor sharing this one's storage with new shape/strides/offset (no autograd history).
@@ -122,8 +137,14 @@ impl Tensor {
 
     /// Size of dimension `dim` (negative counts from the end).
     pub fn size(&self, dim: i64) -> Result<usize> {
+        if self.rank() == 0 {
+            return Err(Error::shape(
+                "size",
+                format!("dim {dim} was requested but the tensor is 0-d (it has no dims)"),
+            ));
+        }
         let d = tensorplay_ir::shape::normalize_dim("size", dim, self.rank())?;
-        Ok(self.0.shape.get(d).copied().unwrap_or(1))
+        Ok(self.0.shape[d])
     }
 
     /// Strides in elements.
@@ -143,7 +164,13 @@ impl Tensor {
 
     /// Number of elements.
     pub fn numel(&self) -> usize {
-        numel(&self.0.shape)
+        // Zero-size dims first: a shape like [2^40, 2^40, 0] has no elements, and its plain product
+        // would overflow on the way.
+        if self.0.shape.contains(&0) {
+            0
+        } else {
+            numel(&self.0.shape)
+        }
     }
 
     /// Element type.
@@ -202,6 +229,22 @@ impl Tensor {
             )
         })?;
         Ok(unsafe { base.add(self.0.offset * self.0.dtype.size()) })
+    }
+
+    /// Address of element `[0, .., 0]`, for code generators that read and write tensor memory
+    /// through their own loops (the JIT'd kernels of `tensorplay-compiler`). Fails on fake and
+    /// meta tensors, which own no data. Writing through the pointer bypasses version counting;
+    /// callers bump versions themselves where it matters.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let t = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?;
+    /// let p = t.data_ptr_raw()? as *const f32;
+    /// assert_eq!(unsafe { *p.add(1) }, 2.0);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn data_ptr_raw(&self) -> Result<*mut u8> {
+        self.data_ptr("data_ptr_raw")
     }
 
     // ---- autograd ---------------------------------------------------------------------------
@@ -312,4 +355,47 @@ impl Tensor {
         }
         Ok(())
     }
+}
+
+/// Bytes needed by a contiguous tensor of `shape` and `dtype`, or a shape error naming `op` when
+/// the shape cannot exist: its strides or its byte size would overflow `isize`.
+///
+/// Every tensor satisfies this bound, so element counts and offsets computed from a tensor's shape
+/// never overflow. Meta rules that build shapes from user arguments can call it to fail early.
+///
+/// ```
+/// use tensorplay_runtime::{DType, tensor::checked_nbytes};
+/// assert_eq!(checked_nbytes("zeros", &[2, 3], DType::F32)?, 24);
+/// assert_eq!(checked_nbytes("zeros", &[1 << 40, 0], DType::F32)?, 0);
+/// assert!(checked_nbytes("zeros", &[1 << 40, 1 << 40], DType::F32).is_err());
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn checked_nbytes(op: &str, shape: &[usize], dtype: DType) -> Result<usize> {
+    // The contiguous strides multiply every dim (zero-size dims count as 1), so bound that product.
+    let span = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d.max(1)))
+        .and_then(|n| n.checked_mul(dtype.size()))
+        .filter(|&b| b <= isize::MAX as usize);
+    match span {
+        Some(_) if shape.contains(&0) => Ok(0),
+        Some(b) => Ok(b),
+        None => Err(Error::shape(
+            op,
+            format!(
+                "shape {} of dtype {dtype} is too large: its size in bytes overflows isize",
+                fmt_shape(shape)
+            ),
+        )),
+    }
+}
+
+fn alloc_error(op: &str, shape: &[usize], dtype: DType, bytes: usize) -> Error {
+    Error::unsupported(
+        op,
+        format!(
+            "out of memory: cannot allocate {bytes} bytes for a tensor of shape {} and dtype {dtype}",
+            fmt_shape(shape)
+        ),
+    )
 }

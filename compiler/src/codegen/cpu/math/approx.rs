@@ -1,0 +1,341 @@
+//! The inline `f32` / `f32x4` approximations. Every function here is
+//! straight-line CLIF (compute everything, then select), written once against
+//! [`Em`] and therefore identical for the scalar and the vector form.
+
+use cranelift_codegen::ir::Value;
+use cranelift_codegen::ir::condcodes::FloatCC;
+
+use super::coeffs::{ERF_LOGC, ERF_SMALL, EXP_Q, GELU_SMALL, GELU_TAIL, LOG_P8};
+use super::emit::Em;
+use super::wide;
+
+/// log2(e), rounded to f32 by `Em::f`.
+const LOG2E: f64 = std::f64::consts::LOG2_E;
+/// 1.5 * 2^23: adding it rounds an f32 of magnitude < 2^22 to an integer, which
+/// then sits in the low mantissa bits.
+const MAGIC: f64 = 12_582_912.0;
+const MAGIC_BITS: i64 = 0x4B40_0000;
+/// Cody-Waite split of ln 2 for the FMA path: `LN2_HI` is ln 2 rounded to f32
+/// (the fused `n * LN2_HI` is exact inside the FMA), `LN2_LO` the remainder.
+const LN2_HI_FMA: f64 = 0.693_147_182_464_599_6;
+const LN2_LO_FMA: f64 = -1.904_654_299_957_768e-9;
+/// Split for the mul+add path: `LN2_HI` has 15 significant bits so that
+/// `n * LN2_HI` is exact for |n| < 2^9.
+const LN2_HI_NOFMA: f64 = 0.693_145_751_953_125;
+const LN2_LO_NOFMA: f64 = 1.428_606_765_330_187_3e-6;
+/// Bit patterns of +inf and the default quiet NaN.
+const INF_BITS: u64 = 0x7F80_0000;
+const NAN_BITS: u64 = 0x7FC0_0000;
+/// Bias used by [`exp_neg`]: results are produced as `mant * 2^-64` with
+/// `mant = p * 2^(n + 64)` a normal number even when the result is subnormal.
+const NEG_BIAS: i64 = 64;
+const TWO_M64: f64 = 5.421_010_862_427_522e-20; // 2^-64
+
+fn f32s(c: &[f32]) -> Vec<f64> {
+    c.iter().map(|&v| v as f64).collect()
+}
+
+fn horner32(em: &mut Em, x: Value, c: &[f32]) -> Value {
+    em.horner(x, &f32s(c))
+}
+
+/// Range reduction for exp: `x = n ln2 + r`, `|r| <= ln2/2 (+tiny)`.
+/// Returns `(r, t)` where `t = MAGIC + n` carries `n` in its low bits.
+/// `x` must be finite-clamped to |x| < 2^21 (NaN is fine).
+fn exp_reduce(em: &mut Em, x: Value) -> (Value, Value) {
+    let t = em.fmakk(x, LOG2E, MAGIC);
+    let magic = em.f(MAGIC);
+    let n = em.sub(t, magic);
+    let r = if em.fma {
+        let k1 = em.f(-LN2_HI_FMA);
+        let r = em.fma(n, k1, x);
+        let k2 = em.f(-LN2_LO_FMA);
+        em.fma(n, k2, r)
+    } else {
+        let a = em.mulk(n, LN2_HI_NOFMA);
+        let r = em.sub(x, a);
+        let b = em.mulk(n, LN2_LO_NOFMA);
+        em.sub(r, b)
+    };
+    (r, t)
+}
+
+/// `e^r - 1` for |r| <= 0.3468: `r + r^2 q(r)` (degree 6 overall).
+fn expm1_poly(em: &mut Em, r: Value) -> Value {
+    let q = horner32(em, r, &EXP_Q);
+    let r2 = em.mul(r, r);
+    em.fma(r2, q, r)
+}
+
+/// `2^(n + bias)` built from the bits of `t = MAGIC + n`; needs
+/// `-126 <= n + bias <= 127`.
+fn pow2_from_t(em: &mut Em, t: Value, bias: i64) -> Value {
+    let b = em.bits(t);
+    // (MAGIC_BITS + n) << 23 == n << 23 (mod 2^32): the low 9 bits of MAGIC_BITS are 0.
+    let s = em.shl(b, 23);
+    let s = em.iaddk(s, (127 + bias) << 23);
+    em.float(s)
+}
+
+/// `e^w` for `w <= 0`, as `(mant, e)` with `e = mant * 2^-64` and `mant`
+/// always normal, so that callers can multiply further factors into `mant`
+/// and round into the subnormal range only once. `lo` is an optional
+/// low-order correction added to the reduced argument.
+/// `w` must already be clamped to `[-120, 0]` (NaN allowed).
+fn exp_neg(em: &mut Em, w: Value, lo: Option<Value>) -> (Value, Value) {
+    let (r, t) = exp_reduce(em, w);
+    let r = match lo {
+        Some(l) => em.add(r, l),
+        None => r,
+    };
+    let pm1 = expm1_poly(em, r);
+    let p = em.addk(pm1, 1.0);
+    let s = pow2_from_t(em, t, NEG_BIAS);
+    let mant = em.mul(p, s);
+    let e = em.mulk(mant, TWO_M64);
+    (mant, e)
+}
+
+/// exp(x): clamp to [-104, 89], reduce, degree-6 polynomial, scale by 2^n in
+/// two exact steps (2^floor(n/2) then 2^ceil(n/2)) so that both overflow and
+/// subnormal results come out correctly rounded from the scaled mantissa.
+pub(super) fn exp(em: &mut Em, x: Value) -> Value {
+    let x = em.clamp_lo(x, -104.0);
+    let x = em.clamp_hi(x, 89.0);
+    let (r, t) = exp_reduce(em, x);
+    let pm1 = expm1_poly(em, r);
+    let p = em.addk(pm1, 1.0);
+    let b = em.bits(t);
+    let ni = em.iaddk(b, -MAGIC_BITS);
+    let n1 = em.sshr(ni, 1);
+    let n2 = em.isub(ni, n1);
+    let e1 = em.iaddk(n1, 127);
+    let e1 = em.shl(e1, 23);
+    let s1 = em.float(e1);
+    let e2 = em.iaddk(n2, 127);
+    let e2 = em.shl(e2, 23);
+    let s2 = em.float(e2);
+    let y = em.mul(p, s1);
+    em.mul(y, s2)
+}
+
+/// log(x): subnormals pre-scaled by 2^23; `x = 2^k m` with m in
+/// [sqrt(1/2), sqrt(2)); `log(m) = f + f^2 P(f)`, f = m - 1 (exact);
+/// `k ln2` added with a Cody-Waite split. Specials by selects.
+pub(super) fn log(em: &mut Em, x: Value) -> Value {
+    let den = em.cmpk(FloatCC::LessThan, x, f32::MIN_POSITIVE as f64);
+    let xs = em.mulk(x, 8_388_608.0); // 2^23
+    let xs = em.sel(den, xs, x);
+    let ix = em.bits(xs);
+    let off = em.iaddk(ix, -0x3F35_04F3); // bits of sqrt(1/2)
+    let k = em.sshr(off, 23);
+    let kh = em.shl(k, 23);
+    let mb = em.isub(ix, kh);
+    let m = em.float(mb);
+    let f = em.addk(m, -1.0);
+    let kf = em.i2f(k);
+    let adj = em.f(23.0);
+    let zero = em.f(0.0);
+    let adj = em.sel(den, adj, zero);
+    let kf = em.sub(kf, adj);
+    let p = horner32(em, f, &LOG_P8);
+    let f2 = em.mul(f, f);
+    let lp = em.fma(f2, p, f);
+    let res = if em.fma {
+        let lo = em.fmak(kf, LN2_LO_FMA, lp);
+        em.fmak(kf, LN2_HI_FMA, lo)
+    } else {
+        let lo = em.fmak(kf, LN2_LO_NOFMA, lp);
+        let hi = em.mulk(kf, LN2_HI_NOFMA);
+        em.add(hi, lo)
+    };
+    // x < 0 or NaN -> NaN; x == ±0 -> -inf; x == +inf -> +inf.
+    let nan = em.fbits(NAN_BITS);
+    let zero = em.f(0.0);
+    let bad = em.cmp(FloatCC::UnorderedOrLessThan, x, zero);
+    let res = em.sel(bad, nan, res);
+    let is0 = em.cmp(FloatCC::Equal, x, zero);
+    let res = em.selk(is0, f64::NEG_INFINITY, res);
+    let inf = em.fbits(INF_BITS);
+    let isinf = em.cmp(FloatCC::Equal, x, inf);
+    em.sel(isinf, inf, res)
+}
+
+/// tanh(x) = sign(x) * |em1| / (2 + em1), em1 = expm1(-2|x|) computed as
+/// `2^n (p - 1) + (2^n - 1)`, which is accurate for all |x| (no cancellation
+/// for small |x|, em1 -> -1 for large |x|).
+pub(super) fn tanh(em: &mut Em, x: Value) -> Value {
+    let a = em.abs(x);
+    let sgn = em.xor(x, a);
+    let y = em.mulk(a, -2.0);
+    let y = em.clamp_lo(y, -18.0);
+    let (r, t) = exp_reduce(em, y);
+    let pm1 = expm1_poly(em, r);
+    let s = pow2_from_t(em, t, 0);
+    let sm1 = em.addk(s, -1.0);
+    let em1 = em.fma(s, pm1, sm1);
+    let num = em.abs(em1);
+    // 2 + em1 = (2^n + 1) + 2^n (e^r - 1), rounded once.
+    let sp1 = em.addk(s, 1.0);
+    let den = em.fma(s, pm1, sp1);
+    let q = em.div(num, den);
+    em.or(q, sgn)
+}
+
+/// sigmoid(x) = (x < 0 ? e : 1) / (1 + e), e = exp(-|x|).
+pub(super) fn sigmoid(em: &mut Em, x: Value) -> Value {
+    let sm = em.sign_mask();
+    let w = em.or(x, sm);
+    let w = em.clamp_lo(w, -120.0);
+    let (_, e) = exp_neg(em, w, None);
+    let zero = em.f(0.0);
+    let neg = em.cmp(FloatCC::LessThan, x, zero);
+    let one = em.f(1.0);
+    let num = em.sel(neg, e, one);
+    let den = em.addk(e, 1.0);
+    em.div(num, den)
+}
+
+/// silu(x) = x * sigmoid(x); for x < 0 the factor e^x is kept scaled by
+/// 2^64 until the last multiply so subnormal results round once.
+/// silu(-inf) = NaN (as `x * sigmoid(x)` gives in f64 and in eager).
+pub(super) fn silu(em: &mut Em, x: Value) -> Value {
+    let sm = em.sign_mask();
+    let w = em.or(x, sm);
+    let w = em.clamp_lo(w, -120.0);
+    let (mant, e) = exp_neg(em, w, None);
+    let zero = em.f(0.0);
+    let neg = em.cmp(FloatCC::LessThan, x, zero);
+    let wm = em.mul(w, mant);
+    let num = em.sel(neg, wm, x);
+    let one = em.f(1.0);
+    let sc = em.f(TWO_M64);
+    let sc = em.sel(neg, sc, one);
+    let den = em.addk(e, 1.0);
+    let q = em.div(num, den);
+    let res = em.mul(q, sc);
+    fix_neg_inf_nan(em, x, res)
+}
+
+/// `x == -inf ? NaN : res`.
+fn fix_neg_inf_nan(em: &mut Em, x: Value, res: Value) -> Value {
+    let ninf = em.f(f64::NEG_INFINITY);
+    let isninf = em.cmp(FloatCC::Equal, x, ninf);
+    let nan = em.fbits(NAN_BITS);
+    em.sel(isninf, nan, res)
+}
+
+/// gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u),
+/// 2u = x (A + B x^2) with A = 2*0.7978845608, B = A*0.044715, evaluated in
+/// double-f32 (hi + lo) because e^(2u) amplifies the error of 2u by |2u|.
+pub(super) fn gelu_tanh(em: &mut Em, x: Value) -> Value {
+    const A: f64 = 2.0 * 0.797_884_560_8;
+    const B: f64 = 2.0 * 0.797_884_560_8 * 0.044_715;
+    let a_hi = A as f32 as f64;
+    let a_lo = A - a_hi;
+    let b_hi = B as f32 as f64;
+    let b_lo = B - b_hi;
+    let xc = em.clamp_lo(x, -12.0);
+    let xc = em.clamp_hi(xc, 12.0);
+    // x^2 = x2 + e1 exactly.
+    let (x2, e1) = em.two_prod(xc, xc);
+    // B_hi * x2 = p + ep exactly.
+    let bh = em.f(b_hi);
+    let (p, ep) = em.two_prod(bh, x2);
+    // A_hi + p = t + et exactly.
+    let ah = em.f(a_hi);
+    let (t, et) = em.two_sum(ah, p);
+    // tl = et + ep + B_hi*e1 + B_lo*x2 + A_lo
+    let c = em.fmakk(x2, b_lo, a_lo);
+    let c = em.fma(bh, e1, c);
+    let c = em.add(c, ep);
+    let tl = em.add(c, et);
+    // s = xc * (t + tl)
+    let (s, es) = em.two_prod(xc, t);
+    let sl = em.fma(xc, tl, es);
+    // w = -|s| (hi and lo flipped together)
+    let zero = em.f(0.0);
+    let neg = em.cmp(FloatCC::LessThan, s, zero);
+    let sm = em.sign_mask();
+    let w = em.or(s, sm);
+    let nsl = em.neg(sl);
+    let wl = em.sel(neg, sl, nsl);
+    let w = em.clamp_lo(w, -120.0);
+    let (mant, e) = exp_neg(em, w, Some(wl));
+    let xm = em.mul(xc, mant);
+    let num = em.sel(neg, xm, x);
+    let one = em.f(1.0);
+    let sc = em.f(TWO_M64);
+    let sc = em.sel(neg, sc, one);
+    let den = em.addk(e, 1.0);
+    let q = em.div(num, den);
+    let res = em.mul(q, sc);
+    fix_neg_inf_nan(em, x, res)
+}
+
+/// erf(x): |x| < 1: x P(x^2); 1 <= |x|: sign(x) (1 - exp(Q(|x| - 2.5))) with
+/// Q ~ log(erfc), |x| clamped to 3.95 (erf rounds to ±1 beyond).
+pub(super) fn erf(em: &mut Em, x: Value) -> Value {
+    let a = em.abs(x);
+    let sgn = em.xor(x, a);
+    let x2 = em.mul(x, x);
+    let ps = horner32(em, x2, &ERF_SMALL);
+    let small = em.mul(x, ps);
+    let ac = em.clamp_hi(a, 3.95);
+    let u = em.addk(ac, -2.5);
+    let q = horner32(em, u, &ERF_LOGC);
+    // exp(q), q in [-17.4, -1.8]: one-step scaling is exact here.
+    let (r, t) = exp_reduce(em, q);
+    let pm1 = expm1_poly(em, r);
+    let p = em.addk(pm1, 1.0);
+    let s = pow2_from_t(em, t, 0);
+    let e = em.mul(p, s);
+    let one = em.f(1.0);
+    let big = em.sub(one, e);
+    let big = em.or(big, sgn);
+    let is_small = em.cmp(FloatCC::LessThan, a, one);
+    em.sel(is_small, small, big)
+}
+
+/// gelu_erf(x) = x Phi(x), Phi(x) = (1 + erf(x/sqrt2))/2.
+/// |x| < 0.75: Phi = 0.5 + x P(x^2) in f32. Otherwise, in f64 lanes, with
+/// a = min(|x|, 15), t = 1/(1 + 0.3a): Phi(-a) = t/4 exp(-a^2/2 + Q(t)),
+/// Phi(a) = 1 - Phi(-a), multiplied by x (by -a for x < 0) before the single
+/// rounding to f32. gelu_erf(-inf) = NaN (as in eager).
+pub(super) fn gelu_erf(em: &mut Em, x: Value) -> Value {
+    let a = em.abs(x);
+    // small
+    let x2 = em.mul(x, x);
+    let ps = horner32(em, x2, &GELU_SMALL);
+    let half = em.f(0.5);
+    let phi_s = em.fma(x, ps, half);
+    let rs = em.mul(x, phi_s);
+    // tail, in f64 lanes
+    let tail = wide::map_f64(em.fb, em.fma, &[x], &|w, v| gelu_erf_tail64(w, v[0]));
+    let small_m = em.cmpk(FloatCC::LessThan, a, 0.75);
+    let res = em.sel(small_m, rs, tail);
+    fix_neg_inf_nan(em, x, res)
+}
+
+/// The |x| >= 0.75 part of gelu_erf in f64 lanes.
+fn gelu_erf_tail64(em: &mut Em, x: Value) -> Value {
+    let a = em.abs(x);
+    let ac = em.clamp_hi(a, 15.0);
+    let one = em.f(1.0);
+    let d = em.fmak(ac, 0.3, one);
+    let t = em.div(one, d);
+    let q = horner32(em, t, &GELU_TAIL);
+    let h = em.mul(ac, ac); // exact in f64
+    let arg = em.fmak(h, -0.5, q);
+    let y = em.mulk(arg, LOG2E);
+    let e = wide::exp2_core64(em, y);
+    let t4 = em.mulk(t, 0.25);
+    let phin = em.mul(t4, e);
+    let nac = em.neg(ac);
+    let rn = em.mul(nac, phin);
+    let phip = em.sub(one, phin);
+    let rp = em.mul(x, phip);
+    let zero = em.f(0.0);
+    let neg = em.cmp(FloatCC::LessThan, x, zero);
+    em.sel(neg, rn, rp)
+}

@@ -1,0 +1,90 @@
+//! Helpers for parts of f32 functions that are computed in f64 lanes: an
+//! `f32x4` is split into two `f64x2` halves (a scalar `f32` is promoted), the
+//! body runs on each half, and the results are rounded back once.
+
+use cranelift_codegen::ir::types::{F32, F32X4, F64, F64X2, I8X16};
+use cranelift_codegen::ir::{ConstantData, Endianness, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_frontend::FunctionBuilder;
+
+use super::coeffs::POW_EXP2;
+use super::emit::Em;
+
+/// 1.5 * 2^52: adding it rounds an f64 of magnitude < 2^51 to an integer.
+const MAGIC52: f64 = 6_755_399_441_055_744.0;
+const ONE_BITS: i64 = 0x3FF0_0000_0000_0000;
+
+/// `2^z` in f64 lanes for `z` in [-1000, 1000] (NaN propagates), relative
+/// error ~2^-34: `n = round(z)`, `r = z - n` exact, degree-7 polynomial,
+/// exponent add.
+pub(super) fn exp2_core64(em: &mut Em, z: Value) -> Value {
+    let magic = em.f(MAGIC52);
+    let t = em.add(z, magic);
+    let nf = em.sub(t, magic);
+    let r = em.sub(z, nf);
+    let p = em.horner(r, &POW_EXP2);
+    let tb = em.bits(t);
+    // (bits(MAGIC52) + n) << 52 == n << 52: the low 12 bits of bits(MAGIC52) are 0.
+    let sc = em.shl(tb, 52);
+    let sc = em.iaddk(sc, ONE_BITS);
+    let sc = em.float(sc);
+    em.mul(p, sc)
+}
+
+fn le() -> MemFlagsData {
+    MemFlagsData::new().with_endianness(Endianness::Little)
+}
+
+fn shuffle_bytes(fb: &mut FunctionBuilder, a: Value, b: Value, mask: [u8; 16], ty: Type) -> Value {
+    let ab = fb.ins().bitcast(I8X16, le(), a);
+    let bb = fb.ins().bitcast(I8X16, le(), b);
+    let imm = fb.func.dfg.immediates.push(ConstantData::from(&mask[..]));
+    let r = fb.ins().shuffle(ab, bb, imm);
+    fb.ins().bitcast(ty, le(), r)
+}
+
+/// f32x4 -> (f64x2 of lanes 0,1; f64x2 of lanes 2,3).
+fn promote_halves(fb: &mut FunctionBuilder, v: Value) -> (Value, Value) {
+    let lo = fb.ins().fvpromote_low(v);
+    let mut mask = [0u8; 16];
+    for (i, m) in mask.iter_mut().enumerate() {
+        *m = 8 + (i as u8 % 8);
+    }
+    let h = shuffle_bytes(fb, v, v, mask, F32X4);
+    let hi = fb.ins().fvpromote_low(h);
+    (lo, hi)
+}
+
+/// (f64x2, f64x2) -> f32x4 of the four rounded lanes.
+fn demote_combine(fb: &mut FunctionBuilder, lo: Value, hi: Value) -> Value {
+    let a = fb.ins().fvdemote(lo);
+    let b = fb.ins().fvdemote(hi);
+    let mut mask = [0u8; 16];
+    for (i, m) in mask.iter_mut().enumerate() {
+        *m = if i < 8 { i as u8 } else { 8 + i as u8 };
+    }
+    shuffle_bytes(fb, a, b, mask, F32X4)
+}
+
+/// Runs `body` on the f64 promotion of `args` (all `F32` or all `F32X4`) and
+/// rounds its result back to the f32 type.
+pub(super) fn map_f64(
+    fb: &mut FunctionBuilder,
+    fma: bool,
+    args: &[Value],
+    body: &dyn Fn(&mut Em, &[Value]) -> Value,
+) -> Value {
+    let ty = fb.func.dfg.value_type(args[0]);
+    if ty.is_vector() {
+        debug_assert_eq!(ty, F32X4);
+        let (lo, hi): (Vec<Value>, Vec<Value>) =
+            args.iter().map(|&a| promote_halves(fb, a)).unzip();
+        let r0 = body(&mut Em::new(fb, F64X2, fma), &lo);
+        let r1 = body(&mut Em::new(fb, F64X2, fma), &hi);
+        demote_combine(fb, r0, r1)
+    } else {
+        debug_assert_eq!(ty, F32);
+        let wide: Vec<Value> = args.iter().map(|&a| fb.ins().fpromote(F64, a)).collect();
+        let r = body(&mut Em::new(fb, F64, fma), &wide);
+        fb.ins().fdemote(F32, r)
+    }
+}

@@ -1,0 +1,132 @@
+//! Autocast: inside an `autocast(device_type, dtype)` region, ops cast their floating inputs by a
+//! policy before running — builtin ops by the table below, custom ops by `register_autocast`.
+//!
+//! Builtin policy (PyTorch's, reduced to our op set):
+//! - **low precision** (`matmul`): floating inputs (not f64) are cast to the region's dtype;
+//! - **f32** (`sum`, `mean`, `prod`, `var`, `softmax`, `log_softmax`, `exp`, `log`, `pow`): f16/bf16
+//!   inputs are cast to f32 so accumulations and range-sensitive math stay accurate;
+//! - every other op runs in its input dtypes (mixed inputs promote as usual).
+
+use std::cell::Cell;
+
+use tensorplay_ir::{DType, Device, Error, Result};
+
+use crate::library::registry::Slot;
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+thread_local! {
+    static CPU: Cell<Option<DType>> = const { Cell::new(None) };
+    static CUDA: Cell<Option<DType>> = const { Cell::new(None) };
+}
+
+fn cell(slot: Slot) -> &'static std::thread::LocalKey<Cell<Option<DType>>> {
+    match slot {
+        Slot::Cuda => &CUDA,
+        _ => &CPU,
+    }
+}
+
+/// Restores the previous autocast state of one device type when dropped.
+#[must_use = "autocast ends when the guard is dropped"]
+pub struct AutocastGuard {
+    slot: Slot,
+    prev: Option<DType>,
+}
+
+impl Drop for AutocastGuard {
+    fn drop(&mut self) {
+        cell(self.slot).with(|c| c.set(self.prev));
+    }
+}
+
+/// Enables autocast for `device_type` (`"cpu"` or `"cuda"`) with `dtype` (f16 or bf16) on this
+/// thread until the guard drops.
+///
+/// ```
+/// use tensorplay_runtime::{Tensor, DType, autocast::autocast};
+/// let a = Tensor::ones(&[2, 2], DType::F32);
+/// let _g = autocast("cpu", DType::BF16)?;
+/// assert_eq!(a.matmul(&a)?.dtype(), DType::BF16);
+/// assert_eq!(a.add(&a)?.dtype(), DType::F32);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn autocast(device_type: &str, dtype: DType) -> Result<AutocastGuard> {
+    let slot = Slot::parse("autocast", "device_type", device_type)?;
+    if slot == Slot::Default {
+        return Err(Error::argument("autocast", "device_type", "`cpu` or `cuda`", format!("`{device_type}`")));
+    }
+    if !dtype.is_half() {
+        return Err(Error::argument("autocast", "dtype", "f16 or bf16", dtype.to_string()));
+    }
+    let prev = cell(slot).with(|c| c.replace(Some(dtype)));
+    Ok(AutocastGuard { slot, prev })
+}
+
+/// Disables autocast on every device type until the guards drop (kernels run with autocast off).
+pub(crate) fn suspend() -> [AutocastGuard; 2] {
+    let off = |slot: Slot| AutocastGuard { slot, prev: cell(slot).with(|c| c.replace(None)) };
+    [off(Slot::Cpu), off(Slot::Cuda)]
+}
+
+/// The autocast dtype active for tensors on `device`, if any.
+pub fn active_dtype(device: Device) -> Option<DType> {
+    match device {
+        Device::Cpu => CPU.with(|c| c.get()),
+        Device::Cuda(_) => CUDA.with(|c| c.get()),
+        Device::Meta => None,
+    }
+}
+
+/// True when autocast is on for any device type (the dispatcher's fast check).
+pub fn any_active() -> bool {
+    CPU.with(|c| c.get().is_some()) || CUDA.with(|c| c.get().is_some())
+}
+
+/// Casts every floating tensor in `args` (except f64, and tensors on other devices) to `dtype`.
+pub(crate) fn cast_args(args: &[Value], device: Device, dtype: DType) -> Result<Vec<Value>> {
+    let cast = |t: &Tensor| -> Result<Tensor> {
+        if t.device() == device && t.dtype().is_float() && t.dtype() != DType::F64 && !t.is_wrapped_number() {
+            t.to_dtype(dtype)
+        } else {
+            Ok(t.clone())
+        }
+    };
+    args.iter()
+        .map(|v| {
+            Ok(match v {
+                Value::Tensor(t) => Value::Tensor(cast(t)?),
+                Value::OptionalTensor(Some(t)) => Value::OptionalTensor(Some(cast(t)?)),
+                Value::TensorList(ts) => Value::TensorList(ts.iter().map(cast).collect::<Result<_>>()?),
+                other => other.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The builtin policy: the dtype an op's inputs are cast to under autocast with `region` dtype.
+pub(crate) fn builtin_policy(op: &str, region: DType) -> Option<DType> {
+    match op {
+        "matmul" => Some(region),
+        "sum" | "mean" | "prod" | "var" | "softmax" | "log_softmax" | "exp" | "log" | "pow" => Some(DType::F32),
+        _ => None,
+    }
+}
+
+/// Casts args for builtin `op` if autocast is on for their device; `None` when nothing applies.
+pub(crate) fn apply_builtin(op: &str, args: &[Value], device: Device) -> Result<Option<Vec<Value>>> {
+    let Some(region) = active_dtype(device) else {
+        return Ok(None);
+    };
+    let Some(target) = builtin_policy(op, region) else {
+        return Ok(None);
+    };
+    if target == DType::F32 {
+        // Only widen half inputs; f32 stays, f64 stays.
+        let needs = args.iter().flat_map(Value::tensors).any(|t| t.dtype().is_half());
+        if !needs {
+            return Ok(None);
+        }
+    }
+    cast_args(args, device, target).map(Some)
+}

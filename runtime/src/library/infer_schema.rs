@@ -1,0 +1,236 @@
+//! `infer_schema`: a schema string from a Rust prototype (parameter names, types, defaults and the
+//! return type), with `(a!)`, `(b!)`… marking mutated tensors in parameter order.
+
+use tensorplay_ir::schema::{Default, DefaultValue};
+use tensorplay_ir::{Error, Result};
+
+use super::typed::IntoKernel;
+
+/// Which arguments an op mutates.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum MutatesArgs {
+    /// These named arguments (empty: none).
+    #[default]
+    None,
+    Names(Vec<String>),
+    /// Every tensor argument may be mutated (PyTorch's `"unknown"`).
+    Unknown,
+}
+
+impl MutatesArgs {
+    /// The declared names (empty for `None` and `Unknown`).
+    pub fn names(&self) -> &[String] {
+        match self {
+            MutatesArgs::Names(n) => n,
+            _ => &[],
+        }
+    }
+}
+
+impl<const N: usize> From<[&str; N]> for MutatesArgs {
+    fn from(names: [&str; N]) -> Self {
+        MutatesArgs::from(&names[..])
+    }
+}
+
+impl From<&[&str]> for MutatesArgs {
+    fn from(names: &[&str]) -> Self {
+        if names.is_empty() {
+            MutatesArgs::None
+        } else {
+            MutatesArgs::Names(names.iter().map(|s| s.to_string()).collect())
+        }
+    }
+}
+
+impl From<Vec<String>> for MutatesArgs {
+    fn from(names: Vec<String>) -> Self {
+        if names.is_empty() { MutatesArgs::None } else { MutatesArgs::Names(names) }
+    }
+}
+
+/// One parameter of a prototype.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProtoParam {
+    pub name: String,
+    /// Schema type (`Tensor`, `SymInt`, `float?`...).
+    pub ty: String,
+    pub default: Option<DefaultValue>,
+}
+
+/// A function prototype: what `infer_schema` reads.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Prototype {
+    pub params: Vec<ProtoParam>,
+    /// Schema return (`Tensor`, `(Tensor, Tensor)`, `()`...).
+    pub ret: String,
+}
+
+/// Maps a Rust parameter type (as written) to its schema type.
+///
+/// ```
+/// use tensorplay_runtime::library::infer_schema::rust_type_to_schema;
+/// assert_eq!(rust_type_to_schema("Option<&Tensor>").unwrap(), "Tensor?");
+/// assert_eq!(rust_type_to_schema("&[i64]").unwrap(), "SymInt[]");
+/// assert!(rust_type_to_schema("HashMap<u8, u8>").is_err());
+/// ```
+pub fn rust_type_to_schema(ty: &str) -> Result<String> {
+    let t: String = ty.chars().filter(|c| !c.is_whitespace()).collect();
+    let t = t.trim_start_matches('&').trim_start_matches("mut");
+    if let Some(inner) = t.strip_prefix("Option<").and_then(|s| s.strip_suffix('>')) {
+        let s = rust_type_to_schema(inner)?;
+        if s.ends_with('?') {
+            return Err(Error::argument("infer_schema", "type", "a supported Rust type", format!("`{ty}` (nested Option)")));
+        }
+        return Ok(format!("{s}?"));
+    }
+    let list = t
+        .strip_prefix("Vec<")
+        .and_then(|s| s.strip_suffix('>'))
+        .or_else(|| t.strip_prefix('[').and_then(|s| s.strip_suffix(']')));
+    if let Some(inner) = list {
+        let s = rust_type_to_schema(inner)?;
+        if s.ends_with(']') || s.ends_with('?') {
+            return Err(Error::argument("infer_schema", "type", "a supported Rust type", format!("`{ty}`")));
+        }
+        return Ok(format!("{s}[]"));
+    }
+    Ok(match t {
+        "Tensor" | "tensorplay::Tensor" => "Tensor",
+        "i64" | "i32" | "usize" | "isize" => "SymInt",
+        "f64" | "f32" => "float",
+        "bool" => "bool",
+        "str" | "String" => "str",
+        "DType" => "ScalarType",
+        "Device" => "Device",
+        "Scalar" => "Scalar",
+        _ => {
+            return Err(Error::argument(
+                "infer_schema",
+                "type",
+                "one of Tensor, i64, f64, bool, &str/String, DType, Device, Scalar, Option<T>, Vec<T>/&[T]",
+                format!("`{ty}`"),
+            ));
+        }
+    }
+    .to_string())
+}
+
+impl Prototype {
+    /// An empty prototype returning `ret`.
+    pub fn new(ret: &str) -> Prototype {
+        Prototype { params: vec![], ret: ret.to_string() }
+    }
+
+    /// Adds a parameter with a schema type.
+    pub fn param(mut self, name: &str, ty: &str) -> Prototype {
+        self.params.push(ProtoParam { name: name.to_string(), ty: ty.to_string(), default: None });
+        self
+    }
+
+    /// Adds a parameter with a default value.
+    pub fn param_default(mut self, name: &str, ty: &str, default: DefaultValue) -> Prototype {
+        self.params.push(ProtoParam { name: name.to_string(), ty: ty.to_string(), default: Some(default) });
+        self
+    }
+
+    /// The prototype of a typed closure, with its parameters named `names`.
+    pub fn of<F: IntoKernel<M>, M>(names: &[&str]) -> Result<Prototype> {
+        let (Some(types), Some(ret)) = (F::param_types(), F::return_type()) else {
+            return Err(Error::argument(
+                "infer_schema",
+                "prototype_function",
+                "a typed closure (parameter types known)",
+                "a boxed kernel over &[Value]; pass a schema string instead",
+            ));
+        };
+        if names.len() != types.len() {
+            return Err(Error::argument(
+                "infer_schema",
+                "names",
+                format!("{} parameter names", types.len()),
+                format!("{}", names.len()),
+            ));
+        }
+        Ok(Prototype {
+            params: names
+                .iter()
+                .zip(types)
+                .map(|(n, t)| ProtoParam { name: n.to_string(), ty: t.to_string(), default: None })
+                .collect(),
+            ret: ret.to_string(),
+        })
+    }
+}
+
+fn is_tensor_like(ty: &str) -> bool {
+    ty.starts_with("Tensor")
+}
+
+/// Builds the schema text for `proto`.
+///
+/// ```
+/// use tensorplay_runtime::library::infer_schema::{infer_schema, MutatesArgs, Prototype};
+/// use tensorplay_ir::schema::DefaultValue;
+/// let p = Prototype::new("Tensor")
+///     .param("self", "Tensor")
+///     .param("n", "SymInt")
+///     .param_default("eps", "float", DefaultValue::Float(1e-5))
+///     .param_default("bias", "Tensor?", DefaultValue::None)
+///     .param("out", "Tensor");
+/// let s = infer_schema(&p, ["out"].into(), Some("ns::op"))?;
+/// assert_eq!(s, "ns::op(Tensor self, SymInt n, float eps=1e-05, Tensor? bias=None, Tensor(a!) out) -> Tensor");
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn infer_schema(proto: &Prototype, mutates_args: MutatesArgs, op_name: Option<&str>) -> Result<String> {
+    for name in mutates_args.names() {
+        match proto.params.iter().find(|p| &p.name == name) {
+            None => {
+                return Err(Error::argument(
+                    op_name.unwrap_or("infer_schema"),
+                    "mutates_args",
+                    format!(
+                        "names of parameters ({})",
+                        proto.params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                    format!("`{name}`, which is not a parameter"),
+                ));
+            }
+            Some(p) if !is_tensor_like(&p.ty) => {
+                return Err(Error::argument(
+                    op_name.unwrap_or("infer_schema"),
+                    "mutates_args",
+                    "tensor parameters",
+                    format!("`{name}` of type {}", p.ty),
+                ));
+            }
+            _ => {}
+        }
+    }
+    let mut letter = b'a';
+    let mut parts = Vec::with_capacity(proto.params.len());
+    for p in &proto.params {
+        let mutated = match &mutates_args {
+            MutatesArgs::Unknown => is_tensor_like(&p.ty),
+            MutatesArgs::Names(n) => n.contains(&p.name),
+            MutatesArgs::None => false,
+        };
+        let ty = if mutated {
+            if letter > b'z' {
+                return Err(Error::argument(op_name.unwrap_or("infer_schema"), "mutates_args", "at most 26 mutated tensors", "more"));
+            }
+            let alias = format!("Tensor({}!)", letter as char);
+            letter += 1;
+            p.ty.replacen("Tensor", &alias, 1)
+        } else {
+            p.ty.clone()
+        };
+        let mut part = format!("{ty} {}", p.name);
+        if let Some(d) = &p.default {
+            part.push('=');
+            part.push_str(&Default::new(d.clone()).text);
+        }
+        parts.push(part);
+    }
+    Ok(format!("{}({}) -> {}", op_name.unwrap_or(""), parts.join(", "), proto.ret))
+}

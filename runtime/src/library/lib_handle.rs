@@ -1,0 +1,174 @@
+//! `Library(ns, kind)`: a handle that owns registrations. `DEF` defines a namespace (one live DEF
+//! per namespace), `FRAGMENT` extends one from many places, `IMPL` only adds kernels. Dropping the
+//! handle removes everything it registered, so the ops can be defined again.
+
+use std::sync::Arc;
+
+use tensorplay_ir::schema::Schema;
+use tensorplay_ir::{Error, Result};
+
+use super::custom_op::{CustomOpDef, check_definable};
+use super::register;
+use super::registry::{Operator, Origin, Owner, new_library_owner, registry};
+use super::typed::IntoKernel;
+
+/// The kind of a [`Library`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LibraryKind {
+    Def,
+    Impl,
+    Fragment,
+}
+
+/// A handle owning operator definitions and registrations in one namespace.
+#[derive(Debug)]
+pub struct Library {
+    ns: String,
+    kind: LibraryKind,
+    pub(crate) owner: Owner,
+}
+
+impl Library {
+    /// Opens a library: `kind` is `"DEF"`, `"IMPL"` or `"FRAGMENT"` (case-sensitive, as PyTorch).
+    ///
+    /// ```
+    /// use tensorplay_runtime::library::Library;
+    /// let lib = Library::new("docs_lib", "DEF")?;
+    /// assert!(Library::new("docs_lib", "DEF").is_err()); // one live DEF per namespace
+    /// drop(lib);
+    /// let _again = Library::new("docs_lib", "DEF")?;
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn new(namespace: &str, kind: &str) -> Result<Library> {
+        let kind = match kind {
+            "DEF" => LibraryKind::Def,
+            "IMPL" => LibraryKind::Impl,
+            "FRAGMENT" => LibraryKind::Fragment,
+            other => {
+                return Err(Error::argument("Library", "kind", "\"DEF\", \"IMPL\" or \"FRAGMENT\"", format!("\"{other}\"")));
+            }
+        };
+        check_definable(&format!("{namespace}::x"))
+            .map_err(|e| Error::Registration(format!("invalid library namespace `{namespace}`: {e}")))?;
+        let owner = new_library_owner();
+        if kind == LibraryKind::Def {
+            registry().claim_def_namespace(namespace, owner)?;
+        }
+        Ok(Library { ns: namespace.to_string(), kind, owner })
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.ns
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> LibraryKind {
+        self.kind
+    }
+
+    /// Qualifies `name` with this library's namespace, or checks that it already has it.
+    fn qualify(&self, name: &str) -> Result<String> {
+        match name.split_once("::") {
+            Some((ns, _)) if ns != self.ns => Err(Error::Registration(format!(
+                "`{name}` is not in this library's namespace `{}`",
+                self.ns
+            ))),
+            Some(_) => Ok(name.to_string()),
+            None => Ok(format!("{}::{name}", self.ns)),
+        }
+    }
+
+    /// Defines an operator from a schema like `"add(Tensor a, Tensor b) -> Tensor"` (a full
+    /// `"ns::op(...)"` string may be pasted). `alias_analysis` and `tags` are accepted for
+    /// compatibility and ignored. Returns the qualified name.
+    pub fn define(&self, schema: &str, alias_analysis: &str, tags: &[&str]) -> Result<String> {
+        let _ = (alias_analysis, tags);
+        if self.kind == LibraryKind::Impl {
+            return Err(Error::Registration(format!(
+                "Library(\"{}\", \"IMPL\") can only add kernels; define ops in a DEF or FRAGMENT library",
+                self.ns
+            )));
+        }
+        define_op(schema, Some(&self.ns), self.owner, true)
+    }
+
+    /// Registers `f` as the kernel of `op_name` for `device_type` (a device `"CPU"`/`"CUDA"` or a
+    /// `Composite…` key → the device-agnostic slot); a non-empty `dispatch_key` wins over
+    /// `device_type`. With `allow_override == false`, an existing kernel in that slot is an error.
+    pub fn r#impl<M, F: IntoKernel<M>>(
+        &self,
+        op_name: &str,
+        f: F,
+        device_type: &str,
+        dispatch_key: &str,
+        allow_override: bool,
+    ) -> Result<()> {
+        let op = registry().get(&self.qualify(op_name)?)?;
+        let key = if dispatch_key.is_empty() { device_type } else { dispatch_key };
+        let slots = register::parse_slots(op.qualname(), &[key])?;
+        if !allow_override
+            && let Some(s) = slots.iter().find(|s| op.regs.read().kernels.contains_key(s))
+        {
+            return Err(Error::Registration(format!(
+                "`{}` already has a {s} kernel (allow_override is false)",
+                op.qualname()
+            )));
+        }
+        CustomOpDef::from_operator(op).register_kernel_owned(&[key], f, self.owner)?;
+        Ok(())
+    }
+
+    /// Always an error: TensorPlay's dispatcher has no per-key fallthrough table, so accepting a
+    /// fallback would silently mis-dispatch.
+    pub fn fallback(&self, kind: &str) -> Result<()> {
+        Err(Error::unsupported(
+            format!("Library(\"{}\").fallback", self.ns),
+            format!("fallback kernels (`{kind}`) are not supported: the dispatcher has no per-key fallthrough table"),
+        ))
+    }
+}
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        registry().remove_owner(self.owner);
+    }
+}
+
+/// Defines an op from `text` (a schema with or without namespace, or a bare qualified name with
+/// `schema` given separately by the caller). `strict` makes an existing op an error; otherwise an
+/// identical definition is accepted as is.
+pub(crate) fn define_op(text: &str, default_ns: Option<&str>, owner: Owner, strict: bool) -> Result<String> {
+    let mut schema = Schema::parse(text)?;
+    match (&schema.namespace, default_ns) {
+        (None, Some(ns)) => schema.namespace = Some(ns.to_string()),
+        (None, None) => {
+            return Err(Error::Registration(format!("`{text}` needs a namespace (`ns::op(...)`)")));
+        }
+        (Some(ns), Some(lib_ns)) if ns != lib_ns => {
+            return Err(Error::Registration(format!(
+                "`{text}` is not in this library's namespace `{lib_ns}`"
+            )));
+        }
+        _ => {}
+    }
+    let qualname = schema.qualified_name();
+    check_definable(&qualname)?;
+    if !strict
+        && let Some(existing) = registry().find(&qualname)
+        && existing.origin() == Origin::Defined
+        && existing.schema() == &schema
+    {
+        return Ok(qualname);
+    }
+    let op = Arc::new(Operator::new_custom(qualname.clone(), schema, Origin::Defined, owner, None, None));
+    registry().insert(op, |existing| match existing.origin() {
+        Origin::Defined => Err(Error::Registration(format!("`{qualname}` is already defined"))),
+        Origin::CustomOp => Err(Error::Registration(format!(
+            "`{qualname}` was created with custom_op; define cannot redefine it"
+        ))),
+        Origin::Builtin => Err(Error::Registration(format!("`{qualname}` is a builtin op"))),
+    })
+    .map(|_| ())?;
+    Ok(qualname)
+}

@@ -1,0 +1,161 @@
+//! `tensorplay::library`: define custom operators once and use them everywhere — eager, autograd,
+//! autocast, vmap, fake tensors and the compiler.
+//!
+//! The functions mirror PyTorch's `torch.library` (names and semantics from the seed API page):
+//! [`custom_op`], [`define`], [`r#impl`], [`impl_abstract`], [`register_kernel`], [`get_kernel`],
+//! [`register_fake`], [`register_autograd`], [`register_autocast`], [`register_vmap`],
+//! [`infer_schema`](infer_schema::infer_schema), [`triton_op`], [`wrap_triton`](triton::wrap_triton)
+//! and the [`Library`] class. Keyword arguments become builder methods or trailing parameters;
+//! `lib: Option<&Library>` makes a registration owned by (and removed with) that library.
+
+pub mod autograd;
+pub mod bind;
+pub mod custom_op;
+pub mod infer_schema;
+pub mod lib_handle;
+pub(crate) mod register;
+pub mod registry;
+pub mod triton;
+pub mod typed;
+pub mod vmap_rule;
+
+use std::sync::Arc;
+
+use tensorplay_ir::{DType, Error, Result};
+
+pub use autograd::AutogradCtx;
+pub use custom_op::{CustomOpBuilder, CustomOpDef, KernelEnabledGuard, custom_op, triton_op};
+pub use infer_schema::{MutatesArgs, Prototype, infer_schema};
+pub use lib_handle::{Library, LibraryKind};
+pub use registry::{KernelFn, Operator, Owner, Slot, registry};
+pub use triton::{CpuLauncher, GpuImage, GpuKernel, GridLauncher, LaunchArg, ProgramArg, TritonKernel, wrap_triton};
+pub use typed::{ArgType, IntoKernel, ReturnType};
+pub use vmap_rule::{VmapInfo, VmapRule};
+
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+/// Something naming an operator: its qualified name or a [`CustomOpDef`].
+pub trait OpLike {
+    /// The registry entry.
+    fn resolve(&self) -> Result<Arc<Operator>>;
+}
+
+impl OpLike for &str {
+    fn resolve(&self) -> Result<Arc<Operator>> {
+        registry().get(self)
+    }
+}
+
+impl OpLike for String {
+    fn resolve(&self) -> Result<Arc<Operator>> {
+        registry().get(self)
+    }
+}
+
+impl OpLike for &CustomOpDef {
+    fn resolve(&self) -> Result<Arc<Operator>> {
+        Ok(self.operator().clone())
+    }
+}
+
+impl OpLike for CustomOpDef {
+    fn resolve(&self) -> Result<Arc<Operator>> {
+        Ok(self.operator().clone())
+    }
+}
+
+fn owner(lib: Option<&Library>) -> Owner {
+    lib.map_or(Owner::Process, |l| l.owner)
+}
+
+fn handle(op: impl OpLike) -> Result<CustomOpDef> {
+    Ok(CustomOpDef::from_operator(op.resolve()?))
+}
+
+/// Defines an operator if absent (kernels are attached later with [`r#impl`] or
+/// [`Library::r#impl`]). `qualname` may be a full schema (`"ns::op(Tensor x) -> Tensor"`);
+/// otherwise `schema` gives the part from `(` on. Defining the same schema again is a no-op.
+///
+/// ```
+/// use tensorplay_runtime::library;
+/// library::define("docs_define::twice(Tensor x) -> Tensor", None, None)?;
+/// library::define("docs_define::twice", Some("(Tensor x) -> Tensor"), None)?; // same: no-op
+/// assert!(library::define("docs_define::twice", Some("(Tensor y) -> Tensor"), None).is_err());
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn define(qualname: &str, schema: Option<&str>, lib: Option<&Library>) -> Result<()> {
+    let text = match schema {
+        Some(s) => format!("{}{}", registry::name_part(qualname), s.trim()),
+        None => qualname.to_string(),
+    };
+    if !text.contains('(') {
+        return Err(Error::Registration(format!(
+            "define(`{qualname}`) needs a schema: pass `ns::op(Tensor x) -> Tensor` or a schema argument"
+        )));
+    }
+    lib_handle::define_op(&text, lib.map(|l| l.namespace()), owner(lib), false).map(|_| ())
+}
+
+/// Registers `func` as a kernel of `qualname` for `types` (`"CPU"`/`"CUDA"`/`"cpu"`/`"cuda"` or a
+/// `Composite…` key for the device-agnostic slot).
+pub fn r#impl<M, F: IntoKernel<M>>(qualname: &str, types: &[&str], func: F, lib: Option<&Library>) -> Result<()> {
+    let op = handle(qualname)?;
+    let types: Vec<&str> = if types.is_empty() { vec!["default"] } else { types.to_vec() };
+    op.register_kernel_owned(&types, func, owner(lib))?;
+    Ok(())
+}
+
+/// Registers a kernel for `device_types` (`[]` = the device-agnostic slot).
+pub fn register_kernel<M, F: IntoKernel<M>>(op: impl OpLike, device_types: &[&str], func: F, lib: Option<&Library>) -> Result<()> {
+    handle(op)?.register_kernel_owned(device_types, func, owner(lib))?;
+    Ok(())
+}
+
+/// Registers the fake (shape) kernel. With `allow_override == false`, a second registration is an
+/// error.
+pub fn register_fake<M, F: IntoKernel<M>>(op: impl OpLike, func: F, lib: Option<&Library>, allow_override: bool) -> Result<()> {
+    handle(op)?.register_fake_owned(func, owner(lib), allow_override)?;
+    Ok(())
+}
+
+/// Deprecated alias of [`register_fake`] (overrides allowed).
+pub fn impl_abstract<M, F: IntoKernel<M>>(qualname: &str, func: F, lib: Option<&Library>) -> Result<()> {
+    register_fake(qualname, func, lib, true)
+}
+
+/// Registers an autograd formula (not allowed on mutating ops).
+pub fn register_autograd(
+    op: impl OpLike,
+    backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+    setup_context: Option<Box<dyn Fn(&mut AutogradCtx, &[Value], &[Tensor]) -> Result<()> + Send + Sync>>,
+    lib: Option<&Library>,
+) -> Result<()> {
+    handle(op)?.register_autograd_owned(backward, setup_context, owner(lib))?;
+    Ok(())
+}
+
+/// Inside an autocast region for `device_type`, casts the op's floating inputs (not f64) to
+/// `cast_inputs` before its kernel runs.
+pub fn register_autocast(op: impl OpLike, device_type: &str, cast_inputs: DType, lib: Option<&Library>) -> Result<()> {
+    let op = op.resolve()?;
+    register::register_autocast(&op, device_type, cast_inputs, owner(lib))
+}
+
+/// Registers a vmap batching rule.
+pub fn register_vmap(
+    op: impl OpLike,
+    func: impl Fn(&VmapInfo, &[Option<usize>], &[Value]) -> Result<(Vec<Tensor>, Vec<Option<usize>>)> + Send + Sync + 'static,
+    lib: Option<&Library>,
+) -> Result<()> {
+    let op = op.resolve()?;
+    register::register_vmap(&op, Arc::new(func), owner(lib))
+}
+
+/// The kernel that would run for `dispatch_key` (`cpu`, `cuda`, `default` or a `Composite…`
+/// spelling; device names are case-insensitive). A disabled concrete kernel counts as absent;
+/// nothing usable is a lookup error.
+pub fn get_kernel(op: impl OpLike, dispatch_key: &str) -> Result<KernelFn> {
+    let op = op.resolve()?;
+    register::lookup_kernel(&op, dispatch_key)
+}

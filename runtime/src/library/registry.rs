@@ -1,0 +1,355 @@
+//! The global operator registry: every operator by qualified name — builtin ops from the op table
+//! and custom ops — with its schema and everything registered for it.
+//!
+//! Registrations carry an owner (a `Library` or the process), so dropping a `Library` removes
+//! exactly what it registered. Every mutating call validates first and changes state last, so a
+//! failed registration leaves the registry as it was.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::RwLock;
+use tensorplay_ir::schema::Schema;
+use tensorplay_ir::{DType, Device, Error, OpClass, Result};
+
+use super::autograd::AutogradImpl;
+use super::triton::TritonInfo;
+use super::vmap_rule::VmapRule;
+use crate::ops::{OpDef, all_ops};
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+/// A kernel: boxed arguments (bound to the schema) in, tensors out.
+pub type KernelFn = Arc<dyn Fn(&[Value]) -> Result<Vec<Tensor>> + Send + Sync>;
+
+/// Who registered something: a `Library` (removed when it drops) or the process (permanent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Owner {
+    Process,
+    Library(u64),
+}
+
+static NEXT_LIBRARY_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh owner id for a new `Library`.
+pub(crate) fn new_library_owner() -> Owner {
+    Owner::Library(NEXT_LIBRARY_ID.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A kernel slot: a concrete device type, or the device-agnostic default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Slot {
+    Cpu,
+    Cuda,
+    Default,
+}
+
+impl Slot {
+    /// Parses a device type or dispatch key: `cpu`/`CPU`, `cuda`/`CUDA`, `default`, and every
+    /// `Composite…` spelling (→ `Default`). Device indices (`cuda:0`) and other devices are errors.
+    pub fn parse(op: &str, arg: &str, s: &str) -> Result<Slot> {
+        let lower = s.to_ascii_lowercase();
+        match lower.as_str() {
+            "cpu" => Ok(Slot::Cpu),
+            "cuda" => Ok(Slot::Cuda),
+            "default" => Ok(Slot::Default),
+            _ if lower.starts_with("composite") => Ok(Slot::Default),
+            _ => Err(Error::argument(
+                op,
+                arg,
+                "`cpu`, `cuda`, `default` or a Composite… dispatch key",
+                format!("`{s}`"),
+            )),
+        }
+    }
+
+    /// The slot that serves tensors on `device` (meta has none).
+    pub fn for_device(device: Device) -> Option<Slot> {
+        match device {
+            Device::Cpu => Some(Slot::Cpu),
+            Device::Cuda(_) => Some(Slot::Cuda),
+            Device::Meta => None,
+        }
+    }
+
+    /// The name used in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Slot::Cpu => "cpu",
+            Slot::Cuda => "cuda",
+            Slot::Default => "default",
+        }
+    }
+}
+
+impl fmt::Display for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One registered thing and its owner.
+#[derive(Clone)]
+pub(crate) struct Entry<T> {
+    pub(crate) value: T,
+    pub(crate) owner: Owner,
+}
+
+/// A registered kernel with its enable flag.
+#[derive(Clone)]
+pub(crate) struct KernelEntry {
+    pub(crate) f: KernelFn,
+    pub(crate) enabled: bool,
+    pub(crate) owner: Owner,
+}
+
+/// Everything registered for one custom operator.
+#[derive(Default, Clone)]
+pub(crate) struct Registrations {
+    pub(crate) kernels: HashMap<Slot, KernelEntry>,
+    pub(crate) fake: Option<Entry<KernelFn>>,
+    pub(crate) autograd: Option<Entry<Arc<AutogradImpl>>>,
+    /// Per device type (`cpu`/`cuda`): the dtype floating inputs are cast to.
+    pub(crate) autocast: HashMap<Slot, Entry<DType>>,
+    pub(crate) vmap: Option<Entry<VmapRule>>,
+}
+
+impl Registrations {
+    /// Removes everything owned by `owner`.
+    fn remove_owner(&mut self, owner: Owner) {
+        self.kernels.retain(|_, k| k.owner != owner);
+        if self.fake.as_ref().is_some_and(|e| e.owner == owner) {
+            self.fake = None;
+        }
+        if self.autograd.as_ref().is_some_and(|e| e.owner == owner) {
+            self.autograd = None;
+        }
+        self.autocast.retain(|_, e| e.owner != owner);
+        if self.vmap.as_ref().is_some_and(|e| e.owner == owner) {
+            self.vmap = None;
+        }
+    }
+}
+
+/// How an operator came to exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A builtin op from the op table (read-only).
+    Builtin,
+    /// Created by `custom_op`/`triton_op` (permanent; redefinable through `custom_op`).
+    CustomOp,
+    /// Created by `define`/`Library::define` (removed with its owner).
+    Defined,
+}
+
+/// One operator in the registry.
+pub struct Operator {
+    qualname: String,
+    schema: Schema,
+    origin: Origin,
+    owner: Owner,
+    builtin: Option<&'static OpDef>,
+    /// Device types the definition advertised (`None` = every device).
+    pub(crate) device_types: Option<Vec<Slot>>,
+    pub(crate) triton: Option<TritonInfo>,
+    pub(crate) regs: RwLock<Registrations>,
+}
+
+impl fmt::Debug for Operator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Operator({})", self.schema)
+    }
+}
+
+impl Operator {
+    pub(crate) fn new_custom(
+        qualname: String,
+        schema: Schema,
+        origin: Origin,
+        owner: Owner,
+        device_types: Option<Vec<Slot>>,
+        triton: Option<TritonInfo>,
+    ) -> Operator {
+        Operator {
+            qualname,
+            schema,
+            origin,
+            owner,
+            builtin: None,
+            device_types,
+            triton,
+            regs: RwLock::new(Registrations::default()),
+        }
+    }
+
+    /// `ns::name` or `ns::name.overload`.
+    pub fn qualname(&self) -> &str {
+        &self.qualname
+    }
+
+    /// The parsed schema.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// How the operator was created.
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+
+    /// The op-table entry of a builtin op.
+    pub fn builtin(&self) -> Option<&'static OpDef> {
+        self.builtin
+    }
+
+    /// Device types advertised when the op was defined (`None` = every device).
+    pub fn device_types(&self) -> Option<&[Slot]> {
+        self.device_types.as_deref()
+    }
+
+    /// True for ops created by `triton_op`.
+    pub fn is_triton(&self) -> bool {
+        self.triton.is_some()
+    }
+
+    /// Names of parameters the op declares it mutates.
+    pub fn mutated_params(&self) -> Vec<&str> {
+        self.schema.mutated_params()
+    }
+
+    /// The op's class for the compiler: builtins from the op table; custom ops are opaque, or
+    /// mutating when they declare mutated arguments.
+    pub fn class(&self) -> OpClass {
+        match self.builtin {
+            Some(def) => def.class,
+            None if self.schema.is_mutating() => OpClass::Mutating,
+            None => OpClass::Opaque,
+        }
+    }
+
+    /// True when a fake kernel is registered.
+    pub fn has_fake(&self) -> bool {
+        self.builtin.is_some() || self.regs.read().fake.is_some()
+    }
+
+    /// True when an autograd formula is registered.
+    pub fn has_autograd(&self) -> bool {
+        self.regs.read().autograd.is_some()
+    }
+
+    /// The slots that hold a kernel, with their enabled flags, sorted.
+    pub fn kernel_slots(&self) -> Vec<(Slot, bool)> {
+        let mut v: Vec<(Slot, bool)> = self.regs.read().kernels.iter().map(|(s, k)| (*s, k.enabled)).collect();
+        v.sort();
+        v
+    }
+
+    pub(crate) fn check_mutable(&self, what: &str) -> Result<()> {
+        if self.builtin.is_some() {
+            return Err(Error::Registration(format!(
+                "cannot register {what} for builtin op `{}`",
+                self.qualname
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The process-wide registry.
+pub struct Registry {
+    ops: RwLock<HashMap<String, Arc<Operator>>>,
+    /// Namespaces with a live `Library(ns, DEF)`.
+    def_namespaces: RwLock<HashMap<String, Owner>>,
+}
+
+static REGISTRY: OnceLock<Registry> = OnceLock::new();
+
+/// The global registry, with every builtin op registered under `tp::`.
+pub fn registry() -> &'static Registry {
+    REGISTRY.get_or_init(|| {
+        let mut ops = HashMap::new();
+        for def in all_ops() {
+            let qualname = format!("tp::{}", def.name);
+            let schema = Schema::parse(&format!("tp::{}", def.schema))
+                .unwrap_or_else(|e| panic!("builtin schema of {qualname} must parse: {e}"));
+            ops.insert(
+                qualname.clone(),
+                Arc::new(Operator {
+                    qualname,
+                    schema,
+                    origin: Origin::Builtin,
+                    owner: Owner::Process,
+                    builtin: Some(def),
+                    device_types: None,
+                    triton: None,
+                    regs: RwLock::new(Registrations::default()),
+                }),
+            );
+        }
+        Registry {
+            ops: RwLock::new(ops),
+            def_namespaces: RwLock::new(HashMap::new()),
+        }
+    })
+}
+
+/// Splits a possibly schema-carrying qualname (`ns::op(Tensor x) -> Tensor`) into the name part.
+pub(crate) fn name_part(s: &str) -> &str {
+    s.split('(').next().unwrap_or(s).trim()
+}
+
+impl Registry {
+    /// Looks up an operator by qualified name (`ns::op` or `ns::op.overload`).
+    pub fn find(&self, qualname: &str) -> Option<Arc<Operator>> {
+        self.ops.read().get(name_part(qualname)).cloned()
+    }
+
+    /// Looks up an operator or fails with a lookup error naming it.
+    pub fn get(&self, qualname: &str) -> Result<Arc<Operator>> {
+        self.find(qualname).ok_or_else(|| {
+            Error::Lookup(format!("no operator named `{}` is registered", name_part(qualname)))
+        })
+    }
+
+    /// Every registered qualified name, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.ops.read().keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Inserts `op`, replacing an existing entry only when `replace` allows it.
+    pub(crate) fn insert(&self, op: Arc<Operator>, replace: impl Fn(&Operator) -> Result<()>) -> Result<Arc<Operator>> {
+        let mut ops = self.ops.write();
+        if let Some(existing) = ops.get(op.qualname()) {
+            replace(existing)?;
+        }
+        ops.insert(op.qualname().to_string(), op.clone());
+        Ok(op)
+    }
+
+    /// Claims `ns` for a DEF library.
+    pub(crate) fn claim_def_namespace(&self, ns: &str, owner: Owner) -> Result<()> {
+        let mut nss = self.def_namespaces.write();
+        if nss.contains_key(ns) {
+            return Err(Error::Registration(format!(
+                "a DEF library for namespace `{ns}` already exists; use Library::new(\"{ns}\", \"FRAGMENT\") to extend it"
+            )));
+        }
+        nss.insert(ns.to_string(), owner);
+        Ok(())
+    }
+
+    /// Removes everything `owner` registered: its defined operators, its registrations on other
+    /// operators and its namespace claim.
+    pub(crate) fn remove_owner(&self, owner: Owner) {
+        let mut ops = self.ops.write();
+        ops.retain(|_, op| !(op.origin == Origin::Defined && op.owner == owner));
+        for op in ops.values() {
+            op.regs.write().remove_owner(owner);
+        }
+        self.def_namespaces.write().retain(|_, o| *o != owner);
+    }
+}

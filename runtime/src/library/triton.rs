@@ -1,0 +1,311 @@
+//! Triton-style ops: kernels launched over a grid of program ids through [`wrap_triton`].
+//!
+//! A grid launcher is anything that can run a kernel over a grid: a compiled GPU kernel
+//! ([`GpuKernel`], PTX or cubin plus launch metadata, run by the CUDA backend) or a
+//! [`CpuLauncher`] that runs a Rust closure once per program id on the thread pool, so triton ops
+//! work and are tested without a GPU. Inside a triton op's body, launches may only write to
+//! tensors the op declared as mutated or to tensors the body allocated itself.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use tensorplay_ir::{DType, Error, Result};
+
+use crate::parallel;
+use crate::tensor::Tensor;
+
+/// Marker stored on operators created by `triton_op`.
+#[derive(Debug, Clone, Default)]
+pub struct TritonInfo;
+
+/// One argument of a grid launch.
+#[derive(Clone)]
+pub enum LaunchArg {
+    /// A tensor the kernel only reads.
+    In(Tensor),
+    /// A tensor the kernel writes.
+    Out(Tensor),
+    Int(i64),
+    Float(f64),
+}
+
+impl fmt::Debug for LaunchArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LaunchArg::In(t) => write!(f, "In({t:?})"),
+            LaunchArg::Out(t) => write!(f, "Out({t:?})"),
+            LaunchArg::Int(v) => write!(f, "Int({v})"),
+            LaunchArg::Float(v) => write!(f, "Float({v})"),
+        }
+    }
+}
+
+/// A raw view of a tensor argument handed to a CPU program.
+#[derive(Debug, Clone, Copy)]
+pub struct RawTensor {
+    ptr: *mut u8,
+    numel: usize,
+    dtype: DType,
+}
+
+unsafe impl Send for RawTensor {}
+unsafe impl Sync for RawTensor {}
+
+impl RawTensor {
+    /// Number of elements (the tensor is contiguous).
+    pub fn numel(&self) -> usize {
+        self.numel
+    }
+
+    /// Element dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Reads element `i` as `T`.
+    ///
+    /// # Safety
+    /// `T` must be the tensor's element type and `i < numel`.
+    pub unsafe fn read<T: Copy>(&self, i: usize) -> T {
+        unsafe { *(self.ptr as *const T).add(i) }
+    }
+
+    /// Writes element `i`.
+    ///
+    /// # Safety
+    /// `T` must be the element type, `i < numel`, the argument must be `LaunchArg::Out`, and no
+    /// other program may write element `i` concurrently.
+    pub unsafe fn write<T: Copy>(&self, i: usize, v: T) {
+        unsafe { *(self.ptr as *mut T).add(i) = v }
+    }
+}
+
+/// A CPU program's view of the launch arguments.
+#[derive(Debug, Clone)]
+pub enum ProgramArg {
+    Tensor(RawTensor),
+    Int(i64),
+    Float(f64),
+}
+
+/// Runs a kernel over a grid.
+pub trait GridLauncher: Send + Sync {
+    /// The kernel's name (for errors and graphs).
+    fn name(&self) -> &str;
+    /// Runs every program id of `grid` with `args`.
+    fn launch(&self, grid: [u32; 3], args: &[LaunchArg]) -> Result<()>;
+}
+
+/// The body of a CPU program: `(program_id, args)`.
+pub type ProgramFn = Arc<dyn Fn([u32; 3], &[ProgramArg]) -> Result<()> + Send + Sync>;
+
+/// Runs a Rust closure once per program id, in parallel on the shared pool.
+pub struct CpuLauncher {
+    name: String,
+    body: ProgramFn,
+}
+
+impl CpuLauncher {
+    /// A launcher named `name` running `body` per program id.
+    pub fn new(
+        name: &str,
+        body: impl Fn([u32; 3], &[ProgramArg]) -> Result<()> + Send + Sync + 'static,
+    ) -> CpuLauncher {
+        CpuLauncher {
+            name: name.to_string(),
+            body: Arc::new(body),
+        }
+    }
+}
+
+fn program_args(args: &[LaunchArg], name: &str) -> Result<Vec<ProgramArg>> {
+    args.iter()
+        .map(|a| match a {
+            LaunchArg::In(t) | LaunchArg::Out(t) => {
+                if !t.is_contiguous() {
+                    return Err(Error::argument(
+                        name,
+                        "args",
+                        "contiguous tensors (call .contiguous())",
+                        format!("{t:?} with strides {:?}", t.strides()),
+                    ));
+                }
+                Ok(ProgramArg::Tensor(RawTensor {
+                    ptr: t.data_ptr(name)?,
+                    numel: t.numel(),
+                    dtype: t.dtype(),
+                }))
+            }
+            LaunchArg::Int(v) => Ok(ProgramArg::Int(*v)),
+            LaunchArg::Float(v) => Ok(ProgramArg::Float(*v)),
+        })
+        .collect()
+}
+
+impl GridLauncher for CpuLauncher {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn launch(&self, grid: [u32; 3], args: &[LaunchArg]) -> Result<()> {
+        let pargs = program_args(args, &self.name)?;
+        let total = grid.iter().map(|&g| g as usize).product::<usize>();
+        let body = &self.body;
+        parallel::pool().install(|| {
+            (0..total).into_par_iter().try_for_each(|i| {
+                let x = (i % grid[0] as usize) as u32;
+                let y = ((i / grid[0] as usize) % grid[1] as usize) as u32;
+                let z = (i / (grid[0] as usize * grid[1] as usize)) as u32;
+                body([x, y, z], &pargs)
+            })
+        })?;
+        for a in args {
+            if let LaunchArg::Out(t) = a {
+                t.storage().bump_version();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A compiled GPU kernel image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuImage {
+    Ptx(String),
+    Cubin(Vec<u8>),
+}
+
+/// A compiled GPU kernel (e.g. from Triton's ahead-of-time output): image, entry point and launch
+/// metadata. It runs through the CUDA backend; builds without it report an error on launch.
+#[derive(Debug, Clone)]
+pub struct GpuKernel {
+    pub name: String,
+    pub entry: String,
+    pub image: GpuImage,
+    pub num_warps: u32,
+    pub shared_mem_bytes: u32,
+}
+
+impl GridLauncher for GpuKernel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn launch(&self, _grid: [u32; 3], _args: &[LaunchArg]) -> Result<()> {
+        Err(Error::unsupported(
+            &self.name,
+            "launching GPU kernels needs the CUDA backend, which this build does not include",
+        ))
+    }
+}
+
+/// A kernel marked as launchable from a triton op (the result of [`wrap_triton`]).
+#[derive(Clone)]
+pub struct TritonKernel {
+    inner: Arc<dyn GridLauncher>,
+}
+
+impl fmt::Debug for TritonKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TritonKernel({})", self.inner.name())
+    }
+}
+
+/// What [`wrap_triton`] accepts: any grid launcher, or an already wrapped kernel.
+pub trait IntoTritonKernel {
+    fn into_triton_kernel(self) -> TritonKernel;
+}
+
+impl<L: GridLauncher + 'static> IntoTritonKernel for L {
+    fn into_triton_kernel(self) -> TritonKernel {
+        TritonKernel { inner: Arc::new(self) }
+    }
+}
+
+impl IntoTritonKernel for TritonKernel {
+    fn into_triton_kernel(self) -> TritonKernel {
+        self
+    }
+}
+
+/// Marks a kernel as launchable from within a triton op; idempotent on wrapped kernels.
+///
+/// ```
+/// use tensorplay_runtime::library::triton::{wrap_triton, CpuLauncher};
+/// let k = wrap_triton(CpuLauncher::new("noop", |_, _| Ok(())));
+/// let again = wrap_triton(k.clone());
+/// assert!(k.same(&again));
+/// ```
+pub fn wrap_triton(kernel: impl IntoTritonKernel) -> TritonKernel {
+    kernel.into_triton_kernel()
+}
+
+/// The triton op whose body is running on this thread: its name and the tensors it may write
+/// (declared mutated arguments) or must not write (its other tensor inputs).
+pub(crate) struct TritonScope {
+    pub(crate) op: String,
+    pub(crate) read_only: Vec<Tensor>,
+}
+
+thread_local! {
+    static SCOPE: RefCell<Vec<TritonScope>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with `scope` as the current triton-op scope.
+pub(crate) fn with_scope<R>(scope: TritonScope, f: impl FnOnce() -> R) -> R {
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            SCOPE.with(|s| s.borrow_mut().pop());
+        }
+    }
+    SCOPE.with(|s| s.borrow_mut().push(scope));
+    let _pop = Pop;
+    f()
+}
+
+impl TritonKernel {
+    /// True when both handles wrap the same launcher.
+    pub fn same(&self, other: &TritonKernel) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// Launches over `grid`. Only allowed inside a triton op's body, and `Out` arguments must not
+    /// alias an input the op did not declare as mutated.
+    pub fn launch(&self, grid: [u32; 3], args: &[LaunchArg]) -> Result<()> {
+        let check = SCOPE.with(|s| -> Result<()> {
+            let scopes = s.borrow();
+            let Some(scope) = scopes.last() else {
+                return Err(Error::unsupported(
+                    self.name(),
+                    "wrap_triton kernels can only be launched from the body of a triton_op",
+                ));
+            };
+            for a in args {
+                if let LaunchArg::Out(t) = a
+                    && let Some(ro) = scope.read_only.iter().find(|r| r.storage().same(t.storage()))
+                {
+                    return Err(Error::argument(
+                        &scope.op,
+                        "mutates_args",
+                        "kernel outputs that are fresh tensors or declared mutated arguments",
+                        format!("kernel `{}` writes to an input it does not declare as mutated ({ro:?})", self.name()),
+                    ));
+                }
+            }
+            Ok(())
+        });
+        check?;
+        if grid.contains(&0) {
+            return Ok(());
+        }
+        self.inner.launch(grid, args)
+    }
+}
