@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tensorplay_ir::{Device, Error, Result};
 
 use crate::autocast;
+use crate::capture;
 use crate::autograd::mode::{is_grad_enabled, no_grad};
 use crate::autograd::node::{BackwardFn, record};
 use crate::library::autograd::{CustomBackward, make_ctx};
@@ -19,6 +20,9 @@ use crate::value::{Args, Value};
 
 /// Calls builtin `op` with boxed `args` (already in schema order), returning its outputs.
 pub fn call(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
+    if let Some(hook) = capture::current() {
+        return hook.on_builtin(op, args);
+    }
     if autocast::any_active()
         && let Some(cast) = autocast::apply_builtin(op.name, args, common_device(op.name, args)?)?
     {
@@ -41,7 +45,12 @@ pub fn call_operator(op: &Arc<Operator>, args: &[Value], kwargs: &[(String, Valu
     let bound = bind(op.qualname(), op.schema(), args, kwargs)?;
     match op.builtin() {
         Some(def) => call(def, &bound),
-        None => call_custom(op, &bound),
+        None => {
+            if let Some(hook) = capture::current() {
+                return hook.on_custom(op, &bound);
+            }
+            call_custom(op, &bound)
+        }
     }
 }
 
@@ -168,7 +177,7 @@ fn backend(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
 
 /// The layers for a custom op: autocast by its registered rule, then autograd (its formula, or
 /// implicitly through the builtin ops its kernel calls), then kernel selection.
-fn call_custom(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
+pub(crate) fn call_custom(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
     if autocast::any_active() {
         let device = common_device(op.qualname(), args)?;
         let rule = Slot::for_device(device)

@@ -4,6 +4,7 @@
 
 pub mod autocast;
 pub mod autograd;
+pub mod capture;
 pub mod dispatch;
 pub mod element;
 pub(crate) mod kernels;

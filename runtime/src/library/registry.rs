@@ -246,6 +246,19 @@ impl Operator {
         v
     }
 
+    /// The slot whose kernel would run for real tensors on `device` (a disabled concrete kernel
+    /// falls back to the default slot), or `None` when nothing would run.
+    pub fn selected_slot(&self, device: Device) -> Option<Slot> {
+        let regs = self.regs.read();
+        let concrete = Slot::for_device(device).filter(|s| regs.kernels.get(s).is_some_and(|k| k.enabled));
+        concrete.or_else(|| regs.kernels.contains_key(&Slot::Default).then_some(Slot::Default))
+    }
+
+    /// The kernel in `slot`, if registered (regardless of its enabled flag).
+    pub fn kernel_in(&self, slot: Slot) -> Option<KernelFn> {
+        self.regs.read().kernels.get(&slot).map(|k| k.f.clone())
+    }
+
     pub(crate) fn check_mutable(&self, what: &str) -> Result<()> {
         if self.builtin.is_some() {
             return Err(Error::Registration(format!(

@@ -1,0 +1,109 @@
+//! Eager-mode benchmarks: per-op dispatch overhead on a 1-element tensor, and large elementwise and
+//! reduction throughput next to plain-Rust bandwidth references measured in the same run.
+//!
+//! Run: `cargo bench --bench eager`. Ratios (eager / reference) go into docs/PERFORMANCE.md.
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use rayon::prelude::*;
+use tensorplay::{DType, Tensor};
+
+const LARGE: usize = 1 << 24;
+
+fn dispatch_overhead(c: &mut Criterion) {
+    let a = Tensor::ones(&[1], DType::F32);
+    let b = Tensor::ones(&[1], DType::F32);
+    let mut g = c.benchmark_group("dispatch");
+    g.bench_function("add_1elem", |bench| bench.iter(|| black_box(a.add(&b).unwrap())));
+    g.bench_function("exp_1elem", |bench| bench.iter(|| black_box(a.exp().unwrap())));
+    g.bench_function("sum_1elem", |bench| bench.iter(|| black_box(a.sum_all().unwrap())));
+    g.bench_function("mul_scalar_1elem", |bench| bench.iter(|| black_box(a.mul_scalar(2.0).unwrap())));
+    g.finish();
+}
+
+/// `dst[i] = a[i] + b[i]` over preallocated buffers, chunked across the given number of threads.
+fn reference_add(dst: &mut [f32], a: &[f32], b: &[f32], threads: usize) {
+    let chunk = dst.len().div_ceil(threads);
+    dst.par_chunks_mut(chunk)
+        .zip(a.par_chunks(chunk))
+        .zip(b.par_chunks(chunk))
+        .for_each(|((d, a), b)| {
+            for ((d, a), b) in d.iter_mut().zip(a).zip(b) {
+                *d = a + b;
+            }
+        });
+}
+
+fn reference_copy(dst: &mut [f32], src: &[f32], threads: usize) {
+    let chunk = dst.len().div_ceil(threads);
+    dst.par_chunks_mut(chunk)
+        .zip(src.par_chunks(chunk))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+}
+
+fn reference_sum(x: &[f32], threads: usize) -> f64 {
+    let chunk = x.len().div_ceil(threads);
+    x.par_chunks(chunk)
+        .map(|c| {
+            let mut lanes = [0f32; 16];
+            for block in c.chunks_exact(16) {
+                for (l, v) in lanes.iter_mut().zip(block) {
+                    *l += v;
+                }
+            }
+            lanes.iter().map(|&v| v as f64).sum::<f64>()
+        })
+        .sum()
+}
+
+fn throughput(c: &mut Criterion) {
+    let threads = tensorplay::parallel::num_threads();
+    let a = Tensor::rand_seeded(&[LARGE], DType::F32, 1).unwrap();
+    let b = Tensor::rand_seeded(&[LARGE], DType::F32, 2).unwrap();
+    let av = a.to_vec::<f32>().unwrap();
+    let bv = b.to_vec::<f32>().unwrap();
+    let mut dst = vec![0f32; LARGE];
+
+    let mut g = c.benchmark_group("elementwise_2^24");
+    g.sample_size(20);
+    g.throughput(Throughput::Bytes((LARGE * 12) as u64));
+    g.bench_function(BenchmarkId::new("eager_add", threads), |bench| {
+        bench.iter(|| black_box(a.add(&b).unwrap()))
+    });
+    g.bench_function(BenchmarkId::new("eager_mul", threads), |bench| {
+        bench.iter(|| black_box(a.mul(&b).unwrap()))
+    });
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| {
+        g.bench_function(BenchmarkId::new("reference_add_preallocated", threads), |bench| {
+            bench.iter(|| reference_add(black_box(&mut dst), &av, &bv, threads))
+        });
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("copy_2^24");
+    g.sample_size(20);
+    g.throughput(Throughput::Bytes((LARGE * 8) as u64));
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| {
+        g.bench_function(BenchmarkId::new("reference_copy", threads), |bench| {
+            bench.iter(|| reference_copy(black_box(&mut dst), &av, threads))
+        });
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("reduction_2^24");
+    g.sample_size(20);
+    g.throughput(Throughput::Bytes((LARGE * 4) as u64));
+    g.bench_function(BenchmarkId::new("eager_sum", threads), |bench| {
+        bench.iter(|| black_box(a.sum_all().unwrap()))
+    });
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| {
+        g.bench_function(BenchmarkId::new("reference_sum", threads), |bench| {
+            bench.iter(|| black_box(reference_sum(&av, threads)))
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, dispatch_overhead, throughput);
+criterion_main!(benches);
