@@ -1,2 +1,6 @@
+//! `tensorplay-compiler`: capture closures into IR graphs, partition them into fused regions
+//! between barriers, generate native code for the regions (Cranelift on CPU) and run the result.
+
+pub mod capture;
 pub mod codegen;
 pub mod passes;

@@ -47,6 +47,8 @@ pub(crate) struct TensorImpl {
     /// A 0-d tensor made from a Rust scalar operand: it only raises the promotion category.
     pub(crate) wrapped_number: bool,
     pub(crate) autograd: AutogradMeta,
+    /// Set for batched tensors inside `vmap`: the physical tensor and its batch dim.
+    pub(crate) batch: Option<Box<crate::vmap::BatchInfo>>,
 }
 
 /// Autograd state of one tensor handle.
@@ -76,6 +78,7 @@ impl TensorImpl {
             device,
             wrapped_number: false,
             autograd: AutogradMeta::default(),
+            batch: None,
         }
     }
 }
@@ -213,12 +216,37 @@ impl Tensor {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
+    /// A number identifying this tensor object while it is alive (handles from `clone()` share
+    /// it; views and `detach()` get their own). Tracers use it to map tensors to graph values.
+    pub fn identity(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    /// True for 0-d tensors made from Rust scalar operands (they only raise the promotion
+    /// category of the op they meet).
+    pub fn is_wrapped_scalar(&self) -> bool {
+        self.0.wrapped_number
+    }
+
+    /// True for a batched tensor inside `vmap` (it shows one example's shape and has no data of
+    /// its own).
+    pub fn is_batched(&self) -> bool {
+        self.0.batch.is_some()
+    }
+
+    pub(crate) fn batch_info(&self) -> Option<&crate::vmap::BatchInfo> {
+        self.0.batch.as_deref()
+    }
+
     pub(crate) fn is_wrapped_number(&self) -> bool {
         self.0.wrapped_number
     }
 
     /// Base data pointer of element `[0, .., 0]`, or an error naming `op` for fake tensors.
     pub(crate) fn data_ptr(&self, op: &str) -> Result<*mut u8> {
+        if self.is_batched() {
+            return Err(Error::unsupported(op, "cannot read the data of a batched tensor inside vmap"));
+        }
         let base = self.0.storage.ptr().ok_or_else(|| {
             Error::unsupported(
                 op,
@@ -308,12 +336,28 @@ impl Tensor {
         self.0.autograd.grad_fn.as_ref()
     }
 
-    pub(crate) fn set_grad(&self, grad: Option<Tensor>) {
-        *self.0.autograd.grad.lock() = grad;
+    /// Adds `g` into `.grad` atomically (backward passes on several threads may share a leaf).
+    pub(crate) fn accumulate_grad(&self, g: Tensor) -> Result<()> {
+        let mut slot = self.0.autograd.grad.lock();
+        let new = match slot.take() {
+            None => g,
+            Some(prev) => match prev.add(&g) {
+                Ok(sum) => sum,
+                Err(e) => {
+                    *slot = Some(prev);
+                    return Err(e);
+                }
+            },
+        };
+        *slot = Some(new);
+        Ok(())
     }
 
     /// A new handle to the same data with no autograd history (a leaf that does not require grad).
     pub fn detach(&self) -> Tensor {
+        if let Some(info) = self.batch_info() {
+            return crate::vmap::detach_batched(info);
+        }
         let mut t = TensorImpl::new(
             self.0.storage.clone(),
             self.0.shape.clone(),

@@ -1,0 +1,318 @@
+//! Capture: run a user closure on proxy (fake) tensors with a capture hook installed, recording
+//! every dispatcher call into an IR graph.
+//!
+//! Policy (DESIGN §5.1): builtin ops become nodes of their op-table class. A custom op is traced
+//! through — its builtin ops become fusible nodes — when it does not mutate, is not a triton op,
+//! has no custom autograd and its selected kernel is the device-agnostic body; if that body reads
+//! data, the partial trace is rolled back and the op becomes one opaque node shaped by its fake
+//! kernel. Every other custom op is an opaque node (a fusion barrier) with the reason recorded.
+//! Mutations get ordering edges after every earlier reader and before every later reader.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use tensorplay_ir::graph::{Attr, BuilderArg, Constant, GraphBuilder};
+use tensorplay_ir::schema::Schema;
+use tensorplay_ir::{DType, Device, Dim, Error, Graph, NodeId, OpClass, Result, TensorMeta, ValueRef};
+use tensorplay_runtime::capture::{CaptureHook, install, suspend};
+use tensorplay_runtime::dispatch;
+use tensorplay_runtime::library::{Operator, Slot, registry};
+use tensorplay_runtime::ops::OpDef;
+use tensorplay_runtime::{Tensor, Value};
+
+/// Largest tensor a closure may capture as a literal constant (larger ones must be inputs).
+pub const MAX_CONSTANT_ELEMS: usize = 64;
+
+/// Options of [`capture`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CaptureOptions {
+    /// Make every input dim except size-1 (broadcast) dims symbolic in the graph's input metadata.
+    pub dynamic: bool,
+}
+
+#[derive(Clone, Default)]
+struct TraceState {
+    builder: GraphBuilder,
+    /// Tensor identity → the graph value it holds.
+    values: HashMap<usize, ValueRef>,
+    /// Value → the last node that mutated it, for ordering later readers.
+    last_writer: HashMap<ValueRef, NodeId>,
+    /// Every tensor seen, kept alive so identities stay unique during the trace.
+    keep_alive: Vec<Tensor>,
+}
+
+struct Tracer {
+    state: RefCell<TraceState>,
+}
+
+fn attr_of(v: &Value) -> Option<Attr> {
+    Some(match v {
+        Value::Int(i) => Attr::Int(*i),
+        Value::Float(f) => Attr::Float(*f),
+        Value::Bool(b) => Attr::Bool(*b),
+        Value::Str(s) => Attr::Str(s.clone()),
+        Value::IntList(v) => Attr::IntList(v.clone()),
+        Value::FloatList(v) => Attr::FloatList(v.clone()),
+        Value::BoolList(v) => Attr::BoolList(v.clone()),
+        Value::DType(d) => Attr::DType(*d),
+        Value::Device(d) => Attr::Device(*d),
+        Value::None | Value::OptionalTensor(None) => Attr::None,
+        Value::Tensor(_) | Value::OptionalTensor(Some(_)) | Value::TensorList(_) => return None,
+    })
+}
+
+/// A captured real tensor as a literal constant.
+fn constant_of(t: &Tensor) -> Result<Constant> {
+    if t.is_fake() {
+        return Err(Error::Compile(format!(
+            "capture met a fake tensor {t:?} that is not derived from the inputs"
+        )));
+    }
+    if t.numel() > MAX_CONSTANT_ELEMS {
+        return Err(Error::Compile(format!(
+            "the captured function uses a tensor {t:?} that is not one of its inputs; tensors \
+             larger than {MAX_CONSTANT_ELEMS} elements must be passed as inputs"
+        )));
+    }
+    let dtype = t.dtype();
+    Ok(if t.is_wrapped_scalar() {
+        match dtype {
+            DType::Bool => Constant::Bool(t.item::<bool>()?),
+            d if d.is_float() => Constant::Float { value: t.item::<f64>()?, dtype: d },
+            d => Constant::Int { value: t.item::<i64>()?, dtype: d },
+        }
+    } else if dtype.is_float() {
+        Constant::FloatTensor { data: t.to_vec_f64()?, shape: t.shape().to_vec(), dtype }
+    } else {
+        let data = t.to_dtype(DType::I64)?.to_vec::<i64>()?;
+        Constant::IntTensor { data, shape: t.shape().to_vec(), dtype }
+    })
+}
+
+impl TraceState {
+    fn value_of(&mut self, t: &Tensor) -> Result<ValueRef> {
+        if let Some(v) = self.values.get(&t.identity()) {
+            return Ok(*v);
+        }
+        let c = constant_of(t)?;
+        let v = self.builder.constant(c, t.device())?;
+        self.values.insert(t.identity(), v);
+        self.keep_alive.push(t.clone());
+        Ok(v)
+    }
+
+    /// Builder arguments for `args`, named after the schema's parameters.
+    fn builder_args(&mut self, schema: &Schema, args: &[Value]) -> Result<(Vec<BuilderArg>, Vec<ValueRef>)> {
+        let mut out = Vec::with_capacity(args.len());
+        let mut reads = Vec::new();
+        for (i, v) in args.iter().enumerate() {
+            let name = schema.params.get(i).map(|p| p.name.clone());
+            let arg = match v {
+                Value::Tensor(t) | Value::OptionalTensor(Some(t)) => {
+                    let r = self.value_of(t)?;
+                    reads.push(r);
+                    if matches!(v, Value::OptionalTensor(_)) {
+                        BuilderArg::OptionalTensor(Some(r))
+                    } else {
+                        BuilderArg::Tensor(r)
+                    }
+                }
+                Value::TensorList(ts) => {
+                    let rs = ts.iter().map(|t| self.value_of(t)).collect::<Result<Vec<_>>>()?;
+                    reads.extend(&rs);
+                    BuilderArg::TensorList(rs)
+                }
+                other => BuilderArg::Attr {
+                    name,
+                    value: attr_of(other).unwrap_or(Attr::None),
+                },
+            };
+            out.push(arg);
+        }
+        Ok((out, reads))
+    }
+
+    /// Adds an op node reading `reads`, ordered after the last writers of those values, and maps
+    /// `outputs` to its results.
+    #[allow(clippy::too_many_arguments)]
+    fn add_node(
+        &mut self,
+        name: &str,
+        class: OpClass,
+        args: Vec<BuilderArg>,
+        reads: &[ValueRef],
+        outputs: &[Tensor],
+        mutated: &[ValueRef],
+        reason: Option<String>,
+    ) -> Result<NodeId> {
+        let metas: Vec<TensorMeta> = outputs.iter().map(Tensor::meta).collect();
+        let node = self.builder.op_node(name, class, args, metas)?;
+        if let Some(r) = reason {
+            self.builder.set_barrier_reason(node, r)?;
+        }
+        for r in reads {
+            if let Some(&w) = self.last_writer.get(r)
+                && w != node
+            {
+                self.builder.order(node, w)?;
+            }
+        }
+        for m in mutated {
+            self.builder.order_after_readers(node, *m)?;
+            self.last_writer.insert(*m, node);
+        }
+        for (i, t) in outputs.iter().enumerate() {
+            // A mutating op returns its (already mapped) target: keep the original value.
+            self.values.entry(t.identity()).or_insert(ValueRef::new(node, i));
+            self.keep_alive.push(t.clone());
+        }
+        Ok(node)
+    }
+}
+
+impl Tracer {
+    fn record_builtin(&self, op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
+        let outs = {
+            let _off = suspend();
+            dispatch::call(op, args)?
+        };
+        let qualname = format!("tp::{}", op.name);
+        let schema = registry().get(&qualname)?.schema().clone();
+        let mut st = self.state.borrow_mut();
+        let (bargs, reads) = st.builder_args(&schema, args)?;
+        let mutated: Vec<ValueRef> = if op.class == OpClass::Mutating {
+            reads.first().copied().into_iter().collect()
+        } else {
+            vec![]
+        };
+        st.add_node(&qualname, op.class, bargs, &reads, &outs, &mutated, None)?;
+        Ok(outs)
+    }
+
+    fn device_of(args: &[Value]) -> Device {
+        args.iter().flat_map(Value::tensors).map(Tensor::device).next().unwrap_or(Device::Cpu)
+    }
+
+    /// Why `op` cannot be traced through, or `None` when it can.
+    fn opaque_reason(op: &Operator, device: Device) -> Option<String> {
+        if op.schema().is_mutating() {
+            return Some(format!("mutates {}", op.schema().mutated_params().join(", ")));
+        }
+        if op.is_triton() {
+            return Some("triton op".into());
+        }
+        if op.has_autograd() {
+            return Some("custom autograd".into());
+        }
+        match op.selected_slot(device) {
+            Some(Slot::Default) => None,
+            Some(slot) => Some(format!("{slot} kernel (device-specific)")),
+            None => Some("no kernel for the device".into()),
+        }
+    }
+
+    fn record_opaque(&self, op: &Arc<Operator>, args: &[Value], reason: String) -> Result<Vec<Tensor>> {
+        if !op.has_fake() && !op.schema().returns.is_empty() {
+            return Err(Error::Compile(format!(
+                "`{}` runs as an opaque node under capture ({reason}) and needs a fake kernel; \
+                 register one with register_fake",
+                op.qualname()
+            )));
+        }
+        let outs = {
+            let _off = suspend();
+            dispatch::call_operator(op, args, &[])?
+        };
+        let mut st = self.state.borrow_mut();
+        let (bargs, reads) = st.builder_args(op.schema(), args)?;
+        let declared = op.schema().mutated_params();
+        let mutated: Vec<ValueRef> = op
+            .schema()
+            .params
+            .iter()
+            .zip(args)
+            .filter(|(p, _)| declared.contains(&p.name.as_str()))
+            .flat_map(|(_, v)| v.tensors().cloned().collect::<Vec<_>>())
+            .map(|t| st.value_of(&t))
+            .collect::<Result<_>>()?;
+        st.add_node(op.qualname(), op.class(), bargs, &reads, &outs, &mutated, Some(reason))?;
+        Ok(outs)
+    }
+}
+
+impl CaptureHook for Tracer {
+    fn on_builtin(&self, op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
+        self.record_builtin(op, args)
+    }
+
+    fn on_custom(&self, op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
+        let device = Self::device_of(args);
+        if let Some(reason) = Self::opaque_reason(op, device) {
+            return self.record_opaque(op, args, reason);
+        }
+        let Some(body) = op.kernel_in(Slot::Default) else {
+            return self.record_opaque(op, args, "no device-agnostic body".into());
+        };
+        let snapshot = self.state.borrow().clone();
+        match body(args) {
+            Ok(outs) => Ok(outs),
+            Err(_) => {
+                *self.state.borrow_mut() = snapshot;
+                self.record_opaque(op, args, "body reads data; runs opaque with its fake kernel".into())
+            }
+        }
+    }
+}
+
+/// Runs `f` on proxies shaped like `inputs` and returns the recorded graph.
+///
+/// ```
+/// use tensorplay_compiler::capture::{capture, CaptureOptions};
+/// use tensorplay_ir::{DType, Device, TensorMeta};
+/// let x = TensorMeta::new(&[8], DType::F32, Device::Cpu);
+/// let g = capture(|xs| Ok(vec![xs[0].exp()?.add(&xs[0])?]), &[x], CaptureOptions::default())?;
+/// assert!(g.to_string().contains("tp::exp"));
+/// # Ok::<(), tensorplay_ir::Error>(())
+/// ```
+pub fn capture(
+    f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
+    inputs: &[TensorMeta],
+    opts: CaptureOptions,
+) -> Result<Graph> {
+    let tracer = Rc::new(Tracer { state: RefCell::new(TraceState::default()) });
+    let mut proxies = Vec::with_capacity(inputs.len());
+    {
+        let mut st = tracer.state.borrow_mut();
+        let mut next_sym = 0u32;
+        for (i, m) in inputs.iter().enumerate() {
+            let shape = m.static_shape().ok_or_else(|| {
+                Error::Compile(format!("capture needs concrete example shapes; input {i} is {m}"))
+            })?;
+            let proxy = Tensor::empty_fake(&shape, m.dtype, m.device);
+            let mut meta = m.clone();
+            if opts.dynamic {
+                for d in meta.shape.iter_mut() {
+                    if *d != Dim::Static(1) {
+                        *d = Dim::Sym(next_sym);
+                        next_sym += 1;
+                    }
+                }
+            }
+            let v = st.builder.input(format!("x{i}"), meta);
+            st.values.insert(proxy.identity(), v);
+            st.keep_alive.push(proxy.clone());
+            proxies.push(proxy);
+        }
+    }
+    let outs = {
+        let _hook = install(tracer.clone());
+        f(&proxies)?
+    };
+    let mut st = tracer.state.borrow_mut();
+    let results = outs.iter().map(|t| st.value_of(t)).collect::<Result<Vec<_>>>()?;
+    let mut state = std::mem::take(&mut *st);
+    state.builder.output(&results)?;
+    state.builder.finish()
+}
