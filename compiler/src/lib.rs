@@ -3,4 +3,9 @@
 
 pub mod capture;
 pub mod codegen;
+pub mod compile;
+pub mod executor;
 pub mod passes;
+
+pub use compile::{CompiledFn, compile, compile_with, tp_compile};
+pub use executor::CompiledGraph;

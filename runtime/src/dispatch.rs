@@ -17,6 +17,7 @@ use crate::library::triton::{TritonScope, with_scope};
 use crate::ops::{GradCtx, Kernel, OpDef, Saved};
 use crate::tensor::Tensor;
 use crate::value::{Args, Value};
+use crate::vmap;
 
 /// Calls builtin `op` with boxed `args` (already in schema order), returning its outputs.
 pub fn call(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
@@ -27,7 +28,16 @@ pub fn call(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
         && let Some(cast) = autocast::apply_builtin(op.name, args, common_device(op.name, args)?)?
     {
         let _off = autocast::suspend();
-        return autograd_layer(op, &cast);
+        return vmap_layer(op, &cast);
+    }
+    vmap_layer(op, args)
+}
+
+/// Batched arguments (inside `vmap`) go to their batching rule, which re-dispatches on the
+/// physical tensors; everything else continues to autograd.
+fn vmap_layer(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
+    if vmap::any_batched(args) {
+        return vmap::dispatch_builtin(op, args);
     }
     autograd_layer(op, args)
 }
@@ -184,8 +194,16 @@ pub(crate) fn call_custom(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tens
             .and_then(|slot| autocast::active_dtype(device).and(op.regs.read().autocast.get(&slot).map(|e| e.value)));
         if let Some(dtype) = rule {
             let cast = autocast::cast_args(args, device, dtype)?;
-            return custom_autograd_layer(op, &cast);
+            return custom_vmap_layer(op, &cast);
         }
+    }
+    custom_vmap_layer(op, args)
+}
+
+/// Batched arguments go to the op's `register_vmap` rule (or the per-example fallback).
+fn custom_vmap_layer(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
+    if vmap::any_batched(args) {
+        return vmap::dispatch_custom(op, args);
     }
     custom_autograd_layer(op, args)
 }

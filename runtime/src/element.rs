@@ -169,8 +169,9 @@ pub fn cast<S: Element, D: Element>(s: S) -> D {
     if D::DTYPE == DType::Bool {
         D::from_bool(s.to_bool())
     } else if D::DTYPE.is_float() {
-        if S::DTYPE == DType::I64 && D::DTYPE != DType::F64 {
-            // Avoid double rounding i64 -> f64 -> f32 (f16/bf16 then round from that f32).
+        if S::DTYPE.is_int() && D::DTYPE != DType::F64 {
+            // Round once to f32 (not i64 -> f64 -> f32); f16/bf16 then round from that f32,
+            // as PyTorch's integer -> half conversions do.
             D::from_f64(s.to_i64() as f32 as f64)
         } else if S::DTYPE == DType::F64 && D::DTYPE.is_half() {
             // PyTorch converts double to half types through float.
@@ -185,10 +186,21 @@ pub fn cast<S: Element, D: Element>(s: S) -> D {
     }
 }
 
+/// The `half` crate, so that [`with_dtype!`](crate::with_dtype) works in crates that do not
+/// depend on it themselves.
+#[doc(hidden)]
+pub use half as half_crate;
+
 /// Runs `$body` with `$T` bound to the Rust element type of `$dtype`.
 ///
-/// ```ignore
-/// with_dtype!(t.dtype(), T => { t.to_vec::<T>() })
+/// ```
+/// use tensorplay_runtime::{Tensor, element::cast, with_dtype};
+/// let t = Tensor::from_vec(vec![1i32, -2], &[2])?;
+/// let doubled: Vec<f64> = with_dtype!(t.dtype(), T => {
+///     t.to_vec::<T>()?.into_iter().map(|v| 2.0 * cast::<T, f64>(v)).collect()
+/// });
+/// assert_eq!(doubled, vec![2.0, -4.0]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
 /// ```
 #[macro_export]
 macro_rules! with_dtype {
@@ -203,11 +215,11 @@ macro_rules! with_dtype {
                 $body
             }
             $crate::DType::F16 => {
-                type $T = half::f16;
+                type $T = $crate::element::half_crate::f16;
                 $body
             }
             $crate::DType::BF16 => {
-                type $T = half::bf16;
+                type $T = $crate::element::half_crate::bf16;
                 $body
             }
             $crate::DType::I32 => {
@@ -254,5 +266,7 @@ mod tests {
         let z = 1.0 + 2f64.powi(-8) + 2f64.powi(-20);
         assert_eq!(cast::<f64, bf16>(z), bf16::from_f32(1.0078125));
         assert_eq!(cast::<i64, bf16>(257), bf16::from_f32(256.0));
+        // 2^24 + 2^16 + 1 rounds to the tie 2^24 + 2^16 in f32, then to even in bf16.
+        assert_eq!(cast::<i32, bf16>(16_842_753), bf16::from_f32(16_777_216.0));
     }
 }

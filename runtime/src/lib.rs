@@ -14,6 +14,7 @@ pub mod parallel;
 pub mod storage;
 pub mod tensor;
 pub mod value;
+pub mod vmap;
 
 pub use element::Element;
 pub use tensor::Tensor;

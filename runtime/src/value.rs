@@ -9,18 +9,31 @@ use crate::tensor::Tensor;
 /// One argument (or result) of an operator call.
 #[derive(Clone)]
 pub enum Value {
+    /// `Tensor`.
     Tensor(Tensor),
+    /// `Tensor?`.
     OptionalTensor(Option<Tensor>),
+    /// `Tensor[]`.
     TensorList(Vec<Tensor>),
+    /// `int` / `SymInt`.
     Int(i64),
+    /// `float`.
     Float(f64),
+    /// `bool`.
     Bool(bool),
+    /// `str`.
     Str(String),
+    /// `int[]` / `SymInt[]`.
     IntList(Vec<i64>),
+    /// `float[]`.
     FloatList(Vec<f64>),
+    /// `bool[]`.
     BoolList(Vec<bool>),
+    /// `ScalarType`.
     DType(DType),
+    /// `Device`.
     Device(Device),
+    /// An absent optional argument.
     None,
 }
 
@@ -144,8 +157,11 @@ impl From<Scalar> for Value {
 /// A Rust number used as an operand (`&t * 2.0`, `t.add_scalar(1)`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Scalar {
+    /// A Rust `bool`.
     Bool(bool),
+    /// A Rust integer.
     Int(i64),
+    /// A Rust float.
     Float(f64),
 }
 
@@ -175,7 +191,9 @@ scalar_from!(f64 => Float as f64, f32 => Float as f64, i64 => Int as i64, i32 =>
 /// which op had the wrong type.
 #[derive(Clone, Copy)]
 pub struct Args<'a> {
+    /// The operator's name, for error messages.
     pub op: &'a str,
+    /// The boxed arguments in schema order.
     pub values: &'a [Value],
 }
 
@@ -197,7 +215,11 @@ impl<'a> Args<'a> {
     }
 
     fn wrong(&self, i: usize, expected: &str) -> Error {
-        let got = self.values.get(i).map(|v| v.type_name()).unwrap_or("nothing");
+        let got = self
+            .values
+            .get(i)
+            .map(|v| v.type_name())
+            .unwrap_or("nothing");
         Error::argument(self.op, format!("#{i}"), expected, got)
     }
 

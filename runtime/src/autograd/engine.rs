@@ -37,7 +37,11 @@ fn run(
     targets: Option<&[Target]>,
     create_graph: bool,
 ) -> Result<Vec<Option<Tensor>>> {
-    let _mode = if create_graph { enable_grad() } else { no_grad() };
+    let _mode = if create_graph {
+        enable_grad()
+    } else {
+        no_grad()
+    };
     let mut captured: Vec<Option<Tensor>> = vec![None; targets.map_or(0, |t| t.len())];
 
     // Seed buffers and collect reachable nodes.
@@ -88,29 +92,30 @@ fn run(
         }
     }
 
-    let deliver_leaf = |leaf: &Tensor, g: Tensor, captured: &mut Vec<Option<Tensor>>| -> Result<()> {
-        let g = if g.dtype() != leaf.dtype() { g.to_dtype(leaf.dtype())? } else { g };
-        match targets {
-            Some(ts) => {
-                for (i, t) in ts.iter().enumerate() {
-                    if let Target::Leaf(l) = t
-                        && l.same(leaf)
-                    {
-                        add_into(&mut captured[i], g.clone())?;
+    let deliver_leaf =
+        |leaf: &Tensor, g: Tensor, captured: &mut Vec<Option<Tensor>>| -> Result<()> {
+            let g = if g.dtype() != leaf.dtype() {
+                g.to_dtype(leaf.dtype())?
+            } else {
+                g
+            };
+            match targets {
+                Some(ts) => {
+                    for (i, t) in ts.iter().enumerate() {
+                        if let Target::Leaf(l) = t
+                            && l.same(leaf)
+                        {
+                            add_into(&mut captured[i], g.clone())?;
+                        }
                     }
                 }
+                None => {
+                    let g = if create_graph { g } else { g.detach() };
+                    leaf.accumulate_grad(g)?;
+                }
             }
-            None => {
-                let g = if create_graph { g } else { g.detach() };
-                let new = match leaf.grad() {
-                    None => g,
-                    Some(prev) => prev.add(&g)?,
-                };
-                leaf.set_grad(Some(new));
-            }
-        }
-        Ok(())
-    };
+            Ok(())
+        };
     for (leaf, g) in leaf_grads {
         deliver_leaf(&leaf, g, &mut captured)?;
     }
@@ -140,7 +145,11 @@ fn run(
                     let j = index[&key(next)];
                     if let Some(g) = g {
                         let want = next.output_meta[*output].1;
-                        let g = if g.dtype() != want { g.to_dtype(want)? } else { g };
+                        let g = if g.dtype() != want {
+                            g.to_dtype(want)?
+                        } else {
+                            g
+                        };
                         add_into(&mut buffers[j][*output], g)?;
                     }
                     deps[j] -= 1;

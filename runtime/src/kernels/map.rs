@@ -98,7 +98,10 @@ pub(crate) fn map3<A: Element, B: Element, C: Element, O: Element>(
     f: impl Fn(A, B, C) -> O + Sync,
 ) -> Result<()> {
     debug_assert!(
-        a.dtype() == A::DTYPE && b.dtype() == B::DTYPE && c.dtype() == C::DTYPE && out.dtype() == O::DTYPE
+        a.dtype() == A::DTYPE
+            && b.dtype() == B::DTYPE
+            && c.dtype() == C::DTYPE
+            && out.dtype() == O::DTYPE
     );
     let sa = strides_for(op, a, out)?;
     let sb = strides_for(op, b, out)?;
@@ -137,8 +140,11 @@ pub(crate) fn map3<A: Element, B: Element, C: Element, O: Element>(
             }
         } else {
             for i in 0..len as isize {
-                *po.at(oo + i * io) =
-                    f(*pa.at(oa + i * ia), *pb.at(ob + i * ib), *pc.at(oc + i * ic));
+                *po.at(oo + i * io) = f(
+                    *pa.at(oa + i * ia),
+                    *pb.at(ob + i * ib),
+                    *pc.at(oc + i * ic),
+                );
             }
         }
     });

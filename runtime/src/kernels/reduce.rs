@@ -18,7 +18,11 @@ use crate::tensor::Tensor;
 
 /// Normalizes a `dims` argument: `None` or empty means every dim; negatives count from the end;
 /// duplicates are an error. Returns a sorted mask.
-pub(crate) fn reduced_mask(op: &str, dims: Option<&[i64]>, rank: usize) -> Result<SmallVec<[bool; 6]>> {
+pub(crate) fn reduced_mask(
+    op: &str,
+    dims: Option<&[i64]>,
+    rank: usize,
+) -> Result<SmallVec<[bool; 6]>> {
     let mut mask: SmallVec<[bool; 6]> = SmallVec::from_elem(false, rank);
     match dims {
         None | Some([]) => mask.iter_mut().for_each(|m| *m = true),
@@ -29,7 +33,12 @@ pub(crate) fn reduced_mask(op: &str, dims: Option<&[i64]>, rank: usize) -> Resul
                     continue;
                 }
                 if mask[i] {
-                    return Err(Error::argument(op, "dim", "distinct dims", format!("dim {d} twice in {ds:?}")));
+                    return Err(Error::argument(
+                        op,
+                        "dim",
+                        "distinct dims",
+                        format!("dim {d} twice in {ds:?}"),
+                    ));
                 }
                 mask[i] = true;
             }
@@ -160,36 +169,38 @@ where
             });
             acc
         };
-        // Reduces `width` outputs whose input elements are adjacent (unit stride along the kept
-        // dim): walks the reduced space once, updating a row of accumulators per position, so the
-        // memory is read row by row instead of column by column.
-        let columns = |out0: usize, base: isize, width: usize, accs: &mut Vec<A>| {
-            accs.clear();
-            accs.resize(width, (self.init)());
-            let mut pos = 0usize;
-            inner.for_each_run(0..nred, |[o], len| {
-                for i in 0..len {
-                    let row = base + o + i as isize * istride;
-                    let xs = unsafe { std::slice::from_raw_parts(px.at(row), width) };
-                    for (a, &v) in accs.iter_mut().zip(xs) {
-                        *a = (self.step)(*a, v, pos + i);
+        // Accumulates `width` outputs whose input elements are adjacent (unit stride along the
+        // kept dim) over the reduced positions `range`: walks the reduced space once, updating a
+        // row of accumulators per position, so memory is read row by row, not column by column.
+        let columns =
+            |base: isize, width: usize, range: std::ops::Range<usize>, accs: &mut Vec<A>| {
+                accs.clear();
+                accs.resize(width, (self.init)());
+                let mut pos = range.start;
+                inner.for_each_run(range, |[o], len| {
+                    for i in 0..len {
+                        let row = base + o + i as isize * istride;
+                        let xs = unsafe { std::slice::from_raw_parts(px.at(row), width) };
+                        for (a, &v) in accs.iter_mut().zip(xs) {
+                            *a = (self.step)(*a, v, pos + i);
+                        }
                     }
-                }
-                pos += len;
-            });
-            for (j, &a) in accs.iter().enumerate() {
-                emit(out0 + j, a, nred);
-            }
-        };
+                    pos += len;
+                });
+            };
         let threads = parallel::num_threads();
         let total = nout * nred;
-        if threads > 1 && total >= PAR_MIN_ELEMS && nout < threads * 4 && nred >= PAR_MIN_ELEMS / 2 {
+        let parallel = threads > 1 && total >= PAR_MIN_ELEMS;
+        let [so, sx] = outer.inner_strides();
+        if sx == 1 && istride != 1 && nred > 1 {
+            return Ok(self.by_columns(&outer, nout, nred, parallel, threads, &columns, &emit));
+        }
+        if parallel && nout < threads * 4 && nred >= PAR_MIN_ELEMS / 2 {
             // Few outputs, long reductions: split each reduction into chunks merged in order.
             let chunks = (nred / (PAR_MIN_ELEMS / 2)).clamp(1, threads * 4);
             let per = nred.div_ceil(chunks);
             let mut bases: Vec<(isize, isize)> = Vec::with_capacity(nout);
             outer.for_each_run(0..nout, |[oo, ox], len| {
-                let [so, sx] = outer.inner_strides();
                 for i in 0..len as isize {
                     bases.push((oo + i * so, ox + i * sx));
                 }
@@ -209,42 +220,119 @@ where
             }
             return Ok(());
         }
-        let [so, sx] = outer.inner_strides();
-        // Column path: kept elements adjacent in memory while the reduction walks a larger stride.
-        let by_columns = sx == 1 && istride != 1 && nred > 1;
-        const COLS: usize = 512;
-        let body = |[oo, ox]: [isize; 2], len: usize, accs: &mut Vec<A>| {
-            if by_columns && len > 1 {
-                let mut j = 0;
-                while j < len {
-                    let w = COLS.min(len - j);
-                    columns(oo as usize + j, ox + j as isize, w, accs);
-                    j += w;
-                }
-                return;
-            }
+        let body = |[oo, ox]: [isize; 2], len: usize| {
             for i in 0..len as isize {
                 let acc = partial(ox + i * sx, 0..nred);
                 emit((oo + i * so) as usize, acc, nred);
             }
         };
-        if threads > 1 && total >= PAR_MIN_ELEMS && nout > 1 {
+        if parallel && nout > 1 {
             let chunks = nout.clamp(1, threads * 4);
             let per = nout.div_ceil(chunks);
             parallel::pool().install(|| {
                 (0..chunks).into_par_iter().for_each(|c| {
                     let r = (c * per).min(nout)..((c + 1) * per).min(nout);
+                    outer.for_each_run(r, body);
+                })
+            });
+        } else {
+            outer.for_each_run(0..nout, body);
+        }
+        Ok(())
+    }
+
+    /// The column path of [`Reducer::run_with`]: kept elements are adjacent in memory while the
+    /// reduction walks a larger stride. Outputs are cut into blocks of up to [`COLS`] adjacent
+    /// columns; with too few blocks to feed the pool, each block's reduced range is also split
+    /// into chunks whose accumulator rows are merged in chunk order (deterministic).
+    #[allow(clippy::too_many_arguments)]
+    fn by_columns(
+        &self,
+        outer: &Nest<2>,
+        nout: usize,
+        nred: usize,
+        parallel: bool,
+        threads: usize,
+        columns: &(impl Fn(isize, usize, std::ops::Range<usize>, &mut Vec<A>) + Sync),
+        emit: &(impl Fn(usize, A, usize) + Sync),
+    ) {
+        // (first output, first input element, width) of each column block.
+        let mut blocks: Vec<(usize, isize, usize)> = Vec::new();
+        outer.for_each_run(0..nout, |[oo, ox], len| {
+            let mut j = 0;
+            while j < len {
+                let w = COLS.min(len - j);
+                blocks.push((oo as usize + j, ox + j as isize, w));
+                j += w;
+            }
+        });
+        let finish_block = |(o0, _, _): (usize, isize, usize), accs: &[A]| {
+            for (j, &a) in accs.iter().enumerate() {
+                emit(o0 + j, a, nred);
+            }
+        };
+        // Enough blocks (or too little work) for one task per block.
+        let splits = if parallel && blocks.len() < threads * 2 {
+            let width = blocks.iter().map(|b| b.2).max().unwrap_or(1);
+            let min_rows = (PAR_MIN_ELEMS / 2 / width).max(16);
+            (threads * 4 / blocks.len()).clamp(1, (nred / min_rows).max(1))
+        } else {
+            1
+        };
+        if splits > 1 {
+            let per = nred.div_ceil(splits);
+            for &b in &blocks {
+                let parts: Vec<Vec<A>> = parallel::pool().install(|| {
+                    (0..splits)
+                        .into_par_iter()
+                        .map(|c| {
+                            let mut accs = Vec::new();
+                            columns(
+                                b.1,
+                                b.2,
+                                (c * per).min(nred)..((c + 1) * per).min(nred),
+                                &mut accs,
+                            );
+                            accs
+                        })
+                        .collect()
+                });
+                let mut parts = parts.into_iter();
+                let mut acc = parts.next().unwrap_or_default();
+                for p in parts {
+                    for (a, q) in acc.iter_mut().zip(p) {
+                        *a = (self.merge)(*a, q);
+                    }
+                }
+                finish_block(b, &acc);
+            }
+        } else if parallel && blocks.len() > 1 {
+            let chunks = blocks.len().min(threads * 4);
+            let per = blocks.len().div_ceil(chunks);
+            parallel::pool().install(|| {
+                (0..chunks).into_par_iter().for_each(|c| {
                     let mut accs = Vec::new();
-                    outer.for_each_run(r, |o, len| body(o, len, &mut accs));
+                    for &b in
+                        &blocks[(c * per).min(blocks.len())..((c + 1) * per).min(blocks.len())]
+                    {
+                        columns(b.1, b.2, 0..nred, &mut accs);
+                        finish_block(b, &accs);
+                    }
                 })
             });
         } else {
             let mut accs = Vec::new();
-            outer.for_each_run(0..nout, |o, len| body(o, len, &mut accs));
+            for &b in &blocks {
+                columns(b.1, b.2, 0..nred, &mut accs);
+                finish_block(b, &accs);
+            }
         }
-        Ok(())
     }
 }
+
+/// Widest block of adjacent outputs the column path accumulates at once (the accumulators stay
+/// in L1/L2 while whole input rows stream past).
+const COLS: usize = 4096;
 
 /// Sums an f32 slice with 16 independent lanes (vectorizable), widening block sums to f64.
 pub(crate) fn sum_f32_slice(xs: &[f32]) -> f64 {

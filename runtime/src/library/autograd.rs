@@ -50,6 +50,8 @@ impl AutogradCtx {
 
 /// `setup_context(ctx, inputs, outputs)`: `inputs` are the bound arguments, one per parameter.
 pub type SetupContextFn = Arc<dyn Fn(&mut AutogradCtx, &[Value], &[Tensor]) -> Result<()> + Send + Sync>;
+/// A boxed `setup_context`, as the registration functions take it.
+pub type SetupContextBox = Box<dyn Fn(&mut AutogradCtx, &[Value], &[Tensor]) -> Result<()> + Send + Sync>;
 /// `backward(ctx, grads)`: one gradient per output in, one optional gradient per parameter out.
 pub type BackwardUserFn = Arc<dyn Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tensorplay_ir::schema::{Schema, validate_qualname};
 use tensorplay_ir::{DType, Error, Result};
 
-use super::autograd::{AutogradCtx, AutogradImpl};
+use super::autograd::{AutogradCtx, AutogradImpl, SetupContextBox};
 use super::infer_schema::{MutatesArgs, Prototype, infer_schema};
 use super::register;
 use super::registry::{Operator, Origin, Owner, Slot, registry};
@@ -135,7 +135,7 @@ impl CustomOpDef {
     pub fn register_autograd(
         &self,
         backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
-        setup_context: Option<Box<dyn Fn(&mut AutogradCtx, &[Value], &[Tensor]) -> Result<()> + Send + Sync>>,
+        setup_context: Option<SetupContextBox>,
     ) -> Result<&Self> {
         self.register_autograd_owned(backward, setup_context, Owner::Process)
     }
@@ -143,7 +143,7 @@ impl CustomOpDef {
     pub(crate) fn register_autograd_owned(
         &self,
         backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
-        setup_context: Option<Box<dyn Fn(&mut AutogradCtx, &[Value], &[Tensor]) -> Result<()> + Send + Sync>>,
+        setup_context: Option<SetupContextBox>,
         owner: Owner,
     ) -> Result<&Self> {
         let imp = AutogradImpl {
@@ -226,9 +226,11 @@ impl CustomOpBuilder {
         self
     }
 
-    /// Device types (`cpu`, `cuda`) whose kernel slots the body fills; every device when omitted.
+    /// Device types (`cpu`, `cuda`) whose kernel slots the body fills; every device when omitted
+    /// or empty (as `register_kernel(op, [])`: the device-agnostic slot, never an op without a
+    /// kernel).
     pub fn device_types(mut self, types: &[&str]) -> Self {
-        self.device_types = Some(types.iter().map(|s| s.to_string()).collect());
+        self.device_types = (!types.is_empty()).then(|| types.iter().map(|s| s.to_string()).collect());
         self
     }
 

@@ -66,37 +66,80 @@ pub struct Prototype {
     pub ret: String,
 }
 
-/// Maps a Rust parameter type (as written) to its schema type.
+/// Strips a leading reference with its lifetime and `mut` (`&'a mut T` -> `T`).
+fn strip_reference(t: &str) -> &str {
+    let mut t = t.trim();
+    while let Some(rest) = t.strip_prefix('&') {
+        let mut rest = rest.trim_start();
+        if let Some(after) = rest.strip_prefix('\'') {
+            rest = after.trim_start_matches(|c: char| c.is_alphanumeric() || c == '_').trim_start();
+        }
+        if let Some(after) = rest.strip_prefix("mut")
+            && !after.starts_with(|c: char| c.is_alphanumeric() || c == '_')
+        {
+            rest = after.trim_start();
+        }
+        t = rest;
+    }
+    t
+}
+
+/// Drops a path qualification of the outer type (`std::vec::Vec<i64>` -> `Vec<i64>`).
+fn unqualify(t: &str) -> &str {
+    let head_end = t.find(['<', '[']).unwrap_or(t.len());
+    match t[..head_end].rfind("::") {
+        Some(pos) => t[pos + 2..].trim_start(),
+        None => t,
+    }
+}
+
+/// The inner type of `head<inner>`, tolerating spaces (`Option < T >`).
+fn generic_arg<'a>(t: &'a str, head: &str) -> Option<&'a str> {
+    let rest = t.strip_prefix(head)?.trim_start();
+    Some(rest.strip_prefix('<')?.strip_suffix('>')?.trim())
+}
+
+/// Maps a Rust parameter type (as written) to its schema type. References (with lifetimes and
+/// `mut`) and path qualifications (`tensorplay::Tensor`, `std::vec::Vec<i64>`) are looked through.
 ///
 /// ```
 /// use tensorplay_runtime::library::infer_schema::rust_type_to_schema;
 /// assert_eq!(rust_type_to_schema("Option<&Tensor>").unwrap(), "Tensor?");
 /// assert_eq!(rust_type_to_schema("&[i64]").unwrap(), "SymInt[]");
+/// assert_eq!(rust_type_to_schema("&'a tensorplay::Tensor").unwrap(), "Tensor");
 /// assert!(rust_type_to_schema("HashMap<u8, u8>").is_err());
 /// ```
 pub fn rust_type_to_schema(ty: &str) -> Result<String> {
-    let t: String = ty.chars().filter(|c| !c.is_whitespace()).collect();
-    let t = t.trim_start_matches('&').trim_start_matches("mut");
-    if let Some(inner) = t.strip_prefix("Option<").and_then(|s| s.strip_suffix('>')) {
-        let s = rust_type_to_schema(inner)?;
+    schema_type(ty).map_err(|why| {
+        Error::argument(
+            "infer_schema",
+            "type",
+            "one of Tensor, i64, f64, bool, &str/String, DType, Device, Scalar, Option<T>, Vec<T>/&[T]",
+            format!("`{}` ({why})", ty.trim()),
+        )
+    })
+}
+
+/// [`rust_type_to_schema`] without the error wrapping: `Err` says which part is unsupported.
+fn schema_type(ty: &str) -> std::result::Result<String, String> {
+    let t = unqualify(strip_reference(ty));
+    if let Some(inner) = generic_arg(t, "Option") {
+        let s = schema_type(inner)?;
         if s.ends_with('?') {
-            return Err(Error::argument("infer_schema", "type", "a supported Rust type", format!("`{ty}` (nested Option)")));
+            return Err("nested Option".to_string());
         }
         return Ok(format!("{s}?"));
     }
-    let list = t
-        .strip_prefix("Vec<")
-        .and_then(|s| s.strip_suffix('>'))
-        .or_else(|| t.strip_prefix('[').and_then(|s| s.strip_suffix(']')));
+    let list = generic_arg(t, "Vec").or_else(|| t.strip_prefix('[').and_then(|s| s.strip_suffix(']')));
     if let Some(inner) = list {
-        let s = rust_type_to_schema(inner)?;
+        let s = schema_type(inner)?;
         if s.ends_with(']') || s.ends_with('?') {
-            return Err(Error::argument("infer_schema", "type", "a supported Rust type", format!("`{ty}`")));
+            return Err("lists hold plain element types".to_string());
         }
         return Ok(format!("{s}[]"));
     }
     Ok(match t {
-        "Tensor" | "tensorplay::Tensor" => "Tensor",
+        "Tensor" => "Tensor",
         "i64" | "i32" | "usize" | "isize" => "SymInt",
         "f64" | "f32" => "float",
         "bool" => "bool",
@@ -104,14 +147,7 @@ pub fn rust_type_to_schema(ty: &str) -> Result<String> {
         "DType" => "ScalarType",
         "Device" => "Device",
         "Scalar" => "Scalar",
-        _ => {
-            return Err(Error::argument(
-                "infer_schema",
-                "type",
-                "one of Tensor, i64, f64, bool, &str/String, DType, Device, Scalar, Option<T>, Vec<T>/&[T]",
-                format!("`{ty}`"),
-            ));
-        }
+        other => return Err(format!("`{other}` is not a supported type")),
     }
     .to_string())
 }

@@ -85,6 +85,14 @@ fn handle(op: impl OpLike) -> Result<CustomOpDef> {
 /// # Ok::<(), tensorplay_runtime::Error>(())
 /// ```
 pub fn define(qualname: &str, schema: Option<&str>, lib: Option<&Library>) -> Result<()> {
+    if let Some(l) = lib
+        && l.kind() == LibraryKind::Impl
+    {
+        return Err(Error::Registration(format!(
+            "define(`{qualname}`): Library(\"{}\", \"IMPL\") can only add kernels; define ops in a DEF or FRAGMENT library",
+            l.namespace()
+        )));
+    }
     let text = match schema {
         Some(s) => format!("{}{}", registry::name_part(qualname), s.trim()),
         None => qualname.to_string(),
@@ -128,7 +136,7 @@ pub fn impl_abstract<M, F: IntoKernel<M>>(qualname: &str, func: F, lib: Option<&
 pub fn register_autograd(
     op: impl OpLike,
     backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
-    setup_context: Option<Box<dyn Fn(&mut AutogradCtx, &[Value], &[Tensor]) -> Result<()> + Send + Sync>>,
+    setup_context: Option<autograd::SetupContextBox>,
     lib: Option<&Library>,
 ) -> Result<()> {
     handle(op)?.register_autograd_owned(backward, setup_context, owner(lib))?;

@@ -359,8 +359,16 @@ impl Registry {
     /// operators and its namespace claim.
     pub(crate) fn remove_owner(&self, owner: Owner) {
         let mut ops = self.ops.write();
-        ops.retain(|_, op| !(op.origin == Origin::Defined && op.owner == owner));
-        for op in ops.values() {
+        let mut removed = Vec::new();
+        ops.retain(|_, op| {
+            let keep = !(op.origin == Origin::Defined && op.owner == owner);
+            if !keep {
+                removed.push(op.clone());
+            }
+            keep
+        });
+        // Handles to a removed op (`Arc<Operator>`) must not keep running its kernels either.
+        for op in ops.values().chain(&removed) {
             op.regs.write().remove_owner(owner);
         }
         self.def_namespaces.write().retain(|_, o| *o != owner);

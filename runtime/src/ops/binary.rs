@@ -86,9 +86,9 @@ pub fn binary_fill<M: BinaryMath>(a: Args, outs: &[Tensor]) -> Result<()> {
         DType::BF16 => map2::<bf16, bf16, bf16>(op, out, &x, &y, |p, q| {
             bf16::from_f32(M::f32(p.to_f32(), q.to_f32()))
         }),
-        DType::I32 => map2::<i32, i32, i32>(op, out, &x, &y, |p, q| {
-            M::int(p as i64, q as i64) as i32
-        }),
+        DType::I32 => {
+            map2::<i32, i32, i32>(op, out, &x, &y, |p, q| M::int(p as i64, q as i64) as i32)
+        }
         DType::I64 => map2::<i64, i64, i64>(op, out, &x, &y, M::int),
         DType::Bool => map2::<bool, bool, bool>(op, out, &x, &y, M::bool),
     }
@@ -100,9 +100,20 @@ macro_rules! binary_op {
     ($STATIC:ident, $Math:ident, $name:literal, out = $out:ident, bool_ok = $bool_ok:expr,
      f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
      grad = $grad:expr, saved = $saved:ident) => {
-        binary_op!($STATIC, $Math, $name, out = $out, bool_ok = $bool_ok,
-            f32 = $f32, f64 = $f64, int = $int, bool = $bool,
-            grad = $grad, saved = $saved, meta = binary_meta::<$Math>);
+        binary_op!(
+            $STATIC,
+            $Math,
+            $name,
+            out = $out,
+            bool_ok = $bool_ok,
+            f32 = $f32,
+            f64 = $f64,
+            int = $int,
+            bool = $bool,
+            grad = $grad,
+            saved = $saved,
+            meta = binary_meta::<$Math>
+        );
     };
     ($STATIC:ident, $Math:ident, $name:literal, out = $out:ident, bool_ok = $bool_ok:expr,
      f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
@@ -161,23 +172,28 @@ fn no_bool(_: bool, _: bool) -> bool {
     false
 }
 
-binary_op!(ADD, Add, "add", out = Promote, bool_ok = true,
+binary_op! {
+    ADD, Add, "add", out = Promote, bool_ok = true,
     f32 = |a: f32, b: f32| a + b, f64 = |a: f64, b: f64| a + b,
     int = i64::wrapping_add, bool = |a: bool, b: bool| a | b,
     grad = Some(|c| {
         let (x, y, g) = operands(c)?;
         Ok(vec![grad_for(&g, x)?, grad_for(&g, y)?])
-    }), saved = Nothing);
+    }), saved = Nothing
+}
 
-binary_op!(SUB, Sub, "sub", out = Promote, bool_ok = false,
+binary_op! {
+    SUB, Sub, "sub", out = Promote, bool_ok = false,
     f32 = |a: f32, b: f32| a - b, f64 = |a: f64, b: f64| a - b,
     int = i64::wrapping_sub, bool = no_bool,
     grad = Some(|c| {
         let (x, y, g) = operands(c)?;
         Ok(vec![grad_for(&g, x)?, grad_for(&g.neg()?, y)?])
-    }), saved = Nothing);
+    }), saved = Nothing
+}
 
-binary_op!(MUL, Mul, "mul", out = Promote, bool_ok = true,
+binary_op! {
+    MUL, Mul, "mul", out = Promote, bool_ok = true,
     f32 = |a: f32, b: f32| a * b, f64 = |a: f64, b: f64| a * b,
     int = i64::wrapping_mul, bool = |a: bool, b: bool| a & b,
     grad = Some(|c| {
@@ -185,9 +201,11 @@ binary_op!(MUL, Mul, "mul", out = Promote, bool_ok = true,
         let gx = if x.requires_grad() { grad_for(&g.mul(y)?, x)? } else { None };
         let gy = if y.requires_grad() { grad_for(&g.mul(x)?, y)? } else { None };
         Ok(vec![gx, gy])
-    }), saved = Inputs);
+    }), saved = Inputs
+}
 
-binary_op!(DIV, Div, "div", out = Float, bool_ok = true,
+binary_op! {
+    DIV, Div, "div", out = Float, bool_ok = true,
     f32 = |a: f32, b: f32| a / b, f64 = |a: f64, b: f64| a / b,
     // Unused: true division computes integers in f32.
     int = |a: i64, _b: i64| a, bool = no_bool,
@@ -202,7 +220,8 @@ binary_op!(DIV, Div, "div", out = Float, bool_ok = true,
             None
         };
         Ok(vec![gx, gy])
-    }), saved = All);
+    }), saved = All
+}
 
 /// `base ** exp` on integers: repeated squaring with wrapping. A negative exponent gives 1 for
 /// base 1, ±1 for base -1 and 0 otherwise (PyTorch's rule for tensor exponents).
@@ -317,22 +336,28 @@ fn extremum_grad(c: &GradCtx, larger: bool) -> Result<Vec<Option<Tensor>>> {
     Ok(vec![gx, gy])
 }
 
-binary_op!(POW, Pow, "pow", out = Promote, bool_ok = false,
+binary_op! {
+    POW, Pow, "pow", out = Promote, bool_ok = false,
     f32 = f32::powf, f64 = f64::powf, int = int_pow, bool = no_bool,
-    grad = Some(pow_grad), saved = All, meta = pow_meta);
+    grad = Some(pow_grad), saved = All, meta = pow_meta
+}
 
-binary_op!(MAXIMUM, Maximum, "maximum", out = Promote, bool_ok = true,
+binary_op! {
+    MAXIMUM, Maximum, "maximum", out = Promote, bool_ok = true,
     // NaN-propagating: a NaN in either operand wins.
     f32 = |a: f32, b: f32| if a > b || a.is_nan() { a } else { b },
     f64 = |a: f64, b: f64| if a > b || a.is_nan() { a } else { b },
     int = |a: i64, b: i64| a.max(b), bool = |a: bool, b: bool| a | b,
-    grad = Some(|c| extremum_grad(c, true)), saved = Inputs);
+    grad = Some(|c| extremum_grad(c, true)), saved = Inputs
+}
 
-binary_op!(MINIMUM, Minimum, "minimum", out = Promote, bool_ok = true,
+binary_op! {
+    MINIMUM, Minimum, "minimum", out = Promote, bool_ok = true,
     f32 = |a: f32, b: f32| if a < b || a.is_nan() { a } else { b },
     f64 = |a: f64, b: f64| if a < b || a.is_nan() { a } else { b },
     int = |a: i64, b: i64| a.min(b), bool = |a: bool, b: bool| a & b,
-    grad = Some(|c| extremum_grad(c, false)), saved = Inputs);
+    grad = Some(|c| extremum_grad(c, false)), saved = Inputs
+}
 
 /// Every binary op of this family.
 pub static OPS: &[&OpDef] = &[&ADD, &SUB, &MUL, &DIV, &POW, &MAXIMUM, &MINIMUM];

@@ -35,6 +35,7 @@ pub static CLONE: OpDef = OpDef {
     saved: Saved::Nothing,
 };
 
+/// Every conversion op.
 pub static OPS: &[&OpDef] = &[&TO_DTYPE, &CLONE];
 
 fn to_dtype_meta(a: Args) -> Result<Vec<OutSpec>> {

@@ -13,12 +13,20 @@ use crate::value::{Args, Scalar, Value};
 
 /// Rejects writes into tensors where several elements share one memory location.
 fn check_writable(op: &str, t: &Tensor) -> Result<()> {
-    if t.shape().iter().zip(t.strides()).any(|(&s, &st)| s > 1 && st == 0) {
+    if t.shape()
+        .iter()
+        .zip(t.strides())
+        .any(|(&s, &st)| s > 1 && st == 0)
+    {
         return Err(Error::argument(
             op,
             "self",
             "a tensor without overlapping elements",
-            format!("an expanded tensor of shape {} with strides {:?}; call contiguous() first", fmt_shape(t.shape()), t.strides()),
+            format!(
+                "an expanded tensor of shape {} with strides {:?}; call contiguous() first",
+                fmt_shape(t.shape()),
+                t.strides()
+            ),
         ));
     }
     Ok(())
@@ -43,7 +51,10 @@ fn check_operand(op: &str, target: &Tensor, value: &Tensor, promote: bool) -> Re
         if rt.category() > target.dtype().category() {
             return Err(Error::dtype(
                 op,
-                format!("result type {rt} can't be cast to the desired output type {}", target.dtype()),
+                format!(
+                    "result type {rt} can't be cast to the desired output type {}",
+                    target.dtype()
+                ),
             ));
         }
     }
@@ -62,7 +73,10 @@ fn unaliased(target: &Tensor, value: &Tensor) -> Result<Tensor> {
 fn inplace_check<M: BinaryMath>(a: Args) -> Result<()> {
     check_operand(a.op, a.tensor(0)?, a.tensor(1)?, true)?;
     if M::NAME == "div" && !a.tensor(0)?.dtype().is_float() {
-        return Err(Error::dtype(a.op, format!("true division cannot write into {}", a.tensor(0)?.dtype())));
+        return Err(Error::dtype(
+            a.op,
+            format!("true division cannot write into {}", a.tensor(0)?.dtype()),
+        ));
     }
     if a.tensor(0)?.dtype() == DType::Bool && !M::BOOL_OK {
         return Err(Error::dtype(a.op, "bool tensors are not supported"));

@@ -45,7 +45,12 @@ pub static OPS: &[&OpDef] = &[&CAT, &STACK];
 fn tensor_list<'a>(a: Args<'a>) -> Result<&'a [Tensor]> {
     let ts = a.tensors(0)?;
     if ts.is_empty() {
-        return Err(Error::argument(a.op, "tensors", "a non-empty list of tensors", "an empty list"));
+        return Err(Error::argument(
+            a.op,
+            "tensors",
+            "a non-empty list of tensors",
+            "an empty list",
+        ));
     }
     Ok(ts)
 }
@@ -60,7 +65,9 @@ fn dim_arg(a: Args) -> Result<i64> {
 
 /// The promoted dtype of every tensor in the list.
 fn joined_dtype(ts: &[Tensor]) -> DType {
-    ts.iter().skip(1).fold(ts[0].dtype(), |d, t| DType::promote(d, t.dtype()))
+    ts.iter()
+        .skip(1)
+        .fold(ts[0].dtype(), |d, t| DType::promote(d, t.dtype()))
 }
 
 /// PyTorch (legacy) skips 1-D tensors of size 0 in cat: they join with any shape.
@@ -102,7 +109,11 @@ fn cat_plan(a: Args) -> Result<CatPlan> {
             continue;
         }
         let fits = t.rank() == reference.rank()
-            && t.shape().iter().zip(reference.shape()).enumerate().all(|(d, (x, y))| d == dim || x == y);
+            && t.shape()
+                .iter()
+                .zip(reference.shape())
+                .enumerate()
+                .all(|(d, (x, y))| d == dim || x == y);
         if !fits {
             return Err(Error::shape(
                 a.op,
@@ -123,7 +134,10 @@ fn cat_plan(a: Args) -> Result<CatPlan> {
 
 fn cat_meta(a: Args) -> Result<Vec<OutSpec>> {
     let plan = cat_plan(a)?;
-    Ok(vec![OutSpec::new(&plan.shape, joined_dtype(tensor_list(a)?))])
+    Ok(vec![OutSpec::new(
+        &plan.shape,
+        joined_dtype(tensor_list(a)?),
+    )])
 }
 
 fn cat_fill(a: Args, outs: &[Tensor]) -> Result<()> {

@@ -63,10 +63,22 @@ fn plan(op: &str, a: &[usize], b: &[usize]) -> Result<Plan> {
         ));
     }
     let (ra, rb) = (a.len(), b.len());
-    let (m, ka) = if ra == 1 { (1, a[0]) } else { (a[ra - 2], a[ra - 1]) };
-    let (kb, n) = if rb == 1 { (b[0], 1) } else { (b[rb - 2], b[rb - 1]) };
+    let (m, ka) = if ra == 1 {
+        (1, a[0])
+    } else {
+        (a[ra - 2], a[ra - 1])
+    };
+    let (kb, n) = if rb == 1 {
+        (b[0], 1)
+    } else {
+        (b[rb - 2], b[rb - 1])
+    };
     if ka != kb {
-        let which = if rb == 1 { "its size" } else { "its second-to-last dim" };
+        let which = if rb == 1 {
+            "its size"
+        } else {
+            "its second-to-last dim"
+        };
         return Err(Error::shape(
             op,
             format!(
@@ -139,7 +151,11 @@ fn layout(op: &str, t: &Tensor, batch: &[usize], lhs: bool) -> Result<Layout> {
     if r == 1 {
         // lhs: a 1 x k row; rhs: a k x 1 column. The stride of the size-1 dim is never used.
         let s = strides[0];
-        let (rs, cs) = if lhs { (s * shape[0].max(1) as isize, s) } else { (s, 1) };
+        let (rs, cs) = if lhs {
+            (s * shape[0].max(1) as isize, s)
+        } else {
+            (s, 1)
+        };
         return Ok(Layout {
             batch_strides: smallvec::smallvec![0; batch.len()],
             rs,
@@ -156,7 +172,10 @@ fn layout(op: &str, t: &Tensor, batch: &[usize], lhs: bool) -> Result<Layout> {
 /// Element offsets `(out, lhs, rhs)` of every matrix product in the batch, in row-major order.
 fn batch_offsets(p: &Plan, a: &Layout, b: &Layout) -> Vec<(isize, isize, isize)> {
     let mn = (p.m * p.n) as isize;
-    let out_strides: Strides = contiguous_strides(&p.batch).iter().map(|s| s * mn).collect();
+    let out_strides: Strides = contiguous_strides(&p.batch)
+        .iter()
+        .map(|s| s * mn)
+        .collect();
     let nest = Nest::<3>::new(&p.batch, [&out_strides, &a.batch_strides, &b.batch_strides]);
     let [so, sa, sb] = nest.inner_strides();
     let mut v = Vec::with_capacity(nest.numel());
@@ -176,7 +195,10 @@ fn gemm_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &P
     if p.k == 0 {
         return super::inplace::fill_scalar(op, out, Scalar::Int(0));
     }
-    let (la, lb) = (layout(op, x, &p.batch, true)?, layout(op, y, &p.batch, false)?);
+    let (la, lb) = (
+        layout(op, x, &p.batch, true)?,
+        layout(op, y, &p.batch, false)?,
+    );
     let bases = batch_offsets(p, &la, &lb);
     let pa = SendPtr(x.data_ptr(op)? as *mut T);
     let pb = SendPtr(y.data_ptr(op)? as *mut T);
@@ -209,10 +231,16 @@ fn gemm_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &P
     };
     let flops = m * n * k;
     let threads = parallel::num_threads();
-    if threads > 1 && bases.len() > 1 && flops < BIG_PRODUCT_FLOPS && flops * bases.len() >= PAR_MIN_FLOPS {
+    if threads > 1
+        && bases.len() > 1
+        && flops < BIG_PRODUCT_FLOPS
+        && flops * bases.len() >= PAR_MIN_FLOPS
+    {
         // Many small products: one product per task.
         parallel::pool().install(|| {
-            bases.par_iter().for_each(|&b| product(b, gemm::Parallelism::None));
+            bases
+                .par_iter()
+                .for_each(|&b| product(b, gemm::Parallelism::None));
         });
     } else if threads > 1 && flops >= PAR_MIN_FLOPS {
         parallel::pool().install(|| {
@@ -233,7 +261,10 @@ fn int_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &Pl
     if out.numel() == 0 {
         return Ok(());
     }
-    let (la, lb) = (layout(op, x, &p.batch, true)?, layout(op, y, &p.batch, false)?);
+    let (la, lb) = (
+        layout(op, x, &p.batch, true)?,
+        layout(op, y, &p.batch, false)?,
+    );
     let bases = batch_offsets(p, &la, &lb);
     let pa = SendPtr(x.data_ptr(op)? as *mut T);
     let pb = SendPtr(y.data_ptr(op)? as *mut T);
@@ -307,8 +338,16 @@ fn matmul_fill(a: Args, outs: &[Tensor]) -> Result<()> {
 fn matmul_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let (a, b) = (c.args.tensor(0)?, c.args.tensor(1)?);
     let g = c.grad(0)?;
-    let a2 = if a.rank() == 1 { a.unsqueeze(0)? } else { a.clone() };
-    let b2 = if b.rank() == 1 { b.unsqueeze(1)? } else { b.clone() };
+    let a2 = if a.rank() == 1 {
+        a.unsqueeze(0)?
+    } else {
+        a.clone()
+    };
+    let b2 = if b.rank() == 1 {
+        b.unsqueeze(1)?
+    } else {
+        b.clone()
+    };
     let p = plan(c.args.op, a2.shape(), b2.shape())?;
     // The gradient with the vector dims restored: batch + [m, n].
     let g2 = g.reshape(&p.out_shape)?;
@@ -326,7 +365,9 @@ fn matmul_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
             let gf = g2.reshape(&[rows, p.n])?;
             af.t()?.matmul(&gf)?
         } else {
-            a2.transpose(-1, -2)?.matmul(&g2)?.sum_to_shape(b2.shape())?
+            a2.transpose(-1, -2)?
+                .matmul(&g2)?
+                .sum_to_shape(b2.shape())?
         };
         Some(full.reshape(b.shape())?)
     } else {

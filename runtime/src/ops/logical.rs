@@ -74,7 +74,7 @@ macro_rules! logical_op {
     };
 }
 
-logical_op!(
+logical_op! {
     ///
     /// ```
     /// use tensorplay_runtime::Tensor;
@@ -83,9 +83,14 @@ logical_op!(
     /// assert_eq!(a.logical_and(&b)?.to_vec::<bool>()?, vec![false, true, false, false]);
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
-    LOGICAL_AND, LogicalAnd, "logical_and", logical_and, |a, b| a & b);
-logical_op!(LOGICAL_OR, LogicalOr, "logical_or", logical_or, |a, b| a | b);
-logical_op!(LOGICAL_XOR, LogicalXor, "logical_xor", logical_xor, |a, b| a ^ b);
+    LOGICAL_AND, LogicalAnd, "logical_and", logical_and, |a, b| a & b
+}
+logical_op! {
+    LOGICAL_OR, LogicalOr, "logical_or", logical_or, |a, b| a | b
+}
+logical_op! {
+    LOGICAL_XOR, LogicalXor, "logical_xor", logical_xor, |a, b| a ^ b
+}
 
 /// `logical_not(Tensor self) -> Tensor` (bool result; true where `self == 0`).
 pub static LOGICAL_NOT: OpDef = OpDef {
@@ -193,10 +198,9 @@ fn clamp_args(a: Args) -> Result<(Option<Scalar>, Option<Scalar>, DType)> {
     if x.dtype() == DType::Bool {
         return Err(Error::dtype("clamp", "bool tensors are not supported"));
     }
-    let dtype = [lo, hi]
-        .into_iter()
-        .flatten()
-        .fold(x.dtype(), |d, s| DType::promote_with_scalar(d, scalar_category(s)));
+    let dtype = [lo, hi].into_iter().flatten().fold(x.dtype(), |d, s| {
+        DType::promote_with_scalar(d, scalar_category(s))
+    });
     if !dtype.is_float() {
         for (name, bound) in [("min", lo), ("max", hi)] {
             if let Some(s) = bound {
@@ -287,7 +291,12 @@ fn clamp_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
         (Some(l), None) => x.ge_scalar(l)?,
         (None, Some(h)) => x.le_scalar(h)?,
         (None, None) => {
-            return Err(Error::argument("clamp", "min, max", "at least one of min and max", "neither"));
+            return Err(Error::argument(
+                "clamp",
+                "min, max",
+                "at least one of min and max",
+                "neither",
+            ));
         }
     };
     Ok(vec![Some(Tensor::where_cond(
@@ -370,12 +379,18 @@ impl Tensor {
 
     /// `clamp(min, None)`: bounds from below.
     pub fn clamp_min(&self, min: impl Into<Scalar>) -> Result<Tensor> {
-        call1(&CLAMP, &[self.into(), bound_value(Some(min.into())), Value::None])
+        call1(
+            &CLAMP,
+            &[self.into(), bound_value(Some(min.into())), Value::None],
+        )
     }
 
     /// `clamp(None, max)`: bounds from above.
     pub fn clamp_max(&self, max: impl Into<Scalar>) -> Result<Tensor> {
-        call1(&CLAMP, &[self.into(), Value::None, bound_value(Some(max.into()))])
+        call1(
+            &CLAMP,
+            &[self.into(), Value::None, bound_value(Some(max.into()))],
+        )
     }
 }
 
@@ -385,7 +400,10 @@ mod tests {
 
     #[test]
     fn clamp_scalar_rules() {
-        assert_eq!(clamp_float(f32::NAN, 0.0, 1.0, false, false).to_bits(), f32::NAN.to_bits());
+        assert_eq!(
+            clamp_float(f32::NAN, 0.0, 1.0, false, false).to_bits(),
+            f32::NAN.to_bits()
+        );
         assert_eq!(clamp_float(5.0, 3.0, 1.0, false, false), 1.0);
         assert_eq!(clamp_float(-5.0, 3.0, 1.0, false, false), 1.0);
         assert!(clamp_double(0.5, f64::NAN, 1.0, true, false).is_nan());

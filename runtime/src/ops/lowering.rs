@@ -103,9 +103,12 @@ pub fn scalar_op(call: &OpCall) -> Result<Option<ScalarOp>> {
     }))
 }
 
+/// `(op, dims, keepdim)` of a builtin reduction; `dims == None` means every dim.
+pub type ReduceSpec = (ReduceOp, Option<Vec<i64>>, bool);
+
 /// The reduction a builtin reduction op performs: `(op, dims attribute, keepdim)`, where `dims`
 /// is `None` for "all dims" and may hold negative dims. `None` for other ops.
-pub fn reduce_op(call: &OpCall) -> Result<Option<(ReduceOp, Option<Vec<i64>>, bool)>> {
+pub fn reduce_op(call: &OpCall) -> Result<Option<ReduceSpec>> {
     let Some(name) = call.name.strip_prefix("tp::") else {
         return Ok(None);
     };

@@ -233,13 +233,22 @@ fn single_dim_mask(op: &str, dim: i64, rank: usize) -> Result<smallvec::SmallVec
 
 /// Number of elements each output of a reduction over `mask` combines.
 fn reduced_len(x: &Tensor, mask: &[bool]) -> usize {
-    x.shape().iter().zip(mask).filter(|(_, m)| **m).map(|(s, _)| *s).product()
+    x.shape()
+        .iter()
+        .zip(mask)
+        .filter(|(_, m)| **m)
+        .map(|(s, _)| *s)
+        .product()
 }
 
 /// The reduced dims of `mask` as a `dims` argument (empty only for a 0-d tensor, where it means
 /// "all dims" and is equivalent).
 fn mask_dims(mask: &[bool]) -> Vec<i64> {
-    mask.iter().enumerate().filter(|(_, m)| **m).map(|(i, _)| i as i64).collect()
+    mask.iter()
+        .enumerate()
+        .filter(|(_, m)| **m)
+        .map(|(i, _)| i as i64)
+        .collect()
 }
 
 /// `t` (a reduction result or its gradient) reshaped to the keepdim shape, so it broadcasts
@@ -333,7 +342,12 @@ fn sum_fill(a: Args, outs: &[Tensor]) -> Result<()> {
 }
 
 /// Expands a reduced gradient back over the reduced dims of `x`.
-pub(crate) fn expand_reduced_grad(g: &Tensor, x: &Tensor, mask: &[bool], keepdim: bool) -> Result<Tensor> {
+pub(crate) fn expand_reduced_grad(
+    g: &Tensor,
+    x: &Tensor,
+    mask: &[bool],
+    keepdim: bool,
+) -> Result<Tensor> {
     let g = if keepdim {
         g.clone()
     } else {
@@ -345,7 +359,12 @@ pub(crate) fn expand_reduced_grad(g: &Tensor, x: &Tensor, mask: &[bool], keepdim
 fn sum_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let x = c.args.tensor(0)?;
     let (mask, keepdim) = dims_args(c.args)?;
-    Ok(vec![Some(expand_reduced_grad(&c.grad(0)?, x, &mask, keepdim)?)])
+    Ok(vec![Some(expand_reduced_grad(
+        &c.grad(0)?,
+        x,
+        &mask,
+        keepdim,
+    )?)])
 }
 
 fn mean_meta(a: Args) -> Result<Vec<OutSpec>> {
@@ -357,7 +376,10 @@ fn mean_meta(a: Args) -> Result<Vec<OutSpec>> {
         ));
     }
     let (mask, keepdim) = dims_args(a)?;
-    Ok(vec![OutSpec::new(&reduced_shape(x.shape(), &mask, keepdim), x.dtype())])
+    Ok(vec![OutSpec::new(
+        &reduced_shape(x.shape(), &mask, keepdim),
+        x.dtype(),
+    )])
 }
 
 fn mean_fill(a: Args, outs: &[Tensor]) -> Result<()> {
@@ -368,7 +390,13 @@ fn mean_fill(a: Args, outs: &[Tensor]) -> Result<()> {
 fn mean_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let x = c.args.tensor(0)?;
     let (mask, keepdim) = dims_args(c.args)?;
-    let n: usize = x.shape().iter().zip(&mask).filter(|(_, m)| **m).map(|(s, _)| *s).product();
+    let n: usize = x
+        .shape()
+        .iter()
+        .zip(&mask)
+        .filter(|(_, m)| **m)
+        .map(|(s, _)| *s)
+        .product();
     let g = c.grad(0)?.div_scalar(n as f64)?;
     Ok(vec![Some(expand_reduced_grad(&g, x, &mask, keepdim)?)])
 }
@@ -420,7 +448,11 @@ ordered_extremum!(i32, i64, bool);
 
 #[inline(always)]
 fn beats<T: Extremum, const MAX: bool>(new: T, cur: T) -> bool {
-    if MAX { T::beats_max(new, cur) } else { T::beats_min(new, cur) }
+    if MAX {
+        T::beats_max(new, cur)
+    } else {
+        T::beats_min(new, cur)
+    }
 }
 
 /// Reduces `x` over `mask` to its maximum (`MAX`) or minimum, calling `emit(output, value,
@@ -437,7 +469,11 @@ fn extremum_run<T: Extremum, const MAX: bool>(
     reducer(
         || (T::from_i64(0), 0usize, false),
         |acc: Acc<T>, v: T, i| {
-            if !acc.2 || beats::<T, MAX>(v, acc.0) { (v, i, true) } else { acc }
+            if !acc.2 || beats::<T, MAX>(v, acc.0) {
+                (v, i, true)
+            } else {
+                acc
+            }
         },
         |mut acc: Acc<T>, xs: &[T], i0| {
             for (j, &v) in xs.iter().enumerate() {
@@ -448,7 +484,13 @@ fn extremum_run<T: Extremum, const MAX: bool>(
             acc
         },
         // `a` covers earlier positions than `b`: `b` wins only when strictly better.
-        |a: Acc<T>, b: Acc<T>| if !a.2 || (b.2 && beats::<T, MAX>(b.0, a.0)) { b } else { a },
+        |a: Acc<T>, b: Acc<T>| {
+            if !a.2 || (b.2 && beats::<T, MAX>(b.0, a.0)) {
+                b
+            } else {
+                a
+            }
+        },
         |acc: Acc<T>, _| acc.0,
     )
     .run_with(op, x, mask, |o, acc, _| emit(o, acc.0, acc.1))
@@ -532,7 +574,10 @@ fn amax_meta(a: Args) -> Result<Vec<OutSpec>> {
     let x = a.tensor(0)?;
     let (mask, keepdim) = dims_args(a)?;
     check_nonempty(a.op, x, &mask)?;
-    Ok(vec![OutSpec::new(&reduced_shape(x.shape(), &mask, keepdim), x.dtype())])
+    Ok(vec![OutSpec::new(
+        &reduced_shape(x.shape(), &mask, keepdim),
+        x.dtype(),
+    )])
 }
 
 fn amax_fill<const MAX: bool>(a: Args, outs: &[Tensor]) -> Result<()> {
@@ -556,7 +601,10 @@ fn extremum_dim_meta(a: Args) -> Result<Vec<OutSpec>> {
     let (mask, keepdim) = one_dim_args(a)?;
     check_nonempty(a.op, x, &mask)?;
     let shape = reduced_shape(x.shape(), &mask, keepdim);
-    Ok(vec![OutSpec::new(&shape, x.dtype()), OutSpec::new(&shape, DType::I64)])
+    Ok(vec![
+        OutSpec::new(&shape, x.dtype()),
+        OutSpec::new(&shape, DType::I64),
+    ])
 }
 
 fn extremum_dim_fill<const MAX: bool>(a: Args, outs: &[Tensor]) -> Result<()> {
@@ -596,7 +644,10 @@ fn arg_dims(a: Args) -> Result<(smallvec::SmallVec<[bool; 6]>, Option<i64>, bool
 fn arg_meta(a: Args) -> Result<Vec<OutSpec>> {
     let x = a.tensor(0)?;
     if x.dtype() == DType::Bool {
-        return Err(Error::dtype(a.op, "bool tensors are not supported (convert to an integer dtype)"));
+        return Err(Error::dtype(
+            a.op,
+            "bool tensors are not supported (convert to an integer dtype)",
+        ));
     }
     let (mask, dim, keepdim) = arg_dims(a)?;
     check_nonempty(a.op, x, &mask)?;
@@ -696,7 +747,10 @@ fn var_meta(a: Args) -> Result<Vec<OutSpec>> {
         ));
     }
     let (mask, keepdim, _) = var_args(a)?;
-    Ok(vec![OutSpec::new(&reduced_shape(x.shape(), &mask, keepdim), x.dtype())])
+    Ok(vec![OutSpec::new(
+        &reduced_shape(x.shape(), &mask, keepdim),
+        x.dtype(),
+    )])
 }
 
 /// Running `(count, mean, sum of squared deviations)`, merged with Chan's parallel formula.
@@ -712,7 +766,11 @@ fn merge_moments(a: Moments, b: Moments) -> Moments {
     }
     let n = a.0 + b.0;
     let delta = b.1 - a.1;
-    (n, a.1 + delta * (b.0 / n), a.2 + b.2 + delta * delta * (a.0 * b.0 / n))
+    (
+        n,
+        a.1 + delta * (b.0 / n),
+        a.2 + b.2 + delta * delta * (a.0 * b.0 / n),
+    )
 }
 
 /// Variance (or standard deviation when `SQRT`) of `x` (element type `T`) over `mask`.
@@ -745,7 +803,11 @@ fn float_var<T: Element, const SQRT: bool>(
         },
         merge_moments,
         |(n, _, m2): Moments, _| {
-            let var = if n == 0.0 { f64::NAN } else { m2 / (n - correction).max(0.0) };
+            let var = if n == 0.0 {
+                f64::NAN
+            } else {
+                m2 / (n - correction).max(0.0)
+            };
             T::from_f64(if SQRT { var.sqrt() } else { var })
         },
     )
@@ -760,7 +822,10 @@ fn var_fill<const SQRT: bool>(a: Args, outs: &[Tensor]) -> Result<()> {
         DType::F64 => float_var::<f64, SQRT>(op, x, &mask, out, correction),
         DType::F16 => float_var::<f16, SQRT>(op, x, &mask, out, correction),
         DType::BF16 => float_var::<bf16, SQRT>(op, x, &mask, out, correction),
-        d => Err(Error::dtype(op, format!("input dtype must be floating point, got {d}"))),
+        d => Err(Error::dtype(
+            op,
+            format!("input dtype must be floating point, got {d}"),
+        )),
     }
 }
 
@@ -769,7 +834,9 @@ fn var_input_grad(c: &GradCtx, g_var: &Tensor, mask: &[bool], correction: f64) -
     let x = c.args.tensor(0)?;
     let n = reduced_len(x, mask) as f64;
     let centered = x.sub(&x.mean(&mask_dims(mask), true)?)?;
-    g_var.mul(&centered)?.mul_scalar(2.0 / (n - correction).max(0.0))
+    g_var
+        .mul(&centered)?
+        .mul_scalar(2.0 / (n - correction).max(0.0))
 }
 
 fn var_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
@@ -784,7 +851,14 @@ fn std_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let x = c.args.tensor(0)?;
     let (mask, keepdim, correction) = var_args(c.args)?;
     let g = keep_shape(&c.grad(0)?, x, &mask, keepdim)?;
-    let s = keep_shape(&c.outputs[0], x, &mask, keepdim)?;
+    // When the backward pass is recorded (create_graph), recompute std so second derivatives
+    // see its dependence on x; otherwise the saved output suffices.
+    let out = if crate::autograd::is_grad_enabled() && x.requires_grad() {
+        call1(&STD, c.args.values)?
+    } else {
+        c.outputs[0].clone()
+    };
+    let s = keep_shape(&out, x, &mask, keepdim)?;
     let dt = s.dtype();
     let is_zero = s.eq_scalar(0.0)?.to_dtype(dt)?;
     let not_zero = s.ne_scalar(0.0)?.to_dtype(dt)?;
@@ -942,12 +1016,26 @@ impl Tensor {
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
     pub fn argmax(&self, dim: Option<i64>, keepdim: bool) -> Result<Tensor> {
-        call1(&ARGMAX, &[self.into(), dim.map_or(Value::None, Value::Int), keepdim.into()])
+        call1(
+            &ARGMAX,
+            &[
+                self.into(),
+                dim.map_or(Value::None, Value::Int),
+                keepdim.into(),
+            ],
+        )
     }
 
     /// i64 index of the first minimum along `dim` (flattened when None).
     pub fn argmin(&self, dim: Option<i64>, keepdim: bool) -> Result<Tensor> {
-        call1(&ARGMIN, &[self.into(), dim.map_or(Value::None, Value::Int), keepdim.into()])
+        call1(
+            &ARGMIN,
+            &[
+                self.into(),
+                dim.map_or(Value::None, Value::Int),
+                keepdim.into(),
+            ],
+        )
     }
 
     /// Product over `dims` (empty = all dims); integers and bool give i64 (wrapping).
@@ -983,7 +1071,15 @@ impl Tensor {
 
     /// Variance with an explicit `correction`: `sum((x - mean)^2) / max(n - correction, 0)`.
     pub fn var_correction(&self, dims: &[i64], correction: f64, keepdim: bool) -> Result<Tensor> {
-        call1(&VAR, &[self.into(), dims_value(dims), correction.into(), keepdim.into()])
+        call1(
+            &VAR,
+            &[
+                self.into(),
+                dims_value(dims),
+                correction.into(),
+                keepdim.into(),
+            ],
+        )
     }
 
     /// Unbiased standard deviation over `dims` (empty = all dims).
@@ -993,7 +1089,15 @@ impl Tensor {
 
     /// Standard deviation with an explicit `correction` (the square root of `var_correction`).
     pub fn std_correction(&self, dims: &[i64], correction: f64, keepdim: bool) -> Result<Tensor> {
-        call1(&STD, &[self.into(), dims_value(dims), correction.into(), keepdim.into()])
+        call1(
+            &STD,
+            &[
+                self.into(),
+                dims_value(dims),
+                correction.into(),
+                keepdim.into(),
+            ],
+        )
     }
 }
 
@@ -1001,6 +1105,8 @@ impl Tensor {
 fn two(mut outs: Vec<Tensor>) -> Result<(Tensor, Tensor)> {
     match (outs.pop(), outs.pop()) {
         (Some(indices), Some(values)) if outs.is_empty() => Ok((values, indices)),
-        _ => Err(Error::Autograd("a two-output op returned a different number of tensors".into())),
+        _ => Err(Error::Autograd(
+            "a two-output op returned a different number of tensors".into(),
+        )),
     }
 }

@@ -113,15 +113,18 @@ pub static OPS: &[&OpDef] = &[&VIEW, &PERMUTE, &EXPAND, &SLICE, &SLICE_BACKWARD]
 fn to_usizes(op: &str, arg: &str, v: &[i64]) -> Result<Shape> {
     v.iter()
         .map(|&d| {
-            usize::try_from(d).map_err(|_| {
-                Error::argument(op, arg, "non-negative sizes", format!("{v:?}"))
-            })
+            usize::try_from(d)
+                .map_err(|_| Error::argument(op, arg, "non-negative sizes", format!("{v:?}")))
         })
         .collect()
 }
 
 /// Strides that let `shape`/`strides` be read as `new_shape` without copying, if any exist.
-pub(crate) fn view_strides(shape: &[usize], strides: &[isize], new_shape: &[usize]) -> Option<Strides> {
+pub(crate) fn view_strides(
+    shape: &[usize],
+    strides: &[isize],
+    new_shape: &[usize],
+) -> Option<Strides> {
     if numel(shape) <= 1 || shape.is_empty() {
         return Some(contiguous_strides(new_shape));
     }
@@ -132,12 +135,10 @@ pub(crate) fn view_strides(shape: &[usize], strides: &[isize], new_shape: &[usiz
     for d in (0..shape.len()).rev() {
         tensor_numel *= shape[d];
         // A chunk ends where the next-outer dim does not continue this one contiguously.
-        let chunk_ends = d == 0
-            || (shape[d - 1] != 1 && strides[d - 1] != tensor_numel as isize * chunk_stride);
+        let chunk_ends =
+            d == 0 || (shape[d - 1] != 1 && strides[d - 1] != tensor_numel as isize * chunk_stride);
         if chunk_ends {
-            while view_d >= 0
-                && (view_numel < tensor_numel || new_shape[view_d as usize] == 1)
-            {
+            while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
                 out[view_d as usize] = view_numel as isize * chunk_stride;
                 view_numel *= new_shape[view_d as usize];
                 view_d -= 1;
@@ -199,7 +200,12 @@ fn permutation(op: &str, dims: &[i64], rank: usize) -> Result<SmallVec<[usize; 6
     for &d in dims {
         let i = normalize_dim(op, d, rank)?;
         if seen[i] {
-            return Err(Error::argument(op, "dims", "a permutation", format!("{dims:?} repeats dim {d}")));
+            return Err(Error::argument(
+                op,
+                "dims",
+                "a permutation",
+                format!("{dims:?} repeats dim {d}"),
+            ));
         }
         seen[i] = true;
         perm.push(i);
@@ -221,7 +227,10 @@ fn expand_kernel(a: Args) -> Result<Vec<Tensor>> {
     if target.len() < x.rank() {
         return Err(Error::shape(
             a.op,
-            format!("cannot expand {} to the lower rank {target:?}", fmt_shape(x.shape())),
+            format!(
+                "cannot expand {} to the lower rank {target:?}",
+                fmt_shape(x.shape())
+            ),
         ));
     }
     let lead = target.len() - x.rank();
@@ -248,7 +257,12 @@ fn expand_kernel(a: Args) -> Result<Vec<Tensor>> {
             }
         };
         if size < 0 {
-            return Err(Error::argument(a.op, "size", "non-negative sizes (or -1 for existing dims)", format!("{target:?}")));
+            return Err(Error::argument(
+                a.op,
+                "size",
+                "non-negative sizes (or -1 for existing dims)",
+                format!("{target:?}"),
+            ));
         }
         shape.push(size as usize);
         strides.push(stride);
@@ -273,9 +287,20 @@ fn slice_bounds_args(a: Args, i: usize) -> Result<(Option<i64>, Option<i64>, i64
 }
 
 /// Clamped `(start, len)` of a Python slice over a dim of `size`.
-fn slice_range(op: &str, size: usize, start: Option<i64>, end: Option<i64>, step: i64) -> Result<(usize, usize)> {
+fn slice_range(
+    op: &str,
+    size: usize,
+    start: Option<i64>,
+    end: Option<i64>,
+    step: i64,
+) -> Result<(usize, usize)> {
     if step <= 0 {
-        return Err(Error::argument(op, "step", "a positive step", step.to_string()));
+        return Err(Error::argument(
+            op,
+            "step",
+            "a positive step",
+            step.to_string(),
+        ));
     }
     let n = size as i64;
     let clamp = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
@@ -365,10 +390,19 @@ impl Tensor {
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
-        checked_nbytes("view", shape, self.dtype())?;
-        if shape_numel(shape) == self.numel()
-            && view_strides(self.shape(), self.strides(), shape).is_none()
-        {
+        checked_nbytes("reshape", shape, self.dtype())?;
+        if shape_numel(shape) != self.numel() {
+            return Err(Error::shape(
+                "reshape",
+                format!(
+                    "shape {} is invalid for input of size {} (shape {})",
+                    fmt_shape(shape),
+                    self.numel(),
+                    fmt_shape(self.shape())
+                ),
+            ));
+        }
+        if view_strides(self.shape(), self.strides(), shape).is_none() {
             return self.contiguous()?.view(shape);
         }
         self.view(shape)
@@ -404,12 +438,18 @@ impl Tensor {
             if known == 0 {
                 return Err(bad("the -1 dim is ambiguous when another dim is 0"));
             }
-            if n % known != 0 {
+            if !n.is_multiple_of(known) {
                 return Err(bad("the other dims do not divide the element count"));
             }
             shape
                 .iter()
-                .map(|&d| if d == -1 { (n / known) as usize } else { d as usize })
+                .map(|&d| {
+                    if d == -1 {
+                        (n / known) as usize
+                    } else {
+                        d as usize
+                    }
+                })
                 .collect()
         } else {
             shape.iter().map(|&d| d as usize).collect()
@@ -439,7 +479,10 @@ impl Tensor {
         match self.rank() {
             0 | 1 => Ok(self.clone()),
             2 => self.transpose(0, 1),
-            r => Err(Error::shape("t", format!("expects a tensor with <= 2 dims, got {r}"))),
+            r => Err(Error::shape(
+                "t",
+                format!("expects a tensor with <= 2 dims, got {r}"),
+            )),
         }
     }
 
@@ -455,9 +498,18 @@ impl Tensor {
     }
 
     /// Python-style slice `start:end:step` along `dim`.
-    pub fn slice(&self, dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<Tensor> {
+    pub fn slice(
+        &self,
+        dim: i64,
+        start: Option<i64>,
+        end: Option<i64>,
+        step: i64,
+    ) -> Result<Tensor> {
         let opt = |v: Option<i64>| v.map_or(Value::None, Value::Int);
-        call1(&SLICE, &[self.into(), dim.into(), opt(start), opt(end), step.into()])
+        call1(
+            &SLICE,
+            &[self.into(), dim.into(), opt(start), opt(end), step.into()],
+        )
     }
 
     /// `len` elements of `dim` starting at `start` (a view).
@@ -524,7 +576,12 @@ impl Tensor {
         let s = normalize_dim("flatten", start, self.rank())?;
         let e = normalize_dim("flatten", end, self.rank())?;
         if s > e {
-            return Err(Error::argument("flatten", "start_dim", "start_dim <= end_dim", format!("{start} > {end}")));
+            return Err(Error::argument(
+                "flatten",
+                "start_dim",
+                "start_dim <= end_dim",
+                format!("{start} > {end}"),
+            ));
         }
         let mut shape: Shape = self.shape()[..s].into();
         shape.push(self.shape()[s..=e].iter().product());

@@ -74,6 +74,8 @@ trait SoftFloat: Copy + Send + Sync + PartialOrd + 'static {
     fn exp_nonpos(self) -> Self;
     fn ln(self) -> Self;
     fn nan() -> Self;
+    fn widen(self) -> f64;
+    fn narrow(v: f64) -> Self;
 }
 
 impl SoftFloat for f32 {
@@ -105,6 +107,14 @@ impl SoftFloat for f32 {
     }
     fn nan() -> Self {
         f32::NAN
+    }
+    #[inline(always)]
+    fn widen(self) -> f64 {
+        self as f64
+    }
+    #[inline(always)]
+    fn narrow(v: f64) -> Self {
+        v as f32
     }
 }
 
@@ -138,6 +148,14 @@ impl SoftFloat for f64 {
     fn nan() -> Self {
         f64::NAN
     }
+    #[inline(always)]
+    fn widen(self) -> f64 {
+        self
+    }
+    #[inline(always)]
+    fn narrow(v: f64) -> Self {
+        v
+    }
 }
 
 /// `exp(x)` in f32 for `x <= 0` (NaN gives NaN), branch-free so loops over it vectorize.
@@ -153,13 +171,7 @@ pub(crate) fn exp_nonpos_f32(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4; // ln 2 - LN2_HI
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     // Clamp keeps 2^k a normal number; NaN fails both comparisons and stays NaN.
-    let xc = if x < -87.0 {
-        -87.0
-    } else if x > 88.0 {
-        88.0
-    } else {
-        x
-    };
+    let xc = x.clamp(-87.0, 88.0);
     let t = xc * LOG2E + ROUND;
     let k = t - ROUND;
     let ki = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
@@ -180,7 +192,7 @@ pub(crate) fn exp_nonpos_f32(x: f32) -> f32 {
 const LANES: usize = 16;
 
 /// Maximum of `xs`, NaN if any element is NaN (`-inf` for an all `-inf` row).
-#[inline]
+#[inline(always)]
 fn row_max<F: SoftFloat>(xs: &[F]) -> F {
     let mut lanes = [F::NEG_INF; LANES];
     let mut nan = [false; LANES];
@@ -205,44 +217,53 @@ fn row_max<F: SoftFloat>(xs: &[F]) -> F {
     if any_nan { F::nan() } else { m }
 }
 
+/// Elements summed in `F` lanes before the partial sum is added into an f64 total, so the error
+/// of long sums does not grow with their length.
+const SUM_BLOCK: usize = 1024;
+
 /// Writes `exp(x - m)` into `out` (when given) and returns the sum of those values.
-#[inline]
-fn row_exp_sum<F: SoftFloat>(xs: &[F], m: F, out: Option<&mut [F]>) -> F {
-    let mut lanes = [F::ZERO; LANES];
-    match out {
-        Some(out) => {
-            let mut xi = xs.chunks_exact(LANES);
-            let mut oi = out.chunks_exact_mut(LANES);
-            for (c, o) in (&mut xi).zip(&mut oi) {
-                for k in 0..LANES {
-                    let e = c[k].sub(m).exp_nonpos();
-                    o[k] = e;
+#[inline(always)]
+fn row_exp_sum<F: SoftFloat>(xs: &[F], m: F, mut out: Option<&mut [F]>) -> F {
+    let mut total = 0f64;
+    for (b, xb) in xs.chunks(SUM_BLOCK).enumerate() {
+        let mut lanes = [F::ZERO; LANES];
+        match out.as_deref_mut() {
+            Some(out) => {
+                let ob = &mut out[b * SUM_BLOCK..b * SUM_BLOCK + xb.len()];
+                let mut xi = xb.chunks_exact(LANES);
+                let mut oi = ob.chunks_exact_mut(LANES);
+                for (c, o) in (&mut xi).zip(&mut oi) {
+                    for k in 0..LANES {
+                        let e = c[k].sub(m).exp_nonpos();
+                        o[k] = e;
+                        lanes[k] = lanes[k].add(e);
+                    }
+                }
+                for (k, (&v, o)) in xi.remainder().iter().zip(oi.into_remainder()).enumerate() {
+                    let e = v.sub(m).exp_nonpos();
+                    *o = e;
                     lanes[k] = lanes[k].add(e);
                 }
             }
-            for (k, (&v, o)) in xi.remainder().iter().zip(oi.into_remainder()).enumerate() {
-                let e = v.sub(m).exp_nonpos();
-                *o = e;
-                lanes[k] = lanes[k].add(e);
-            }
-        }
-        None => {
-            let mut xi = xs.chunks_exact(LANES);
-            for c in &mut xi {
-                for k in 0..LANES {
-                    lanes[k] = lanes[k].add(c[k].sub(m).exp_nonpos());
+            None => {
+                let mut xi = xb.chunks_exact(LANES);
+                for c in &mut xi {
+                    for k in 0..LANES {
+                        lanes[k] = lanes[k].add(c[k].sub(m).exp_nonpos());
+                    }
+                }
+                for (k, &v) in xi.remainder().iter().enumerate() {
+                    lanes[k] = lanes[k].add(v.sub(m).exp_nonpos());
                 }
             }
-            for (k, &v) in xi.remainder().iter().enumerate() {
-                lanes[k] = lanes[k].add(v.sub(m).exp_nonpos());
-            }
         }
+        total += lanes.iter().fold(F::ZERO, |s, &v| s.add(v)).widen();
     }
-    lanes.iter().fold(F::ZERO, |s, &v| s.add(v))
+    F::narrow(total)
 }
 
 /// softmax (or log_softmax when `LOG`) of one contiguous row.
-#[inline]
+#[inline(always)]
 fn softmax_row<F: SoftFloat, const LOG: bool>(xs: &[F], out: &mut [F]) {
     let m = row_max(xs);
     if LOG {
@@ -258,66 +279,110 @@ fn softmax_row<F: SoftFloat, const LOG: bool>(xs: &[F], out: &mut [F]) {
     }
 }
 
+/// Scratch of the middle-dim kernel, one per task: per-lane maxima, NaN flags and sums.
+struct ColumnScratch<F> {
+    m: Vec<F>,
+    nan: Vec<bool>,
+    part: Vec<F>,
+    total: Vec<f64>,
+    s: Vec<F>,
+}
+
+impl<F: SoftFloat> ColumnScratch<F> {
+    fn new() -> Self {
+        ColumnScratch {
+            m: Vec::new(),
+            nan: Vec::new(),
+            part: Vec::new(),
+            total: Vec::new(),
+            s: Vec::new(),
+        }
+    }
+}
+
 /// softmax over the middle dim of a contiguous `[outer, n, inner]` block: `w` adjacent lanes
 /// starting at `x`/`out`, rows `inner` apart.
 ///
 /// # Safety
 /// `x` and `out` must be valid for the `n` rows of `w` elements each.
+#[inline(always)]
 unsafe fn softmax_columns<F: SoftFloat, const LOG: bool>(
     x: *const F,
     out: *mut F,
     n: usize,
     inner: usize,
     w: usize,
-    m: &mut Vec<F>,
-    s: &mut Vec<F>,
+    sc: &mut ColumnScratch<F>,
 ) {
     let row = |i: usize| unsafe { std::slice::from_raw_parts(x.add(i * inner), w) };
     let row_out = |i: usize| unsafe { std::slice::from_raw_parts_mut(out.add(i * inner), w) };
+    let ColumnScratch {
+        m,
+        nan,
+        part,
+        total,
+        s,
+    } = sc;
     m.clear();
     m.resize(w, F::NEG_INF);
-    let mut nan = vec![false; w];
+    nan.clear();
+    nan.resize(w, false);
     for i in 0..n {
-        for ((mj, nj), &v) in m.iter_mut().zip(nan.iter_mut()).zip(row(i)) {
+        for (mj, &v) in m.iter_mut().zip(row(i)) {
             *mj = if v > *mj { v } else { *mj };
+        }
+        for (nj, &v) in nan.iter_mut().zip(row(i)) {
             #[allow(clippy::eq_op)]
             let is_nan = v != v;
             *nj |= is_nan;
         }
     }
-    for (mj, &nj) in m.iter_mut().zip(&nan) {
+    for (mj, &nj) in m.iter_mut().zip(nan.iter()) {
         if nj {
             *mj = F::nan();
         }
     }
-    s.clear();
-    s.resize(w, F::ZERO);
+    // Sums in `F` over blocks of rows, flushed into f64 totals.
+    part.clear();
+    part.resize(w, F::ZERO);
+    total.clear();
+    total.resize(w, 0.0);
     for i in 0..n {
         if LOG {
-            for ((sj, &mj), &v) in s.iter_mut().zip(m.iter()).zip(row(i)) {
-                *sj = sj.add(v.sub(mj).exp_nonpos());
+            for ((pj, &mj), &v) in part.iter_mut().zip(m.iter()).zip(row(i)) {
+                *pj = pj.add(v.sub(mj).exp_nonpos());
             }
         } else {
-            for (((sj, &mj), &v), o) in s.iter_mut().zip(m.iter()).zip(row(i)).zip(row_out(i)) {
-                let e = v.sub(mj).exp_nonpos();
-                *o = e;
-                *sj = sj.add(e);
+            let o = row_out(i);
+            for ((oj, &mj), &v) in o.iter_mut().zip(m.iter()).zip(row(i)) {
+                *oj = v.sub(mj).exp_nonpos();
+            }
+            for (pj, &e) in part.iter_mut().zip(o.iter()) {
+                *pj = pj.add(e);
+            }
+        }
+        if (i + 1) % (SUM_BLOCK / 4) == 0 || i + 1 == n {
+            for (t, p) in total.iter_mut().zip(part.iter_mut()) {
+                *t += p.widen();
+                *p = F::ZERO;
             }
         }
     }
+    s.clear();
     if LOG {
-        for (sj, &mj) in s.iter_mut().zip(m.iter()) {
-            *sj = mj.add(sj.ln());
-        }
+        s.extend(
+            total
+                .iter()
+                .zip(m.iter())
+                .map(|(&t, &mj)| mj.add(F::narrow(t).ln())),
+        );
         for i in 0..n {
             for ((o, &v), &shift) in row_out(i).iter_mut().zip(row(i)).zip(s.iter()) {
                 *o = v.sub(shift);
             }
         }
     } else {
-        for sj in s.iter_mut() {
-            *sj = F::ONE.div(*sj);
-        }
+        s.extend(total.iter().map(|&t| F::ONE.div(F::narrow(t))));
         for i in 0..n {
             for (o, &inv) in row_out(i).iter_mut().zip(s.iter()) {
                 *o = o.mul(inv);
@@ -328,6 +393,77 @@ unsafe fn softmax_columns<F: SoftFloat, const LOG: bool>(
 
 /// Lane block of the middle-dim kernel: `n` rows of this many lanes stay in cache across passes.
 const COLS: usize = 256;
+
+/// The shape of one softmax call: `[outer, n, inner]` over contiguous data.
+#[derive(Clone, Copy)]
+struct Layout<F> {
+    x: SendPtr<F>,
+    out: SendPtr<F>,
+    n: usize,
+    inner: usize,
+}
+
+impl<F: SoftFloat> Layout<F> {
+    /// Number of lane blocks per outer index (middle-dim kernel).
+    fn blocks(&self) -> usize {
+        self.inner.div_ceil(COLS)
+    }
+
+    /// softmax of rows `rows` (last-dim kernel, `inner == 1`).
+    #[inline(always)]
+    fn rows<const LOG: bool>(self, rows: std::ops::Range<usize>) {
+        let n = self.n;
+        for i in rows {
+            let xs = unsafe { std::slice::from_raw_parts(self.x.at((i * n) as isize), n) };
+            let os = unsafe { std::slice::from_raw_parts_mut(self.out.at((i * n) as isize), n) };
+            softmax_row::<F, LOG>(xs, os);
+        }
+    }
+
+    /// softmax of lane blocks `units` (middle-dim kernel): unit `u` is outer index
+    /// `u / blocks`, lanes `COLS * (u % blocks)..`.
+    #[inline(always)]
+    fn units<const LOG: bool>(self, units: std::ops::Range<usize>) {
+        let (n, inner, blocks) = (self.n, self.inner, self.blocks());
+        let mut sc = ColumnScratch::new();
+        for u in units {
+            let (o, b) = (u / blocks, u % blocks);
+            let j = b * COLS;
+            let w = COLS.min(inner - j);
+            let base = (o * n * inner + j) as isize;
+            unsafe {
+                softmax_columns::<F, LOG>(self.x.at(base), self.out.at(base), n, inner, w, &mut sc)
+            };
+        }
+    }
+
+    /// Runs `rows` or `units` over `range`, compiled for AVX2 when the CPU has it (the exp
+    /// polynomial then runs 8 lanes wide instead of SSE2's 4).
+    fn run<const LOG: bool>(self, range: std::ops::Range<usize>) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked above).
+            unsafe { self.run_avx2::<LOG>(range) };
+            return;
+        }
+        self.run_generic::<LOG>(range);
+    }
+
+    #[inline(always)]
+    fn run_generic<const LOG: bool>(self, range: std::ops::Range<usize>) {
+        if self.inner == 1 {
+            self.rows::<LOG>(range)
+        } else {
+            self.units::<LOG>(range)
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn run_avx2<const LOG: bool>(self, range: std::ops::Range<usize>) {
+        self.run_generic::<LOG>(range)
+    }
+}
 
 /// Computes softmax of the contiguous `x` into the contiguous `out` (same shape, dtype `F`).
 fn softmax_contiguous<F: SoftFloat, const LOG: bool>(
@@ -344,56 +480,29 @@ fn softmax_contiguous<F: SoftFloat, const LOG: bool>(
     let n = shape.get(dim).copied().unwrap_or(1);
     let inner: usize = shape.iter().skip(dim + 1).product();
     let outer = numel / (n * inner);
-    let px = SendPtr(x.data_ptr(op)? as *mut F);
-    let po = SendPtr(out.data_ptr(op)? as *mut F);
-    let threads = parallel::num_threads();
-    let parallel = threads > 1 && numel >= PAR_MIN_ELEMS;
-    if inner == 1 {
-        let rows = |r: std::ops::Range<usize>| {
-            for i in r {
-                let xs = unsafe { std::slice::from_raw_parts(px.at((i * n) as isize), n) };
-                let os = unsafe { std::slice::from_raw_parts_mut(po.at((i * n) as isize), n) };
-                softmax_row::<F, LOG>(xs, os);
-            }
-        };
-        if parallel && outer > 1 {
-            let chunks = outer.min(threads * 4);
-            let per = outer.div_ceil(chunks);
-            parallel::pool().install(|| {
-                (0..chunks)
-                    .into_par_iter()
-                    .for_each(|c| rows((c * per).min(outer)..((c + 1) * per).min(outer)))
-            });
-        } else {
-            rows(0..outer);
-        }
-        return Ok(());
-    }
-    let blocks = inner.div_ceil(COLS);
-    let units = outer * blocks;
-    let unit = |u: usize, m: &mut Vec<F>, s: &mut Vec<F>| {
-        let (o, b) = (u / blocks, u % blocks);
-        let j = b * COLS;
-        let w = COLS.min(inner - j);
-        let base = (o * n * inner + j) as isize;
-        unsafe { softmax_columns::<F, LOG>(px.at(base), po.at(base), n, inner, w, m, s) };
+    let layout = Layout {
+        x: SendPtr(x.data_ptr(op)? as *mut F),
+        out: SendPtr(out.data_ptr(op)? as *mut F),
+        n,
+        inner,
     };
-    if parallel && units > 1 {
-        let chunks = units.min(threads * 4);
-        let per = units.div_ceil(chunks);
+    // Work items: rows for the last-dim kernel, lane blocks otherwise.
+    let items = if inner == 1 {
+        outer
+    } else {
+        outer * layout.blocks()
+    };
+    let threads = parallel::num_threads();
+    if threads > 1 && numel >= PAR_MIN_ELEMS && items > 1 {
+        let chunks = items.min(threads * 4);
+        let per = items.div_ceil(chunks);
         parallel::pool().install(|| {
-            (0..chunks).into_par_iter().for_each(|c| {
-                let (mut m, mut s) = (Vec::new(), Vec::new());
-                for u in (c * per).min(units)..((c + 1) * per).min(units) {
-                    unit(u, &mut m, &mut s);
-                }
-            })
+            (0..chunks)
+                .into_par_iter()
+                .for_each(|c| layout.run::<LOG>((c * per).min(items)..((c + 1) * per).min(items)))
         });
     } else {
-        let (mut m, mut s) = (Vec::new(), Vec::new());
-        for u in 0..units {
-            unit(u, &mut m, &mut s);
-        }
+        layout.run::<LOG>(0..items);
     }
     Ok(())
 }
@@ -411,22 +520,37 @@ fn softmax_fill<const LOG: bool>(a: Args, outs: &[Tensor]) -> Result<()> {
             softmax_contiguous::<f32, LOG>(a.op, &x32, &tmp, dim)?;
             super::cast::copy_convert(a.op, out, &tmp)
         }
-        d => Err(Error::dtype(a.op, format!("input dtype must be floating point, got {d}"))),
+        d => Err(Error::dtype(
+            a.op,
+            format!("input dtype must be floating point, got {d}"),
+        )),
+    }
+}
+
+/// The op's output for use in its derivative: the saved (detached) output, or — when the
+/// backward pass is itself being recorded (`create_graph`) — the output recomputed from the input,
+/// so that second derivatives see its dependence on the input.
+fn output_for_grad(c: &GradCtx, op: &'static OpDef) -> Result<Tensor> {
+    let x = c.args.tensor(0)?;
+    if crate::autograd::is_grad_enabled() && x.requires_grad() {
+        call1(op, c.args.values)
+    } else {
+        Ok(c.outputs[0].clone())
     }
 }
 
 /// d softmax: `out * (g - sum(g * out, dim))`.
 fn softmax_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let dim = c.args.int(1)?;
-    let (g, out) = (c.grad(0)?, &c.outputs[0]);
-    let dot = g.mul(out)?.sum(&[dim], true)?;
+    let (g, out) = (c.grad(0)?, output_for_grad(c, &SOFTMAX)?);
+    let dot = g.mul(&out)?.sum(&[dim], true)?;
     Ok(vec![Some(out.mul(&g.sub(&dot)?)?)])
 }
 
 /// d log_softmax: `g - exp(out) * sum(g, dim)`.
 fn log_softmax_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let dim = c.args.int(1)?;
-    let (g, out) = (c.grad(0)?, &c.outputs[0]);
+    let (g, out) = (c.grad(0)?, output_for_grad(c, &LOG_SOFTMAX)?);
     let total = g.sum(&[dim], true)?;
     Ok(vec![Some(g.sub(&out.exp()?.mul(&total)?)?)])
 }

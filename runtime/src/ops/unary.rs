@@ -170,7 +170,10 @@ fn x_and_grad<'a>(c: &'a GradCtx) -> Result<(&'a Tensor, Tensor)> {
 }
 
 /// `grad * f(x)` for derivatives that depend on the input only.
-fn grad_times(c: &GradCtx, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Vec<Option<Tensor>>> {
+fn grad_times(
+    c: &GradCtx,
+    f: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> Result<Vec<Option<Tensor>>> {
     let (x, g) = x_and_grad(c)?;
     Ok(vec![Some(g.mul(&f(x)?)?)])
 }
@@ -209,25 +212,34 @@ macro_rules! sigmoid_body {
     }};
 }
 
-unary_op!(NEG, Neg, "neg", neg, int = Map, bool = Reject,
+unary_op! {
+    NEG, Neg, "neg", neg, int = Map, bool = Reject,
     f32 = |x: f32| -x, f64 = |x: f64| -x, int_fn = |x: i64| x.wrapping_neg(),
-    grad = Some(|c| Ok(vec![Some(c.grad(0)?.neg()?)])), saved = Nothing);
+    grad = Some(|c| Ok(vec![Some(c.grad(0)?.neg()?)])), saved = Nothing
+}
 
-unary_op!(ABS, Abs, "abs", abs, int = Map, bool = AsInt,
+unary_op! {
+    ABS, Abs, "abs", abs, int = Map, bool = AsInt,
     f32 = f32::abs, f64 = f64::abs, int_fn = |x: i64| x.wrapping_abs(),
-    grad = Some(|c| grad_times(c, |x| x.sign())), saved = Inputs);
+    grad = Some(|c| grad_times(c, |x| x.sign())), saved = Inputs
+}
 
-unary_op!(EXP, Exp, "exp", exp, int = Promote, bool = AsInt,
+unary_op! {
+    EXP, Exp, "exp", exp, int = Promote, bool = AsInt,
     f32 = f32::exp, f64 = f64::exp, int_fn = id,
-    grad = Some(|c| grad_times_out(c, |o| Ok(o.clone()))), saved = Outputs);
+    grad = Some(|c| grad_times_out(c, |o| Ok(o.clone()))), saved = Outputs
+}
 
-unary_op!(SIGN, Sign, "sign", sign, int = Map, bool = AsInt,
+unary_op! {
+    SIGN, Sign, "sign", sign, int = Map, bool = AsInt,
     f32 = |x: f32| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x },
     f64 = |x: f64| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x },
     int_fn = i64::signum,
-    grad = Some(zero_grad), saved = Nothing);
+    grad = Some(zero_grad), saved = Nothing
+}
 
-unary_op!(RELU, Relu, "relu", relu, int = Map, bool = Reject,
+unary_op! {
+    RELU, Relu, "relu", relu, int = Map, bool = Reject,
     // NaN propagates (PyTorch: relu(nan) = nan); -0.0 maps to 0.0.
     f32 = |x: f32| if x > 0.0 || x.is_nan() { x } else { 0.0 },
     f64 = |x: f64| if x > 0.0 || x.is_nan() { x } else { 0.0 },
@@ -236,9 +248,10 @@ unary_op!(RELU, Relu, "relu", relu, int = Map, bool = Reject,
         let g = c.grad(0)?;
         let mask = c.outputs[0].gt_scalar(0.0)?;
         Ok(vec![Some(g.mul(&mask.to_dtype(g.dtype())?)?)])
-    }), saved = Outputs);
+    }), saved = Outputs
+}
 
-unary_op!(
+unary_op! {
     /// `log(0) = -inf`, `log(x < 0) = NaN`; integer input computes in f32.
     ///
     /// ```
@@ -256,45 +269,54 @@ unary_op!(
     grad = Some(|c| {
         let (x, g) = x_and_grad(c)?;
         Ok(vec![Some(g.div(x)?)])
-    }), saved = Inputs);
+    }), saved = Inputs
+}
 
-unary_op!(
+unary_op! {
     /// `sqrt(-0.0) = -0.0`, `sqrt(x < 0) = NaN`.
     SQRT, Sqrt, "sqrt", sqrt, int = Promote, bool = AsInt,
     f32 = f32::sqrt, f64 = f64::sqrt, int_fn = id,
     grad = Some(|c| {
         let g = c.grad(0)?;
         Ok(vec![Some(g.div(&c.outputs[0].mul_scalar(2.0)?)?)])
-    }), saved = Outputs);
+    }), saved = Outputs
+}
 
-unary_op!(
+unary_op! {
     /// `1 / sqrt(x)`: `rsqrt(0) = inf`, `rsqrt(-0.0) = -inf`.
     RSQRT, Rsqrt, "rsqrt", rsqrt, int = Promote, bool = AsInt,
     f32 = |x: f32| 1.0 / x.sqrt(), f64 = |x: f64| 1.0 / x.sqrt(), int_fn = id,
-    grad = Some(|c| grad_times_out(c, |o| o.mul(o)?.mul(o)?.mul_scalar(-0.5))), saved = Outputs);
+    grad = Some(|c| grad_times_out(c, |o| o.mul(o)?.mul(o)?.mul_scalar(-0.5))), saved = Outputs
+}
 
-unary_op!(
+unary_op! {
     /// `1 / x`: `reciprocal(±0) = ±inf`; integer input computes in f32.
     RECIPROCAL, Reciprocal, "reciprocal", reciprocal, int = Promote, bool = AsInt,
     f32 = |x: f32| 1.0 / x, f64 = |x: f64| 1.0 / x, int_fn = id,
-    grad = Some(|c| grad_times_out(c, |o| o.mul(o)?.neg())), saved = Outputs);
+    grad = Some(|c| grad_times_out(c, |o| o.mul(o)?.neg())), saved = Outputs
+}
 
-unary_op!(SIN, Sin, "sin", sin, int = Promote, bool = AsInt,
+unary_op! {
+    SIN, Sin, "sin", sin, int = Promote, bool = AsInt,
     f32 = f32::sin, f64 = f64::sin, int_fn = id,
-    grad = Some(|c| grad_times(c, Tensor::cos)), saved = Inputs);
+    grad = Some(|c| grad_times(c, Tensor::cos)), saved = Inputs
+}
 
-unary_op!(COS, Cos, "cos", cos, int = Promote, bool = AsInt,
+unary_op! {
+    COS, Cos, "cos", cos, int = Promote, bool = AsInt,
     f32 = f32::cos, f64 = f64::cos, int_fn = id,
-    grad = Some(|c| grad_times(c, |x| x.sin()?.neg())), saved = Inputs);
+    grad = Some(|c| grad_times(c, |x| x.sin()?.neg())), saved = Inputs
+}
 
-unary_op!(
+unary_op! {
     /// `tanh(±inf) = ±1`.
     TANH, Tanh, "tanh", tanh, int = Promote, bool = AsInt,
     f32 = f32::tanh, f64 = f64::tanh, int_fn = id,
     // 1 - out^2
-    grad = Some(|c| grad_times_out(c, |o| o.mul(o)?.neg()?.add_scalar(1.0))), saved = Outputs);
+    grad = Some(|c| grad_times_out(c, |o| o.mul(o)?.neg()?.add_scalar(1.0))), saved = Outputs
+}
 
-unary_op!(
+unary_op! {
     /// `1 / (1 + exp(-x))`, computed without overflow: `sigmoid(-1000) = 0`, `sigmoid(1000) = 1`.
     ///
     /// ```
@@ -306,9 +328,10 @@ unary_op!(
     SIGMOID, Sigmoid, "sigmoid", sigmoid, int = Promote, bool = AsInt,
     f32 = |x: f32| sigmoid_body!(x), f64 = |x: f64| sigmoid_body!(x), int_fn = id,
     // out * (1 - out)
-    grad = Some(|c| grad_times_out(c, |o| o.mul(&o.neg()?.add_scalar(1.0)?))), saved = Outputs);
+    grad = Some(|c| grad_times_out(c, |o| o.mul(&o.neg()?.add_scalar(1.0)?))), saved = Outputs
+}
 
-unary_op!(
+unary_op! {
     /// `x * sigmoid(x)`, computed as `x / (1 + exp(-x))` like PyTorch (so `silu(-inf)` is NaN).
     SILU, Silu, "silu", silu, int = Promote, bool = AsInt,
     f32 = |x: f32| x / (1.0 + (-x).exp()), f64 = |x: f64| x / (1.0 + (-x).exp()), int_fn = id,
@@ -316,29 +339,33 @@ unary_op!(
     grad = Some(|c| grad_times(c, |x| {
         let s = x.sigmoid()?;
         s.mul(&x.mul(&s.neg()?.add_scalar(1.0)?)?.add_scalar(1.0)?)
-    })), saved = Inputs);
+    })), saved = Inputs
+}
 
-unary_op!(
+unary_op! {
     /// The error function (libm's correctly-rounded-to-about-1-ulp implementation).
     ERF, Erf, "erf", erf, int = Promote, bool = AsInt,
     f32 = libm::erff, f64 = libm::erf, int_fn = id,
     // 2/sqrt(pi) * exp(-x^2)
     grad = Some(|c| grad_times(c, |x| x.mul(x)?.neg()?.exp()?.mul_scalar(FRAC_2_SQRT_PI))),
-    saved = Inputs);
+    saved = Inputs
+}
 
-unary_op!(
+unary_op! {
     /// Round toward -inf; integers are copied unchanged.
     FLOOR, Floor, "floor", floor, int = Identity, bool = Reject,
     f32 = f32::floor, f64 = f64::floor, int_fn = id,
-    grad = Some(zero_grad), saved = Nothing);
+    grad = Some(zero_grad), saved = Nothing
+}
 
-unary_op!(
+unary_op! {
     /// Round toward +inf; integers are copied unchanged.
     CEIL, Ceil, "ceil", ceil, int = Identity, bool = Reject,
     f32 = f32::ceil, f64 = f64::ceil, int_fn = id,
-    grad = Some(zero_grad), saved = Nothing);
+    grad = Some(zero_grad), saved = Nothing
+}
 
-unary_op!(
+unary_op! {
     /// Round half to even, like PyTorch: `round(0.5) = 0`, `round(1.5) = 2`, `round(-2.5) = -2`.
     ///
     /// ```
@@ -349,35 +376,45 @@ unary_op!(
     /// ```
     ROUND, Round, "round", round, int = Identity, bool = Reject,
     f32 = f32::round_ties_even, f64 = f64::round_ties_even, int_fn = id,
-    grad = Some(zero_grad), saved = Nothing);
+    grad = Some(zero_grad), saved = Nothing
+}
 
-unary_op!(
+unary_op! {
     /// `x * x`; integers wrap and keep their dtype, bool becomes i64 (PyTorch's `pow(x, 2)`).
     SQUARE, Square, "square", square, int = Map, bool = ToI64,
     f32 = |x: f32| x * x, f64 = |x: f64| x * x, int_fn = |x: i64| x.wrapping_mul(x),
-    grad = Some(|c| grad_times(c, |x| x.mul_scalar(2.0))), saved = Inputs);
+    grad = Some(|c| grad_times(c, |x| x.mul_scalar(2.0))), saved = Inputs
+}
 
 // ---- gelu: one op, two math types selected by `approximate` -------------------------------------
 
-unary_math!(GeluErf, "gelu", int = Promote, bool = AsInt,
-    // 0.5 * x * (1 + erf(x / sqrt 2)) == 0.5 * x * erfc(-x / sqrt 2); the erfc form keeps full
-    // relative precision for very negative x where 1 + erf cancels.
-    f32 = |x: f32| 0.5 * x * libm::erfcf(-x * FRAC_1_SQRT_2 as f32),
-    f64 = |x: f64| 0.5 * x * libm::erfc(-x * FRAC_1_SQRT_2),
-    int_fn = id);
+/// Exact gelu in f64: `0.5 * x * (1 + erf(x / sqrt 2)) == 0.5 * x * erfc(-x / sqrt 2)`; the erfc
+/// form keeps full relative precision for very negative x, where `1 + erf` cancels.
+#[inline(always)]
+fn gelu_erf(x: f64) -> f64 {
+    0.5 * x * libm::erfc(-x * FRAC_1_SQRT_2)
+}
 
-unary_math!(GeluTanh, "gelu", int = Promote, bool = AsInt,
-    // 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u) == x / (1 + exp(-2u)); no cancellation for
-    // negative x, and exp overflowing to inf gives the correct limit -0.
-    f32 = |x: f32| {
-        let u = GELU_K as f32 * (x + GELU_C as f32 * x * x * x);
-        x / (1.0 + (-2.0 * u).exp())
-    },
-    f64 = |x: f64| {
-        let u = GELU_K * (x + GELU_C * x * x * x);
-        x / (1.0 + (-2.0 * u).exp())
-    },
-    int_fn = id);
+/// Tanh-approximated gelu in f64: `0.5 * x * (1 + tanh(u)) == x * sigmoid(2u) == x / (1 +
+/// exp(-2u))`, with no cancellation for negative x; `exp` overflowing to inf gives the limit -0.
+#[inline(always)]
+fn gelu_tanh(x: f64) -> f64 {
+    let u = GELU_K * (x + GELU_C * x * x * x);
+    x / (1.0 + (-2.0 * u).exp())
+}
+
+// Both gelu forms evaluate f32 (and f16/bf16) inputs in f64: erfc and exp are steep far out, so
+// the rounding of their f32 argument alone would cost tens of ulps; in f64 the result is
+// correctly rounded to f32 in practice.
+unary_math! {
+    GeluErf, "gelu", int = Promote, bool = AsInt,
+    f32 = |x: f32| gelu_erf(x as f64) as f32, f64 = gelu_erf, int_fn = id
+}
+
+unary_math! {
+    GeluTanh, "gelu", int = Promote, bool = AsInt,
+    f32 = |x: f32| gelu_tanh(x as f64) as f32, f64 = gelu_tanh, int_fn = id
+}
 
 /// Which form of gelu a call asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -432,7 +469,11 @@ fn gelu_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     grad_times(c, |x| match form {
         GeluApproximate::None => {
             // Phi(x) + x * phi(x)
-            let cdf = x.mul_scalar(FRAC_1_SQRT_2)?.erf()?.add_scalar(1.0)?.mul_scalar(0.5)?;
+            let cdf = x
+                .mul_scalar(FRAC_1_SQRT_2)?
+                .erf()?
+                .add_scalar(1.0)?
+                .mul_scalar(0.5)?;
             let pdf = x
                 .mul(x)?
                 .mul_scalar(-0.5)?
@@ -443,11 +484,18 @@ fn gelu_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
         GeluApproximate::Tanh => {
             // 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3))
             let x2 = x.mul(x)?;
-            let inner = x2.mul_scalar(GELU_C)?.add_scalar(1.0)?.mul(x)?.mul_scalar(GELU_K)?;
+            let inner = x2
+                .mul_scalar(GELU_C)?
+                .add_scalar(1.0)?
+                .mul(x)?
+                .mul_scalar(GELU_K)?;
             let t = inner.tanh()?;
             let left = t.add_scalar(1.0)?.mul_scalar(0.5)?;
             let sech2 = t.mul(&t)?.neg()?.add_scalar(1.0)?;
-            let dinner = x2.mul_scalar(3.0 * GELU_C)?.add_scalar(1.0)?.mul_scalar(GELU_K)?;
+            let dinner = x2
+                .mul_scalar(3.0 * GELU_C)?
+                .add_scalar(1.0)?
+                .mul_scalar(GELU_K)?;
             left.add(&x.mul(&sech2)?.mul(&dinner)?.mul_scalar(0.5)?)
         }
     })

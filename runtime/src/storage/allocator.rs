@@ -77,13 +77,23 @@ pub fn stats() -> (usize, usize) {
     (HITS.load(Ordering::Relaxed), MISSES.load(Ordering::Relaxed))
 }
 
+/// Bytes currently held in the free lists (not in use by any tensor).
+pub fn cached_bytes() -> usize {
+    CACHE.lock().held_bytes
+}
+
 /// Frees every cached buffer (tests and memory-pressure hooks).
 pub fn empty_cache() {
     let mut cache = CACHE.lock();
     for (class, list) in cache.free.iter_mut().enumerate() {
         for ptr in list.drain(..) {
             let bytes = class_bytes(class);
-            unsafe { dealloc(ptr.as_ptr(), Layout::from_size_align_unchecked(bytes, ALIGN)) };
+            unsafe {
+                dealloc(
+                    ptr.as_ptr(),
+                    Layout::from_size_align_unchecked(bytes, ALIGN),
+                )
+            };
         }
     }
     cache.held_bytes = 0;
@@ -198,9 +208,19 @@ mod tests {
 
     #[test]
     fn size_classes_round_up_by_at_most_a_quarter() {
-        for bytes in [CACHE_MIN_BYTES, 100_000, 1 << 20, (1 << 20) + 1, 3 << 24, 64 << 20] {
+        for bytes in [
+            CACHE_MIN_BYTES,
+            100_000,
+            1 << 20,
+            (1 << 20) + 1,
+            3 << 24,
+            64 << 20,
+        ] {
             let (class, rounded) = size_class(bytes).unwrap();
-            assert!(rounded >= bytes && rounded <= bytes + bytes / 4 + 1, "{bytes} -> {rounded}");
+            assert!(
+                rounded >= bytes && rounded <= bytes + bytes / 4 + 1,
+                "{bytes} -> {rounded}"
+            );
             assert_eq!(class_bytes(class), rounded);
             assert_eq!(size_class(rounded), Some((class, rounded)));
         }

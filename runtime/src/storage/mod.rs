@@ -22,12 +22,18 @@ struct StorageImpl {
 impl Storage {
     /// Uninitialized storage of `bytes` bytes, or `None` when the allocation fails.
     pub(crate) fn uninit(bytes: usize) -> Option<Storage> {
-        Some(Storage::with_buffer(Some(Buffer::try_new(bytes, false)?), bytes))
+        Some(Storage::with_buffer(
+            Some(Buffer::try_new(bytes, false)?),
+            bytes,
+        ))
     }
 
     /// Zero-filled storage of `bytes` bytes, or `None` when the allocation fails.
     pub(crate) fn zeroed(bytes: usize) -> Option<Storage> {
-        Some(Storage::with_buffer(Some(Buffer::try_new(bytes, true)?), bytes))
+        Some(Storage::with_buffer(
+            Some(Buffer::try_new(bytes, true)?),
+            bytes,
+        ))
     }
 
     /// Storage with no data, for fake and meta tensors.

@@ -23,6 +23,8 @@ impl Tensor {
                 format!("tensor has dtype {}, requested {}", self.dtype(), T::DTYPE),
             ));
         }
+        // Reading data records nothing, even for a non-contiguous tensor that requires grad.
+        let _g = crate::autograd::no_grad();
         let src = self.contiguous()?;
         let ptr = src.data_ptr("to_vec")? as *const T;
         Ok(unsafe { std::slice::from_raw_parts(ptr, src.numel()) }.to_vec())
@@ -31,7 +33,7 @@ impl Tensor {
     /// The elements in row-major order converted to f64 (any dtype).
     pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
         with_dtype!(self.dtype(), T => {
-            Ok(self.to_vec::<T>()?.into_iter().map(|v| cast::<T, f64>(v)).collect())
+            Ok(self.to_vec::<T>()?.into_iter().map(cast::<T, f64>).collect())
         })
     }
 
@@ -64,8 +66,13 @@ impl Tensor {
             let b = other.to_dtype(DType::I64)?.to_vec::<i64>()?;
             return Ok(a == b);
         }
-        let (a, b) = (self.to_dtype(dt)?.to_vec_f64()?, other.to_dtype(dt)?.to_vec_f64()?);
-        Ok(a.iter().zip(&b).all(|(x, y)| x == y || (x.is_nan() && y.is_nan())))
+        let (a, b) = (
+            self.to_dtype(dt)?.to_vec_f64()?,
+            other.to_dtype(dt)?.to_vec_f64()?,
+        );
+        Ok(a.iter()
+            .zip(&b)
+            .all(|(x, y)| x == y || (x.is_nan() && y.is_nan())))
     }
 
     /// True when shapes match and `|a - b| <= atol + rtol * |b|` elementwise (NaN matches NaN,

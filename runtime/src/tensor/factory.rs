@@ -11,7 +11,7 @@ use crate::storage::Storage;
 use crate::value::Scalar;
 
 /// Global seed state for [`Tensor::rand`] and [`Tensor::randn`].
-static SEED: AtomicU64 = AtomicU64::new(0x5eed_0f_7e45_0a11);
+static SEED: AtomicU64 = AtomicU64::new(0x5eed_0f7e_4500_0a11);
 
 /// Seeds the global generator used by `rand`/`randn` (like `torch.manual_seed`).
 pub fn manual_seed(seed: u64) {
@@ -99,7 +99,8 @@ impl Tensor {
             Scalar::Int(i) => Tensor::scalar(i),
             Scalar::Float(f) => Tensor::scalar(f),
         };
-        let mut inner = std::sync::Arc::try_unwrap(t.0).unwrap_or_else(|_| unreachable!("fresh tensor is unique"));
+        let mut inner = std::sync::Arc::try_unwrap(t.0)
+            .unwrap_or_else(|_| unreachable!("fresh tensor is unique"));
         inner.wrapped_number = true;
         Tensor::from_impl(inner)
     }
@@ -235,12 +236,16 @@ impl Tensor {
 
     /// Uniform random values in [0, 1) from the global seeded generator.
     pub fn rand(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        Tensor::rand_seeded(shape, dtype, next_stream())
+        crate::vmap::random("rand", shape, |s| {
+            Tensor::rand_seeded(s, dtype, next_stream())
+        })
     }
 
     /// Standard normal random values from the global seeded generator.
     pub fn randn(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        Tensor::randn_seeded(shape, dtype, next_stream())
+        crate::vmap::random("randn", shape, |s| {
+            Tensor::randn_seeded(s, dtype, next_stream())
+        })
     }
 
     /// Uniform random values in [0, 1) from an explicit seed (same seed, same values).
@@ -329,10 +334,19 @@ mod tests {
 
     #[test]
     fn seeded_random_is_reproducible() {
-        let a = Tensor::randn_seeded(&[5], DType::F64, 7).unwrap().to_vec::<f64>().unwrap();
-        let b = Tensor::randn_seeded(&[5], DType::F64, 7).unwrap().to_vec::<f64>().unwrap();
+        let a = Tensor::randn_seeded(&[5], DType::F64, 7)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
+        let b = Tensor::randn_seeded(&[5], DType::F64, 7)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
         assert_eq!(a, b);
-        let u = Tensor::rand_seeded(&[1000], DType::F32, 1).unwrap().to_vec::<f32>().unwrap();
+        let u = Tensor::rand_seeded(&[1000], DType::F32, 1)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
         assert!(u.iter().all(|&x| (0.0..1.0).contains(&x)));
     }
 }

@@ -147,14 +147,29 @@ mod tests {
     #[test]
     fn display_matches_pytorch_layout() {
         let t = Tensor::from_vec(vec![1.0f32, 2.5, f32::NAN, f32::NEG_INFINITY], &[2, 2]).unwrap();
-        assert_eq!(t.to_string(), "tensor([[1.0000, 2.5000],\n        [nan, -inf]], dtype=f32)");
+        assert_eq!(
+            t.to_string(),
+            "tensor([[1.0000, 2.5000],\n        [nan, -inf]], dtype=f32)"
+        );
         let b = Tensor::from_vec(vec![true, false], &[2]).unwrap();
         assert_eq!(b.to_string(), "tensor([True, False], dtype=bool)");
         assert_eq!(Tensor::scalar(3i64).to_string(), "tensor(3, dtype=i64)");
         let big = Tensor::zeros(&[2000], DType::I32).to_string();
         assert!(big.contains("..."));
-        assert_eq!(Tensor::scalar(i64::MAX).to_string(), "tensor(9223372036854775807, dtype=i64)");
-        assert_eq!(Tensor::zeros(&[2, 0], DType::F32).to_string(), "tensor([[],\n        []], dtype=f32)");
-        assert_eq!(format!("{:?}", Tensor::empty_fake(&[2], DType::F16, tensorplay_ir::Device::Cuda(0))), "Tensor(f16[2]@cuda:0, fake)");
+        assert_eq!(
+            Tensor::scalar(i64::MAX).to_string(),
+            "tensor(9223372036854775807, dtype=i64)"
+        );
+        assert_eq!(
+            Tensor::zeros(&[2, 0], DType::F32).to_string(),
+            "tensor([[],\n        []], dtype=f32)"
+        );
+        assert_eq!(
+            format!(
+                "{:?}",
+                Tensor::empty_fake(&[2], DType::F16, tensorplay_ir::Device::Cuda(0))
+            ),
+            "Tensor(f16[2]@cuda:0, fake)"
+        );
     }
 }

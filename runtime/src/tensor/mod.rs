@@ -93,7 +93,8 @@ impl Tensor {
     /// # Panics
     /// When the shape is too large to allocate; [`Tensor::try_empty_with`] reports that as an error.
     pub(crate) fn empty_with(shape: &[usize], dtype: DType, device: Device, fake: bool) -> Tensor {
-        Tensor::try_empty_with("empty", shape, dtype, device, fake).unwrap_or_else(|e| panic!("{e}"))
+        Tensor::try_empty_with("empty", shape, dtype, device, fake)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// A fresh contiguous tensor with uninitialized data (or no data when `fake` or on the meta
@@ -245,7 +246,10 @@ impl Tensor {
     /// Base data pointer of element `[0, .., 0]`, or an error naming `op` for fake tensors.
     pub(crate) fn data_ptr(&self, op: &str) -> Result<*mut u8> {
         if self.is_batched() {
-            return Err(Error::unsupported(op, "cannot read the data of a batched tensor inside vmap"));
+            return Err(Error::unsupported(
+                op,
+                "cannot read the data of a batched tensor inside vmap",
+            ));
         }
         let base = self.0.storage.ptr().ok_or_else(|| {
             Error::unsupported(
@@ -302,7 +306,8 @@ impl Tensor {
         }
         if !self.is_leaf() {
             return Err(Error::Autograd(
-                "requires_grad_ can only change leaf tensors; use detach() to make a new leaf".into(),
+                "requires_grad_ can only change leaf tensors; use detach() to make a new leaf"
+                    .into(),
             ));
         }
         self.0
@@ -373,11 +378,7 @@ impl Tensor {
     /// Returns this tensor with `edge` as its grad_fn, re-wrapping the handle if it is shared.
     pub(crate) fn with_grad_fn(mut self, edge: GradEdge) -> Tensor {
         if Arc::get_mut(&mut self.0).is_none() {
-            self = self.alias_with(
-                self.0.shape.clone(),
-                self.0.strides.clone(),
-                self.0.offset,
-            );
+            self = self.alias_with(self.0.shape.clone(), self.0.strides.clone(), self.0.offset);
         }
         let inner = Arc::get_mut(&mut self.0).expect("freshly aliased tensor is unique");
         inner.autograd.requires_grad.store(true, Ordering::Relaxed);

@@ -1,0 +1,376 @@
+//! `vmap`: vectorizing a function over a batch dimension, functorch-style.
+//!
+//! [`vmap`] pushes a *level* on a thread-local stack and wraps each batched input as a *batched
+//! tensor*: a [`Tensor`] that reports the per-example (logical) shape and carries the real
+//! (physical) tensor plus the position of its batch dim. Every op on a batched tensor reaches the
+//! dispatcher's vmap layer (after autocast, before autograd), which unwraps the arguments at the
+//! innermost active level among them, runs a batching rule on the physical tensors and wraps the
+//! results again. Nested `vmap`s compose: a physical tensor may itself be batched at an outer
+//! level, and re-dispatching it peels that level in turn.
+//!
+//! Batching rules for builtin ops are chosen from the op table (`OpDef::class`, the kernel kind and
+//! the schema), with a few ops handled by name (views, `matmul`, `cat`/`stack`); custom ops use the
+//! rule registered with `register_vmap`. Anything else runs the per-example fallback: the op is
+//! called once per example on `select`ed slices and the results are stacked (correct, slower).
+//!
+//! Autograd records on the physical tensors, so gradients flow to inputs that require grad once
+//! the outputs are unwrapped; calling `backward` on a batched tensor inside `vmap` is an error.
+
+mod batched;
+mod fallback;
+mod random;
+mod rules;
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tensorplay_ir::shape::fmt_shape;
+use tensorplay_ir::{Error, Result};
+
+pub(crate) use batched::BatchInfo;
+pub(crate) use batched::detach_batched;
+pub use fallback::fallback_calls;
+pub(crate) use random::random;
+pub(crate) use rules::{dispatch_builtin, dispatch_custom};
+
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+/// How random ops (`Tensor::rand`, `Tensor::randn` and their `_like` forms) behave inside `vmap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Randomness {
+    /// Random ops are an error (the default: a silent choice would surprise someone).
+    Error,
+    /// Every example draws its own values (the result is batched).
+    Different,
+    /// Every example sees the same values (the result is not batched).
+    Same,
+}
+
+impl Randomness {
+    /// Parses `"error"`, `"different"` or `"same"`.
+    ///
+    /// ```
+    /// use tensorplay_runtime::vmap::Randomness;
+    /// assert_eq!(Randomness::parse("same")?, Randomness::Same);
+    /// assert!(Randomness::parse("sometimes").is_err());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn parse(s: &str) -> Result<Randomness> {
+        match s {
+            "error" => Ok(Randomness::Error),
+            "different" => Ok(Randomness::Different),
+            "same" => Ok(Randomness::Same),
+            other => Err(Error::argument(
+                "vmap",
+                "randomness",
+                "\"error\", \"different\" or \"same\"",
+                format!("{other:?}"),
+            )),
+        }
+    }
+
+    /// The spelling `parse` accepts (what `VmapInfo::randomness` carries).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Randomness::Error => "error",
+            Randomness::Different => "different",
+            Randomness::Same => "same",
+        }
+    }
+}
+
+/// One active `vmap` call on this thread.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Level {
+    /// Unique across the process, so a batched tensor that outlives its `vmap` is recognised.
+    pub(crate) id: u64,
+    pub(crate) batch_size: usize,
+    pub(crate) randomness: Randomness,
+}
+
+thread_local! {
+    /// The active levels, outermost first.
+    static LEVELS: RefCell<Vec<Level>> = const { RefCell::new(Vec::new()) };
+}
+
+static NEXT_LEVEL: AtomicU64 = AtomicU64::new(1);
+
+/// A snapshot of the active levels, outermost first.
+pub(crate) fn levels() -> Vec<Level> {
+    LEVELS.with(|l| l.borrow().clone())
+}
+
+/// Position of level `id` in the stack (0 = outermost), if it is active on this thread.
+pub(crate) fn level_position(id: u64) -> Option<(usize, Level)> {
+    LEVELS.with(|l| {
+        l.borrow()
+            .iter()
+            .position(|x| x.id == id)
+            .map(|p| (p, l.borrow()[p]))
+    })
+}
+
+/// Pops its level when dropped, also when the vmapped function fails.
+struct LevelGuard {
+    id: u64,
+}
+
+impl LevelGuard {
+    fn push(batch_size: usize, randomness: Randomness) -> (LevelGuard, Level) {
+        let level = Level {
+            id: NEXT_LEVEL.fetch_add(1, Ordering::Relaxed),
+            batch_size,
+            randomness,
+        };
+        LEVELS.with(|l| l.borrow_mut().push(level));
+        (LevelGuard { id: level.id }, level)
+    }
+}
+
+impl Drop for LevelGuard {
+    fn drop(&mut self) {
+        LEVELS.with(|l| {
+            let mut l = l.borrow_mut();
+            if let Some(p) = l.iter().rposition(|x| x.id == self.id) {
+                l.remove(p);
+            }
+        });
+    }
+}
+
+/// Number of `vmap` calls active on this thread (0 outside any `vmap`).
+///
+/// ```
+/// use tensorplay_runtime::{Tensor, DType, vmap};
+/// assert_eq!(vmap::depth(), 0);
+/// let f = vmap::vmap(
+///     |xs: &[Tensor]| {
+///         assert_eq!(vmap::depth(), 1);
+///         Ok(vec![xs[0].clone()])
+///     },
+///     vec![Some(0)],
+///     vec![0],
+/// );
+/// f(&[Tensor::zeros(&[2], DType::F32)])?;
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn depth() -> usize {
+    LEVELS.with(|l| l.borrow().len())
+}
+
+/// True when some argument is a batched tensor. Cheap when no batched tensor exists anywhere:
+/// one atomic load, no scan.
+pub(crate) fn any_batched(args: &[Value]) -> bool {
+    batched::any_live() && args.iter().flat_map(Value::tensors).any(Tensor::is_batched)
+}
+
+/// Vectorizes `f` over a batch dimension of its inputs.
+///
+/// The returned closure takes the inputs; `in_dims[i]` is the batch dim of input `i` (`None`:
+/// the input is shared by every example; negative dims count from the end). Inside `f` each
+/// batched input looks like one example: its shape lacks the batch dim. `f`'s outputs are
+/// unwrapped with the batch dim placed at `out_dims[i]` (an `out_dims` of length 1 applies to
+/// every output); an output that does not depend on a batched input is expanded to the batch
+/// size. Random ops inside `f` are errors (see [`vmap_with_randomness`]).
+///
+/// Errors: `in_dims` and the inputs differ in length, an in/out dim is out of range, no input is
+/// batched, or the batched inputs disagree on the batch size; and whatever `f` returns.
+///
+/// ```
+/// use tensorplay_runtime::{Tensor, vmap::vmap};
+/// // A per-example dot product: [3, 2] · [3, 2] -> [3].
+/// let dot = vmap(
+///     |xs: &[Tensor]| Ok(vec![xs[0].mul(&xs[1])?.sum_all()?]),
+///     vec![Some(0), Some(0)],
+///     vec![0],
+/// );
+/// let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?;
+/// let b = Tensor::from_vec(vec![1.0f32, 1.0, 0.0, 1.0, 2.0, 0.0], &[3, 2])?;
+/// assert_eq!(dot(&[a, b])?[0].to_vec::<f32>()?, vec![3.0, 4.0, 10.0]);
+///
+/// // A shared (unbatched) operand and the batch dim of the input at 1.
+/// let scale = vmap(
+///     |xs: &[Tensor]| Ok(vec![xs[0].mul(&xs[1])?]),
+///     vec![Some(1), None],
+///     vec![0],
+/// );
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?; // columns are examples
+/// let w = Tensor::from_vec(vec![10.0f32, 100.0], &[2])?;
+/// assert_eq!(scale(&[x, w])?[0].to_vec::<f32>()?, vec![10.0, 300.0, 20.0, 400.0]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn vmap<F>(
+    f: F,
+    in_dims: Vec<Option<i64>>,
+    out_dims: Vec<i64>,
+) -> impl Fn(&[Tensor]) -> Result<Vec<Tensor>>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
+    move |inputs: &[Tensor]| run(&f, &in_dims, &out_dims, Randomness::Error, inputs)
+}
+
+/// Like [`vmap`], with the behaviour of random ops inside `f`: `"error"` (the default of
+/// [`vmap`]), `"different"` (each example draws its own values) or `"same"` (every example sees
+/// the same values). An unknown spelling is an error when the closure is called.
+///
+/// ```
+/// use tensorplay_runtime::{Tensor, DType, vmap::vmap_with_randomness};
+/// let noisy = |mode: &str| {
+///     vmap_with_randomness(
+///         |xs: &[Tensor]| Ok(vec![xs[0].add(&Tensor::rand(&[2], DType::F64)?)?]),
+///         vec![Some(0)],
+///         vec![0],
+///         mode,
+///     )
+/// };
+/// let x = Tensor::zeros(&[3, 2], DType::F64);
+/// let same = noisy("same")(&[x.clone()])?[0].to_vec::<f64>()?;
+/// assert_eq!(&same[0..2], &same[2..4]); // one draw shared by every example
+/// let different = noisy("different")(&[x.clone()])?[0].to_vec::<f64>()?;
+/// assert_ne!(&different[0..2], &different[2..4]);
+/// assert!(noisy("error")(&[x.clone()]).is_err());
+/// assert!(noisy("sometimes")(&[x]).is_err());
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn vmap_with_randomness<F>(
+    f: F,
+    in_dims: Vec<Option<i64>>,
+    out_dims: Vec<i64>,
+    randomness: &str,
+) -> impl Fn(&[Tensor]) -> Result<Vec<Tensor>> + use<F>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
+    let randomness = randomness.to_string();
+    move |inputs: &[Tensor]| {
+        let mode = Randomness::parse(&randomness)?;
+        run(&f, &in_dims, &out_dims, mode, inputs)
+    }
+}
+
+/// Normalizes `dim` against `rank` (negative counts from the end), or `None` when out of range.
+fn wrap_dim(dim: i64, rank: usize) -> Option<usize> {
+    let r = rank as i64;
+    let d = if dim < 0 { dim + r } else { dim };
+    (0..r).contains(&d).then_some(d as usize)
+}
+
+/// One `vmap` call: check and wrap the inputs, run `f` at a new level, unwrap the outputs.
+fn run<F>(
+    f: &F,
+    in_dims: &[Option<i64>],
+    out_dims: &[i64],
+    randomness: Randomness,
+    inputs: &[Tensor],
+) -> Result<Vec<Tensor>>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
+    if in_dims.len() != inputs.len() {
+        return Err(Error::argument(
+            "vmap",
+            "in_dims",
+            format!("{} entries (one per input)", inputs.len()),
+            format!("{} entries ({in_dims:?})", in_dims.len()),
+        ));
+    }
+    // (input index, normalized batch dim, batch size) of every batched input.
+    let mut batched: Vec<(usize, usize, usize)> = Vec::new();
+    for (i, (t, d)) in inputs.iter().zip(in_dims).enumerate() {
+        let Some(d) = *d else { continue };
+        let bdim = wrap_dim(d, t.rank()).ok_or_else(|| {
+            Error::argument(
+                "vmap",
+                "in_dims",
+                format!(
+                    "a dim in [-{r}, {r}) for input {i} of shape {}",
+                    fmt_shape(t.shape()),
+                    r = t.rank()
+                ),
+                format!("in_dim {d}"),
+            )
+        })?;
+        batched.push((i, bdim, t.shape()[bdim]));
+    }
+    let Some(&(_, _, batch_size)) = batched.first() else {
+        return Err(Error::argument(
+            "vmap",
+            "in_dims",
+            "at least one batched input (an in_dim that is not None)",
+            format!("{in_dims:?}"),
+        ));
+    };
+    if batched.iter().any(|&(_, _, s)| s != batch_size) {
+        let sizes: Vec<String> = batched
+            .iter()
+            .map(|&(i, d, s)| format!("input {i} has size {s} along in_dim {d}"))
+            .collect();
+        return Err(Error::shape(
+            "vmap",
+            format!(
+                "all batched inputs must have the same size along their in_dim, but {}",
+                sizes.join(", ")
+            ),
+        ));
+    }
+    let (_guard, level) = LevelGuard::push(batch_size, randomness);
+    let mut wrapped: Vec<Tensor> = inputs.to_vec();
+    for &(i, bdim, _) in &batched {
+        wrapped[i] = batched::wrap(inputs[i].clone(), bdim, level.id);
+    }
+    let outs = f(&wrapped)?;
+    drop(wrapped);
+    if out_dims.len() != outs.len() && out_dims.len() != 1 {
+        return Err(Error::argument(
+            "vmap",
+            "out_dims",
+            format!(
+                "{} entries (one per output of the function) or one for all",
+                outs.len()
+            ),
+            format!("{} entries ({out_dims:?})", out_dims.len()),
+        ));
+    }
+    outs.into_iter()
+        .enumerate()
+        .map(|(i, out)| {
+            let od = if out_dims.len() == 1 {
+                out_dims[0]
+            } else {
+                out_dims[i]
+            };
+            unwrap_output(out, i, od, level)
+        })
+        .collect()
+}
+
+/// The physical result of output `i`: its batch dim moved to `out_dim`, or the output expanded
+/// along `out_dim` when it is not batched at `level`.
+fn unwrap_output(out: Tensor, i: usize, out_dim: i64, level: Level) -> Result<Tensor> {
+    let logical_rank = out.rank();
+    let dim = wrap_dim(out_dim, logical_rank + 1).ok_or_else(|| {
+        Error::argument(
+            "vmap",
+            "out_dims",
+            format!(
+                "a dim in [-{r}, {r}) for output {i} (per-example shape {})",
+                fmt_shape(out.shape()),
+                r = logical_rank + 1
+            ),
+            format!("out_dim {out_dim}"),
+        )
+    })?;
+    if let Some(info) = out.batch_info() {
+        if info.level == level.id {
+            return batched::movedim(&info.physical, info.bdim, dim);
+        }
+        if level_position(info.level).is_none() {
+            return Err(batched::escaped("vmap"));
+        }
+    }
+    let mut shape: Vec<usize> = out.shape().to_vec();
+    shape.insert(dim, level.batch_size);
+    out.unsqueeze(dim as i64)?.expand(&shape)
+}
