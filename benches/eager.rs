@@ -64,6 +64,8 @@ fn throughput(c: &mut Criterion) {
     let av = a.to_vec::<f32>().unwrap();
     let bv = b.to_vec::<f32>().unwrap();
     let mut dst = vec![0f32; LARGE];
+    // The references run on a pool of the same size as TensorPlay's.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
 
     let mut g = c.benchmark_group("elementwise_2^24");
     g.sample_size(20);
@@ -74,20 +76,16 @@ fn throughput(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("eager_mul", threads), |bench| {
         bench.iter(|| black_box(a.mul(&b).unwrap()))
     });
-    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| {
-        g.bench_function(BenchmarkId::new("reference_add_preallocated", threads), |bench| {
-            bench.iter(|| reference_add(black_box(&mut dst), &av, &bv, threads))
-        });
+    g.bench_function(BenchmarkId::new("reference_add_preallocated", threads), |bench| {
+        bench.iter(|| pool.install(|| reference_add(black_box(&mut dst), &av, &bv, threads)))
     });
     g.finish();
 
     let mut g = c.benchmark_group("copy_2^24");
     g.sample_size(20);
     g.throughput(Throughput::Bytes((LARGE * 8) as u64));
-    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| {
-        g.bench_function(BenchmarkId::new("reference_copy", threads), |bench| {
-            bench.iter(|| reference_copy(black_box(&mut dst), &av, threads))
-        });
+    g.bench_function(BenchmarkId::new("reference_copy", threads), |bench| {
+        bench.iter(|| pool.install(|| reference_copy(black_box(&mut dst), &av, threads)))
     });
     g.finish();
 
@@ -97,10 +95,8 @@ fn throughput(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("eager_sum", threads), |bench| {
         bench.iter(|| black_box(a.sum_all().unwrap()))
     });
-    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| {
-        g.bench_function(BenchmarkId::new("reference_sum", threads), |bench| {
-            bench.iter(|| black_box(reference_sum(&av, threads)))
-        });
+    g.bench_function(BenchmarkId::new("reference_sum", threads), |bench| {
+        bench.iter(|| black_box(pool.install(|| reference_sum(&av, threads))))
     });
     g.finish();
 }

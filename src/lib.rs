@@ -31,4 +31,68 @@ pub use tensorplay_compiler as compiler;
 /// compiler. See the crate-level docs of `tensorplay_runtime::library`.
 pub mod library {
     pub use tensorplay_runtime::library::*;
+
+    /// Turns a free function into a custom operator: `#[custom_op("ns::name")]`, with optional
+    /// `mutates_args = ["out"]` (or `"unknown"`: every tensor parameter) and
+    /// `device_types = ["cpu"]` (every device when omitted).
+    ///
+    /// The function stays as written (a plain kernel you can call directly). Next to it the macro
+    /// generates a module of the same name:
+    /// - `op() -> Result<CustomOpDef>` defines the operator on first use (once per process; the
+    ///   schema is inferred from the parameter names and types, with `#[default(..)]` values) —
+    ///   register fake kernels, autograd formulas or more device kernels on it;
+    /// - `call(..)` takes the function's parameters and calls the operator through the
+    ///   dispatcher, so autograd, autocast, vmap, fake tensors and capture all apply.
+    ///
+    /// Parameter types: `Tensor`/`&Tensor`, `Option<Tensor>`/`Option<&Tensor>`,
+    /// `Vec<Tensor>`/`&[Tensor]`, `i64`, `Option<i64>`, `f64`, `Option<f64>`, `bool`,
+    /// `String`/`&str`, `Vec<i64>`/`&[i64]`, `Vec<f64>`/`&[f64]`, `Vec<bool>`/`&[bool]`, `DType`,
+    /// `Device`; the return type is `Result<T>` with `T` one of `Tensor`, `()`, `Vec<Tensor>`,
+    /// `(Tensor, Tensor)`, `(Tensor, Tensor, Tensor)`. Anything else (also `&mut T` and references
+    /// with an explicit lifetime) is a compile error naming the parameter. `#[default(..)]` on a
+    /// parameter takes a literal, a negated number, `None` (for `Option` parameters),
+    /// `f64::INFINITY`/`NEG_INFINITY`/`NAN` or a list literal, and is checked against the type.
+    /// Use the macro on functions at module level (the module reaches the function through
+    /// `super::`), not inside a function body.
+    ///
+    /// ```
+    /// use tensorplay::library::custom_op;
+    /// use tensorplay::{DType, Result, Tensor};
+    ///
+    /// #[custom_op("docs_macro::weighted_sum")]
+    /// fn weighted_sum(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    ///     x.mul(weight)?.sum_all()
+    /// }
+    ///
+    /// #[custom_op("docs_macro::scale_", mutates_args = ["out"], device_types = ["cpu"])]
+    /// fn scale_(out: &Tensor, #[default(2.0)] factor: f64) -> Result<()> {
+    ///     out.mul_scalar_(factor)?;
+    ///     Ok(())
+    /// }
+    ///
+    /// fn main() -> Result<()> {
+    ///     let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?.requires_grad_(true)?;
+    ///     let w = Tensor::from_vec(vec![0.5f32, 0.5, 2.0], &[3])?;
+    ///     // Through the dispatcher: autograd flows through the ops the body used.
+    ///     let y = weighted_sum::call(&x, &w)?;
+    ///     y.backward()?;
+    ///     assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![0.5, 0.5, 2.0]);
+    ///     // The plain function is still there.
+    ///     assert_eq!(weighted_sum(&x, &w)?.item::<f32>()?, 7.5);
+    ///     assert_eq!(
+    ///         weighted_sum::op()?.schema().to_string(),
+    ///         "docs_macro::weighted_sum(Tensor x, Tensor weight) -> Tensor"
+    ///     );
+    ///
+    ///     assert_eq!(
+    ///         scale_::op()?.schema().to_string(),
+    ///         "docs_macro::scale_(Tensor(a!) out, float factor=2.0) -> ()"
+    ///     );
+    ///     let buf = Tensor::ones(&[2], DType::F32);
+    ///     scale_::call(&buf, 3.0)?;
+    ///     assert_eq!(buf.to_vec::<f32>()?, vec![3.0, 3.0]);
+    ///     Ok(())
+    /// }
+    /// ```
+    pub use tensorplay_macros::custom_op;
 }

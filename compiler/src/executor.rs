@@ -461,7 +461,11 @@ impl CompiledGraph {
             .iter()
             .map(|&i| env[i].clone().ok_or_else(|| Error::Compile(format!("region input {i} not computed"))))
             .collect::<Result<_>>()?;
-        let outs: Vec<Tensor> = r.outs.iter().map(|&o| Tensor::empty(&shapes[o], self.dtypes[o])).collect();
+        let outs: Vec<Tensor> = r
+            .outs
+            .iter()
+            .map(|&o| Tensor::try_empty(&shapes[o], self.dtypes[o]))
+            .collect::<Result<_>>()?;
         let in_refs: Vec<&Tensor> = ins.iter().collect();
         let out_refs: Vec<&Tensor> = outs.iter().collect();
         let iter_shape = &shapes[r.iter_value];

@@ -163,8 +163,8 @@ fn backend(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
             let specs = meta(a)?;
             let outs: Vec<Tensor> = specs
                 .iter()
-                .map(|s| Tensor::empty_with(&s.shape, s.dtype, device, fake))
-                .collect();
+                .map(|s| Tensor::try_empty_with(op.name, &s.shape, s.dtype, device, fake))
+                .collect::<Result<_>>()?;
             if !fake {
                 fill(a, &outs)?;
             }

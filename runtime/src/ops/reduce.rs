@@ -410,10 +410,18 @@ pub(crate) trait Extremum: Element {
     fn beats_max(new: Self, cur: Self) -> bool;
     /// True when `new` should replace `cur` as the running minimum.
     fn beats_min(new: Self, cur: Self) -> bool;
+    /// A value equal to the maximum (`MAX`) or minimum of the non-empty `xs` (NaN if any is
+    /// NaN), found with independent lanes so the loop vectorizes.
+    fn block_extremum<const MAX: bool>(xs: &[Self]) -> Self;
+    /// Whether `v` is the extremum `m` found by [`Extremum::block_extremum`] (NaN matches NaN).
+    fn same(v: Self, m: Self) -> bool;
 }
 
+/// Lanes of [`Extremum::block_extremum`].
+const EXT_LANES: usize = 16;
+
 macro_rules! float_extremum {
-    ($($T:ty => $to:expr),*) => {$(
+    ($($T:ty => $F:ty, $to:expr),*) => {$(
         impl Extremum for $T {
             #[inline(always)]
             fn beats_max(new: Self, cur: Self) -> bool {
@@ -425,10 +433,44 @@ macro_rules! float_extremum {
                 let (n, c) = (($to)(new), ($to)(cur));
                 n < c || (n.is_nan() && !c.is_nan())
             }
+            #[inline(always)]
+            fn block_extremum<const MAX: bool>(xs: &[Self]) -> Self {
+                let first: $F = ($to)(xs[0]);
+                let mut lanes = [first; EXT_LANES];
+                let mut nan = [false; EXT_LANES];
+                let mut it = xs.chunks_exact(EXT_LANES);
+                for c in &mut it {
+                    for k in 0..EXT_LANES {
+                        let v: $F = ($to)(c[k]);
+                        let better = if MAX { v > lanes[k] } else { v < lanes[k] };
+                        lanes[k] = if better { v } else { lanes[k] };
+                        nan[k] |= v.is_nan();
+                    }
+                }
+                let mut m = first;
+                let mut any_nan = nan.iter().any(|&b| b);
+                for v in lanes.into_iter().chain(it.remainder().iter().map(|&v| ($to)(v))) {
+                    let better = if MAX { v > m } else { v < m };
+                    m = if better { v } else { m };
+                    any_nan |= v.is_nan();
+                }
+                // Back to `Self`; exact, because `m` is one of the elements (or NaN).
+                if any_nan { Self::from_f64(f64::NAN) } else { Self::from_f64(m as f64) }
+            }
+            #[inline(always)]
+            fn same(v: Self, m: Self) -> bool {
+                let (v, m) = (($to)(v), ($to)(m));
+                v == m || (v.is_nan() && m.is_nan())
+            }
         }
     )*};
 }
-float_extremum!(f32 => |v: f32| v, f64 => |v: f64| v, f16 => f16::to_f32, bf16 => bf16::to_f32);
+float_extremum!(
+    f32 => f32, |v: f32| v,
+    f64 => f64, |v: f64| v,
+    f16 => f32, f16::to_f32,
+    bf16 => f32, bf16::to_f32
+);
 
 macro_rules! ordered_extremum {
     ($($T:ty),*) => {$(
@@ -441,10 +483,25 @@ macro_rules! ordered_extremum {
             fn beats_min(new: Self, cur: Self) -> bool {
                 new < cur
             }
+            #[inline(always)]
+            fn block_extremum<const MAX: bool>(xs: &[Self]) -> Self {
+                let it = xs.iter().copied();
+                let m = if MAX { it.max() } else { it.min() };
+                m.unwrap_or(xs[0])
+            }
+            #[inline(always)]
+            fn same(v: Self, m: Self) -> bool {
+                v == m
+            }
         }
     )*};
 }
 ordered_extremum!(i32, i64, bool);
+
+/// Elements per block of the slice path of max/min: each block's extremum is found with
+/// vectorized lanes, and only a block that improves on the running extremum is searched for the
+/// first position of its extremum.
+const EXT_BLOCK: usize = 1024;
 
 #[inline(always)]
 fn beats<T: Extremum, const MAX: bool>(new: T, cur: T) -> bool {
@@ -476,9 +533,11 @@ fn extremum_run<T: Extremum, const MAX: bool>(
             }
         },
         |mut acc: Acc<T>, xs: &[T], i0| {
-            for (j, &v) in xs.iter().enumerate() {
-                if !acc.2 || beats::<T, MAX>(v, acc.0) {
-                    acc = (v, i0 + j, true);
+            for (b, block) in xs.chunks(EXT_BLOCK).enumerate() {
+                let m = T::block_extremum::<MAX>(block);
+                if !acc.2 || beats::<T, MAX>(m, acc.0) {
+                    let j = block.iter().position(|&v| T::same(v, m)).unwrap_or(0);
+                    acc = (block[j], i0 + b * EXT_BLOCK + j, true);
                 }
             }
             acc
@@ -676,12 +735,45 @@ fn prod_meta(a: Args) -> Result<Vec<OutSpec>> {
     )])
 }
 
+/// Independent f64 accumulators of the slice loops below, so the compiler can vectorize them
+/// instead of waiting on one add (or multiply) per element.
+const F64_LANES: usize = 8;
+
+/// Sum of `f(x)` over `xs` in f64 with [`F64_LANES`] interleaved partial sums (a fixed order, so
+/// deterministic).
+#[inline]
+fn lane_sum<T: Element>(xs: &[T], f: impl Fn(T) -> f64) -> f64 {
+    let mut lanes = [0f64; F64_LANES];
+    let mut it = xs.chunks_exact(F64_LANES);
+    for c in &mut it {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += f(v);
+        }
+    }
+    let tail: f64 = it.remainder().iter().map(|&v| f(v)).sum();
+    lanes.iter().sum::<f64>() + tail
+}
+
+/// Product of `xs` in f64 with [`F64_LANES`] interleaved partial products.
+#[inline]
+fn lane_product<T: Element>(xs: &[T]) -> f64 {
+    let mut lanes = [1f64; F64_LANES];
+    let mut it = xs.chunks_exact(F64_LANES);
+    for c in &mut it {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l *= v.to_f64();
+        }
+    }
+    let tail: f64 = it.remainder().iter().map(|v| v.to_f64()).product();
+    lanes.iter().product::<f64>() * tail
+}
+
 /// Product of a floating `x` (element type `T`) over `mask`, accumulated in f64.
 fn float_prod<T: Element>(op: &str, x: &Tensor, mask: &[bool], out: &Tensor) -> Result<()> {
     reducer(
         || 1f64,
         |acc, v: T, _| acc * v.to_f64(),
-        |acc, xs: &[T], _| xs.iter().fold(acc, |p, v| p * v.to_f64()),
+        |acc, xs: &[T], _| acc * lane_product(xs),
         |a, b| a * b,
         |acc, _| T::from_f64(acc),
     )
@@ -797,8 +889,11 @@ fn float_var<T: Element, const SQRT: bool>(
                 return acc;
             }
             let n = xs.len() as f64;
-            let mean = xs.iter().map(|v| v.to_f64()).sum::<f64>() / n;
-            let m2 = xs.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>();
+            let mean = lane_sum(xs, |v| v.to_f64()) / n;
+            let m2 = lane_sum(xs, |v| {
+                let d = v.to_f64() - mean;
+                d * d
+            });
             merge_moments(acc, (n, mean, m2))
         },
         merge_moments,

@@ -88,15 +88,6 @@ impl Tensor {
         Tensor(Arc::new(t))
     }
 
-    /// A fresh contiguous tensor with uninitialized data (or no data when `fake`).
-    ///
-    /// # Panics
-    /// When the shape is too large to allocate; [`Tensor::try_empty_with`] reports that as an error.
-    pub(crate) fn empty_with(shape: &[usize], dtype: DType, device: Device, fake: bool) -> Tensor {
-        Tensor::try_empty_with("empty", shape, dtype, device, fake)
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
-
     /// A fresh contiguous tensor with uninitialized data (or no data when `fake` or on the meta
     /// device); an error naming `op` when the shape overflows or the memory cannot be allocated.
     pub(crate) fn try_empty_with(
