@@ -30,6 +30,7 @@ pub use tensorplay_compiler as compiler;
 /// Define custom operators once; use them in eager mode, under autograd, autocast, vmap and the
 /// compiler. See the crate-level docs of `tensorplay_runtime::library`.
 pub mod library {
+    pub use tensorplay_compiler::opcheck::{OpcheckOptions, opcheck};
     pub use tensorplay_runtime::library::*;
 
     /// Turns a free function into a custom operator: `#[custom_op("ns::name")]`, with optional

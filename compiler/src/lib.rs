@@ -5,6 +5,7 @@ pub mod capture;
 pub mod codegen;
 pub mod compile;
 pub mod executor;
+pub mod opcheck;
 pub mod passes;
 
 pub use compile::{CompiledFn, compile, compile_with, tp_compile};

@@ -439,3 +439,30 @@ fn gradcheck_cat_and_stack() -> R {
     assert!(fixed.grad().is_none());
     Ok(())
 }
+
+#[test]
+fn meta_rules_run_on_fake_tensors() -> R {
+    use tensorplay_runtime::Device;
+    let fake = |s: &[usize], dt| Tensor::empty_fake(s, dt, Device::Cpu);
+    let y = fake(&[2, 1, 3, 4], DType::F32).matmul(&fake(&[5, 4, 2], DType::F32))?;
+    assert!(y.is_fake() && y.shape() == [2, 5, 3, 2]);
+    assert_eq!(
+        fake(&[4], DType::I64)
+            .matmul(&fake(&[4], DType::I64))?
+            .shape(),
+        &[] as &[usize]
+    );
+    assert!(
+        fake(&[2, 3], DType::F32)
+            .matmul(&fake(&[2, 3], DType::F32))
+            .is_err()
+    );
+    let c = Tensor::cat(&[fake(&[2, 3], DType::I32), fake(&[4, 3], DType::F16)], 0)?;
+    assert_eq!(
+        (c.shape(), c.dtype(), c.is_fake()),
+        (&[6usize, 3][..], DType::F16, true)
+    );
+    let s = Tensor::stack(&[fake(&[2, 3], DType::F32), fake(&[2, 3], DType::F32)], 1)?;
+    assert_eq!(s.shape(), &[2, 2, 3]);
+    Ok(())
+}

@@ -907,3 +907,23 @@ fn gradcheck_softmax_and_log_softmax() -> R {
     }
     Ok(())
 }
+
+#[test]
+fn meta_rules_run_on_fake_tensors() -> R {
+    use tensorplay_runtime::Device;
+    let x = Tensor::empty_fake(&[3, 0, 5], DType::F32, Device::Cpu);
+    let (v, i) = x.max_dim(2, true)?;
+    assert!(v.is_fake() && v.shape() == [3, 0, 1] && i.dtype() == DType::I64);
+    assert_eq!(x.argmax(Some(0), false)?.shape(), &[0, 5]);
+    assert_shape_err(x.amax(&[1], false), "fake amax over an empty dim");
+    assert_shape_err(x.max_all(), "fake max of an empty tensor");
+    let y = Tensor::empty_fake(&[4, 6], DType::BF16, Device::Cpu);
+    assert_eq!(y.var(&[0], true)?.shape(), &[1, 6]);
+    assert_eq!(y.prod(&[], false)?.shape(), &[] as &[usize]);
+    assert_eq!(y.softmax(-1)?.dtype(), DType::BF16);
+    assert_eq!(
+        y.to_dtype(DType::I32)?.prod(&[1], false)?.dtype(),
+        DType::I64
+    );
+    Ok(())
+}

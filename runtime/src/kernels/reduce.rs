@@ -2,10 +2,12 @@
 //!
 //! Kept dims index the output; reduced dims form an inner nest walked per output element. When the
 //! reduced dims merge into one unit-stride run, the op's slice function sees whole slices (where it
-//! can keep several accumulators); otherwise it gets one element at a time. Work is split across
-//! the pool by output elements, or — for few outputs over a large reduced space — by chunks of the
-//! reduced space whose partial results are merged in a fixed order (deterministic for a given
-//! thread count).
+//! can keep several accumulators); otherwise it gets one element at a time. When instead the kept
+//! elements are adjacent in memory (reducing an outer dim of a contiguous tensor), the *column
+//! path* keeps a row of accumulators and streams whole input rows past them, so memory is read in
+//! order rather than one column at a time. Work is split across the pool by output elements (or
+//! column blocks), or — for few outputs over a large reduced space — by chunks of the reduced space
+//! whose partial results are merged in a fixed order (deterministic for a given thread count).
 
 use rayon::prelude::*;
 use smallvec::SmallVec;
@@ -193,7 +195,8 @@ where
         let parallel = threads > 1 && total >= PAR_MIN_ELEMS;
         let [so, sx] = outer.inner_strides();
         if sx == 1 && istride != 1 && nred > 1 {
-            return Ok(self.by_columns(&outer, nout, nred, parallel, threads, &columns, &emit));
+            self.by_columns(&outer, nout, nred, parallel, threads, &columns, &emit);
+            return Ok(());
         }
         if parallel && nout < threads * 4 && nred >= PAR_MIN_ELEMS / 2 {
             // Few outputs, long reductions: split each reduction into chunks merged in order.

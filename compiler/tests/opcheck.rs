@@ -1,0 +1,144 @@
+//! opcheck: each check passes for a sound op and catches the defect it is for.
+
+use tensorplay_compiler::opcheck::{OpcheckOptions, opcheck};
+use tensorplay_runtime::library::{self, MutatesArgs};
+use tensorplay_runtime::{DType, Error, Result, Tensor, Value};
+
+fn no_raise() -> OpcheckOptions {
+    OpcheckOptions { raise_exception: false, ..OpcheckOptions::default() }
+}
+
+fn vecs(n: usize) -> Result<(Value, Value)> {
+    Ok((
+        Tensor::randn_seeded(&[n, 3], DType::F32, 1)?.into(),
+        Tensor::randn_seeded(&[n, 3], DType::F32, 2)?.into(),
+    ))
+}
+
+#[test]
+fn a_sound_op_passes_every_check() -> Result<()> {
+    let op = library::custom_op("oc_ok::scaled_gelu")
+        .arg_names(&["x", "y", "alpha"])
+        .build(|x: Tensor, y: Tensor, a: f64| -> Result<Tensor> { x.mul_scalar(a)?.add(&y)?.gelu("tanh") })?;
+    op.register_fake(|x: Tensor, _y: Tensor, _a: f64| -> Result<Tensor> { x.clone_tensor() })?;
+    let (x, y) = vecs(4)?;
+    let failures = opcheck(&op, &[x, y, 0.5.into()], &[], OpcheckOptions::default())?;
+    assert!(failures.is_empty(), "{failures:?}");
+    Ok(())
+}
+
+#[test]
+fn undeclared_mutation_fails_test_schema() -> Result<()> {
+    let op = library::custom_op("oc_mut::sneaky")
+        .arg_names(&["x"])
+        .build(|x: Tensor| -> Result<Tensor> {
+            let _g = tensorplay_runtime::autograd::no_grad();
+            x.mul_scalar_(2.0)?;
+            x.clone_tensor()
+        })?;
+    op.register_fake(|x: Tensor| -> Result<Tensor> { x.clone_tensor() })?;
+    let (x, _) = vecs(2)?;
+    let failures = opcheck(&op, &[x], &[], no_raise())?;
+    assert!(failures["test_schema"].contains("not declared in mutates_args"), "{failures:?}");
+    Ok(())
+}
+
+#[test]
+fn declared_mutation_passes() -> Result<()> {
+    let op = library::custom_op("oc_mut::scale_")
+        .arg_names(&["x"])
+        .mutates_args(MutatesArgs::from(["x"]))
+        .build(|x: Tensor| -> Result<()> {
+            let _g = tensorplay_runtime::autograd::no_grad();
+            x.mul_scalar_(2.0)?;
+            Ok(())
+        })?;
+    let (x, _) = vecs(3)?;
+    let failures = opcheck(&op, &[x], &[], no_raise())?;
+    assert!(failures.is_empty(), "{failures:?}");
+    Ok(())
+}
+
+#[test]
+fn raw_data_kernel_fails_autograd_registration() -> Result<()> {
+    let op = library::custom_op("oc_grad::host_double")
+        .arg_names(&["x"])
+        .build(|x: Tensor| -> Result<Tensor> {
+            let v: Vec<f32> = x.to_vec::<f32>()?.iter().map(|v| v * 2.0).collect();
+            Tensor::from_vec(v, x.shape())
+        })?;
+    op.register_fake(|x: Tensor| -> Result<Tensor> { x.clone_tensor() })?;
+    let (x, _) = vecs(2)?;
+    let failures = opcheck(&op, &[x.clone()], &[], no_raise())?;
+    assert!(failures["test_autograd_registration"].contains("no autograd history"), "{failures:?}");
+    assert!(!failures.contains_key("test_faketensor"), "{failures:?}");
+    // With a formula the op is sound.
+    op.register_autograd(|_, g| Ok(vec![Some(g[0].clone().unwrap().mul_scalar(2.0)?)]), None)?;
+    let failures = opcheck(&op, &[x], &[], no_raise())?;
+    assert!(failures.is_empty(), "{failures:?}");
+    Ok(())
+}
+
+#[test]
+fn wrong_fake_kernel_fails_test_faketensor() -> Result<()> {
+    let op = library::custom_op("oc_fake::rowsum")
+        .arg_names(&["x"])
+        .build(|x: Tensor| -> Result<Tensor> { x.sum(&[1], false) })?;
+    op.register_fake(|x: Tensor| -> Result<Tensor> { x.sum(&[0], false) })?;
+    let (x, _) = vecs(4)?;
+    let failures = opcheck(&op, &[x], &[], no_raise())?;
+    assert!(failures["test_faketensor"].contains("fake kernel gives"), "{failures:?}");
+    Ok(())
+}
+
+#[test]
+fn missing_fake_kernel_fails_fake_and_compiled_checks() -> Result<()> {
+    let op = library::custom_op("oc_nofake::host_neg")
+        .arg_names(&["x"])
+        .device_types(&["cpu"])
+        .build(|x: Tensor| -> Result<Tensor> { x.neg() })?;
+    let (x, _) = vecs(2)?;
+    let failures = opcheck(&op, &[x], &[], no_raise())?;
+    assert!(failures["test_faketensor"].contains("fake kernel"), "{failures:?}");
+    assert!(failures["test_aot_dispatch_dynamic"].contains("register_fake"), "{failures:?}");
+    Ok(())
+}
+
+#[test]
+fn raise_exception_turns_failures_into_an_error() -> Result<()> {
+    let op = library::custom_op("oc_raise::rowsum")
+        .arg_names(&["x"])
+        .build(|x: Tensor| -> Result<Tensor> { x.sum(&[1], false) })?;
+    op.register_fake(|x: Tensor| -> Result<Tensor> { x.clone_tensor() })?;
+    let (x, _) = vecs(4)?;
+    let err = opcheck(&op, &[x], &[], OpcheckOptions::default()).unwrap_err();
+    assert!(matches!(&err, Error::Registration(m) if m.contains("oc_raise::rowsum") && m.contains("test_faketensor")), "{err}");
+    Ok(())
+}
+
+#[test]
+fn bad_options_are_errors() -> Result<()> {
+    let op = library::custom_op("oc_opts::id")
+        .arg_names(&["x"])
+        .build(|x: Tensor| -> Result<Tensor> { x.clone_tensor() })?;
+    let (x, _) = vecs(2)?;
+    let unknown = OpcheckOptions { test_utils: vec!["test_nothing".into()], ..no_raise() };
+    assert!(opcheck(&op, &[x.clone()], &[], unknown).is_err());
+    let half = OpcheckOptions { atol: Some(1e-3), ..no_raise() };
+    assert!(opcheck(&op, &[x.clone()], &[], half).is_err());
+    let only_schema = OpcheckOptions { test_utils: vec!["test_schema".into()], ..no_raise() };
+    assert!(opcheck(&op, &[x], &[], only_schema)?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn keyword_arguments_and_defaults_are_bound() -> Result<()> {
+    let op = library::custom_op("oc_kw::affine")
+        .schema("(Tensor x, *, float scale=2.0) -> Tensor")
+        .build(|x: Tensor, s: f64| -> Result<Tensor> { x.mul_scalar(s) })?;
+    op.register_fake(|x: Tensor, _s: f64| -> Result<Tensor> { x.clone_tensor() })?;
+    let (x, _) = vecs(3)?;
+    assert!(opcheck(&op, &[x.clone()], &[], no_raise())?.is_empty());
+    assert!(opcheck(&op, &[x], &[("scale", 0.5.into())], no_raise())?.is_empty());
+    Ok(())
+}
