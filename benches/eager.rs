@@ -15,10 +15,18 @@ fn dispatch_overhead(c: &mut Criterion) {
     let a = Tensor::ones(&[1], DType::F32);
     let b = Tensor::ones(&[1], DType::F32);
     let mut g = c.benchmark_group("dispatch");
-    g.bench_function("add_1elem", |bench| bench.iter(|| black_box(a.add(&b).unwrap())));
-    g.bench_function("exp_1elem", |bench| bench.iter(|| black_box(a.exp().unwrap())));
-    g.bench_function("sum_1elem", |bench| bench.iter(|| black_box(a.sum_all().unwrap())));
-    g.bench_function("mul_scalar_1elem", |bench| bench.iter(|| black_box(a.mul_scalar(2.0).unwrap())));
+    g.bench_function("add_1elem", |bench| {
+        bench.iter(|| black_box(a.add(&b).unwrap()))
+    });
+    g.bench_function("exp_1elem", |bench| {
+        bench.iter(|| black_box(a.exp().unwrap()))
+    });
+    g.bench_function("sum_1elem", |bench| {
+        bench.iter(|| black_box(a.sum_all().unwrap()))
+    });
+    g.bench_function("mul_scalar_1elem", |bench| {
+        bench.iter(|| black_box(a.mul_scalar(2.0).unwrap()))
+    });
     g.finish();
 }
 
@@ -65,7 +73,10 @@ fn throughput(c: &mut Criterion) {
     let bv = b.to_vec::<f32>().unwrap();
     let mut dst = vec![0f32; LARGE];
     // The references run on a pool of the same size as TensorPlay's.
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
 
     let mut g = c.benchmark_group("elementwise_2^24");
     g.sample_size(20);
@@ -76,9 +87,12 @@ fn throughput(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("eager_mul", threads), |bench| {
         bench.iter(|| black_box(a.mul(&b).unwrap()))
     });
-    g.bench_function(BenchmarkId::new("reference_add_preallocated", threads), |bench| {
-        bench.iter(|| pool.install(|| reference_add(black_box(&mut dst), &av, &bv, threads)))
-    });
+    g.bench_function(
+        BenchmarkId::new("reference_add_preallocated", threads),
+        |bench| {
+            bench.iter(|| pool.install(|| reference_add(black_box(&mut dst), &av, &bv, threads)))
+        },
+    );
     g.finish();
 
     let mut g = c.benchmark_group("copy_2^24");

@@ -18,7 +18,9 @@ fn main() -> Result<()> {
     tensorplay::manual_seed(0);
     let x = Tensor::randn(&[batch, dim], DType::F32)?;
     let param = |shape: &[usize], scale: f64| -> Result<Tensor> {
-        Tensor::randn(shape, DType::F32)?.mul_scalar(scale)?.requires_grad_(true)
+        Tensor::randn(shape, DType::F32)?
+            .mul_scalar(scale)?
+            .requires_grad_(true)
     };
     let w1 = param(&[dim, hidden], (1.0 / dim as f64).sqrt())?;
     let b1 = param(&[hidden], 0.0)?;
@@ -40,7 +42,11 @@ fn main() -> Result<()> {
     loss.backward()?;
     let backward = start.elapsed();
 
-    println!("MLP block: x {:?} -> y {:?} (hidden {hidden}, gelu-tanh, residual)", x.shape(), y.shape());
+    println!(
+        "MLP block: x {:?} -> y {:?} (hidden {hidden}, gelu-tanh, residual)",
+        x.shape(),
+        y.shape()
+    );
     println!("loss = {:.6}", loss.item::<f64>()?);
     for (name, p) in [("w1", &w1), ("b1", &b1), ("w2", &w2), ("b2", &b2)] {
         let g = p.grad().expect("every parameter gets a gradient");
@@ -58,7 +64,10 @@ fn main() -> Result<()> {
     let compiled = tensorplay::compiler::compile(|xs: &[Tensor]| {
         Ok(vec![mlp_block(&xs[0], &xs[1], &xs[2], &xs[3], &xs[4])?])
     });
-    let inputs: Vec<Tensor> = [&x, &w1, &b1, &w2, &b2].iter().map(|t| t.detach()).collect();
+    let inputs: Vec<Tensor> = [&x, &w1, &b1, &w2, &b2]
+        .iter()
+        .map(|t| t.detach())
+        .collect();
     let eager_out = mlp_block(&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4])?;
     let compiled_out = compiled.call(&inputs)?.remove(0);
     let max_diff = eager_out
@@ -66,7 +75,10 @@ fn main() -> Result<()> {
         .abs()?
         .amax(&[], false)?
         .item::<f64>()?;
-    println!("\ncompiled plan:\n{}", compiled.latest().expect("compiled once").explain());
+    println!(
+        "\ncompiled plan:\n{}",
+        compiled.latest().expect("compiled once").explain()
+    );
     println!("compiled == eager: max |difference| = {max_diff:.2e}");
     if !compiled_out.allclose(&eager_out, 1e-4, 1e-5)? {
         return Err(tensorplay::Error::Compile(format!(

@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use tensorplay_ir::graph::{Attr, BuilderArg, Constant, GraphBuilder};
 use tensorplay_ir::schema::Schema;
-use tensorplay_ir::{DType, Device, Dim, Error, Graph, NodeId, OpClass, Result, TensorMeta, ValueRef};
+use tensorplay_ir::{
+    DType, Device, Dim, Error, Graph, NodeId, OpClass, Result, TensorMeta, ValueRef,
+};
 use tensorplay_runtime::capture::{CaptureHook, install, suspend};
 use tensorplay_runtime::dispatch;
 use tensorplay_runtime::library::{Operator, Slot, registry};
@@ -80,14 +82,28 @@ fn constant_of(t: &Tensor) -> Result<Constant> {
     Ok(if t.is_wrapped_scalar() {
         match dtype {
             DType::Bool => Constant::Bool(t.item::<bool>()?),
-            d if d.is_float() => Constant::Float { value: t.item::<f64>()?, dtype: d },
-            d => Constant::Int { value: t.item::<i64>()?, dtype: d },
+            d if d.is_float() => Constant::Float {
+                value: t.item::<f64>()?,
+                dtype: d,
+            },
+            d => Constant::Int {
+                value: t.item::<i64>()?,
+                dtype: d,
+            },
         }
     } else if dtype.is_float() {
-        Constant::FloatTensor { data: t.to_vec_f64()?, shape: t.shape().to_vec(), dtype }
+        Constant::FloatTensor {
+            data: t.to_vec_f64()?,
+            shape: t.shape().to_vec(),
+            dtype,
+        }
     } else {
         let data = t.to_dtype(DType::I64)?.to_vec::<i64>()?;
-        Constant::IntTensor { data, shape: t.shape().to_vec(), dtype }
+        Constant::IntTensor {
+            data,
+            shape: t.shape().to_vec(),
+            dtype,
+        }
     })
 }
 
@@ -104,7 +120,11 @@ impl TraceState {
     }
 
     /// Builder arguments for `args`, named after the schema's parameters.
-    fn builder_args(&mut self, schema: &Schema, args: &[Value]) -> Result<(Vec<BuilderArg>, Vec<ValueRef>)> {
+    fn builder_args(
+        &mut self,
+        schema: &Schema,
+        args: &[Value],
+    ) -> Result<(Vec<BuilderArg>, Vec<ValueRef>)> {
         let mut out = Vec::with_capacity(args.len());
         let mut reads = Vec::new();
         for (i, v) in args.iter().enumerate() {
@@ -120,7 +140,10 @@ impl TraceState {
                     }
                 }
                 Value::TensorList(ts) => {
-                    let rs = ts.iter().map(|t| self.value_of(t)).collect::<Result<Vec<_>>>()?;
+                    let rs = ts
+                        .iter()
+                        .map(|t| self.value_of(t))
+                        .collect::<Result<Vec<_>>>()?;
                     reads.extend(&rs);
                     BuilderArg::TensorList(rs)
                 }
@@ -165,7 +188,9 @@ impl TraceState {
         }
         for (i, t) in outputs.iter().enumerate() {
             // A mutating op returns its (already mapped) target: keep the original value.
-            self.values.entry(t.identity()).or_insert(ValueRef::new(node, i));
+            self.values
+                .entry(t.identity())
+                .or_insert(ValueRef::new(node, i));
             self.keep_alive.push(t.clone());
         }
         Ok(node)
@@ -192,13 +217,20 @@ impl Tracer {
     }
 
     fn device_of(args: &[Value]) -> Device {
-        args.iter().flat_map(Value::tensors).map(Tensor::device).next().unwrap_or(Device::Cpu)
+        args.iter()
+            .flat_map(Value::tensors)
+            .map(Tensor::device)
+            .next()
+            .unwrap_or(Device::Cpu)
     }
 
     /// Why `op` cannot be traced through, or `None` when it can.
     fn opaque_reason(op: &Operator, device: Device) -> Option<String> {
         if op.schema().is_mutating() {
-            return Some(format!("mutates {}", op.schema().mutated_params().join(", ")));
+            return Some(format!(
+                "mutates {}",
+                op.schema().mutated_params().join(", ")
+            ));
         }
         if op.is_triton() {
             return Some("triton op".into());
@@ -213,7 +245,12 @@ impl Tracer {
         }
     }
 
-    fn record_opaque(&self, op: &Arc<Operator>, args: &[Value], reason: String) -> Result<Vec<Tensor>> {
+    fn record_opaque(
+        &self,
+        op: &Arc<Operator>,
+        args: &[Value],
+        reason: String,
+    ) -> Result<Vec<Tensor>> {
         if !op.has_fake() && !op.schema().returns.is_empty() {
             return Err(Error::Compile(format!(
                 "`{}` runs as an opaque node under capture ({reason}) and needs a fake kernel; \
@@ -237,7 +274,15 @@ impl Tracer {
             .flat_map(|(_, v)| v.tensors().cloned().collect::<Vec<_>>())
             .map(|t| st.value_of(&t))
             .collect::<Result<_>>()?;
-        st.add_node(op.qualname(), op.class(), bargs, &reads, &outs, &mutated, Some(reason))?;
+        st.add_node(
+            op.qualname(),
+            op.class(),
+            bargs,
+            &reads,
+            &outs,
+            &mutated,
+            Some(reason),
+        )?;
         Ok(outs)
     }
 }
@@ -260,7 +305,11 @@ impl CaptureHook for Tracer {
             Ok(outs) => Ok(outs),
             Err(_) => {
                 *self.state.borrow_mut() = snapshot;
-                self.record_opaque(op, args, "body reads data; runs opaque with its fake kernel".into())
+                self.record_opaque(
+                    op,
+                    args,
+                    "body reads data; runs opaque with its fake kernel".into(),
+                )
             }
         }
     }
@@ -281,14 +330,18 @@ pub fn capture(
     inputs: &[TensorMeta],
     opts: CaptureOptions,
 ) -> Result<Graph> {
-    let tracer = Rc::new(Tracer { state: RefCell::new(TraceState::default()) });
+    let tracer = Rc::new(Tracer {
+        state: RefCell::new(TraceState::default()),
+    });
     let mut proxies = Vec::with_capacity(inputs.len());
     {
         let mut st = tracer.state.borrow_mut();
         let mut next_sym = 0u32;
         for (i, m) in inputs.iter().enumerate() {
             let shape = m.static_shape().ok_or_else(|| {
-                Error::Compile(format!("capture needs concrete example shapes; input {i} is {m}"))
+                Error::Compile(format!(
+                    "capture needs concrete example shapes; input {i} is {m}"
+                ))
             })?;
             let proxy = Tensor::empty_fake(&shape, m.dtype, m.device);
             let mut meta = m.clone();
@@ -311,7 +364,10 @@ pub fn capture(
         f(&proxies)?
     };
     let mut st = tracer.state.borrow_mut();
-    let results = outs.iter().map(|t| st.value_of(t)).collect::<Result<Vec<_>>>()?;
+    let results = outs
+        .iter()
+        .map(|t| st.value_of(t))
+        .collect::<Result<Vec<_>>>()?;
     let mut state = std::mem::take(&mut *st);
     state.builder.output(&results)?;
     state.builder.finish()

@@ -44,7 +44,13 @@ impl CompiledFn {
     /// compiled graph when the inputs pass its guards (same rank, dtype, device and size-1 dims —
     /// other sizes are dynamic), and re-capture otherwise.
     pub fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let found = self.entries.lock().iter().rev().find(|g| g.accepts(inputs)).cloned();
+        let found = self
+            .entries
+            .lock()
+            .iter()
+            .rev()
+            .find(|g| g.accepts(inputs))
+            .cloned();
         let graph = match found {
             Some(g) => g,
             None => {

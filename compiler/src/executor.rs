@@ -17,9 +17,9 @@ use tensorplay_runtime::dispatch;
 use tensorplay_runtime::library::{Operator, registry};
 use tensorplay_runtime::{Scalar, Tensor, Value};
 
+use crate::codegen::cache;
 use crate::codegen::cpu::CompiledKernel;
 use crate::codegen::kernel::{LoweredRegion, lower};
-use crate::codegen::cache;
 use crate::passes::{BufferPlan, FusionPlan, RegionKind, Step, buffer_plan, dce, fusion, logging};
 
 /// Where an op argument comes from at run time.
@@ -105,20 +105,34 @@ fn attr_value(a: &Attr) -> Value {
 /// The tensor a constant node stands for (scalars become wrapped Rust scalars, as captured).
 fn constant_tensor(c: &Constant, device: Device) -> Result<Tensor> {
     if device != Device::Cpu {
-        return Err(Error::Compile(format!("constants on {device} are not supported")));
+        return Err(Error::Compile(format!(
+            "constants on {device} are not supported"
+        )));
     }
     Ok(match c {
         Constant::Float { value, dtype } => {
             let t = Tensor::wrapped_scalar(Scalar::Float(*value));
-            if *dtype == DType::F64 { t } else { Tensor::scalar(*value).to_dtype(*dtype)? }
+            if *dtype == DType::F64 {
+                t
+            } else {
+                Tensor::scalar(*value).to_dtype(*dtype)?
+            }
         }
         Constant::Int { value, dtype } => {
             let t = Tensor::wrapped_scalar(Scalar::Int(*value));
-            if *dtype == DType::I64 { t } else { Tensor::scalar(*value).to_dtype(*dtype)? }
+            if *dtype == DType::I64 {
+                t
+            } else {
+                Tensor::scalar(*value).to_dtype(*dtype)?
+            }
         }
         Constant::Bool(b) => Tensor::wrapped_scalar(Scalar::Bool(*b)),
-        Constant::FloatTensor { data, shape, dtype } => Tensor::from_slice(data, shape)?.to_dtype(*dtype)?,
-        Constant::IntTensor { data, shape, dtype } => Tensor::from_slice(data, shape)?.to_dtype(*dtype)?,
+        Constant::FloatTensor { data, shape, dtype } => {
+            Tensor::from_slice(data, shape)?.to_dtype(*dtype)?
+        }
+        Constant::IntTensor { data, shape, dtype } => {
+            Tensor::from_slice(data, shape)?.to_dtype(*dtype)?
+        }
     })
 }
 
@@ -141,30 +155,46 @@ impl CompiledGraph {
         let mut ids = HashMap::new();
         let mut dtypes = Vec::new();
         for &n in &order {
-            let node = graph.node(n).ok_or_else(|| Error::Compile(format!("node {n} vanished")))?;
+            let node = graph
+                .node(n)
+                .ok_or_else(|| Error::Compile(format!("node {n} vanished")))?;
             for (i, m) in node.outputs.iter().enumerate() {
                 ids.insert(ValueRef::new(n, i), dtypes.len());
                 dtypes.push(m.dtype);
             }
         }
         let id = |v: ValueRef| -> Result<usize> {
-            ids.get(&v).copied().ok_or_else(|| Error::Compile(format!("value {v:?} has no producer")))
+            ids.get(&v)
+                .copied()
+                .ok_or_else(|| Error::Compile(format!("value {v:?} has no producer")))
         };
         let inputs = graph.inputs();
         let input_ids = inputs.iter().map(|&v| id(v)).collect::<Result<Vec<_>>>()?;
         let guards = inputs
             .iter()
             .map(|&v| {
-                let m = graph.meta(v).ok_or_else(|| Error::Compile("input without metadata".into()))?;
-                Ok(Guard { dtype: m.dtype, device: m.device, dims: shape_of(&m.shape) })
+                let m = graph
+                    .meta(v)
+                    .ok_or_else(|| Error::Compile("input without metadata".into()))?;
+                Ok(Guard {
+                    dtype: m.dtype,
+                    device: m.device,
+                    dims: shape_of(&m.shape),
+                })
             })
             .collect::<Result<Vec<_>>>()?;
-        let output_ids = graph.outputs()?.into_iter().map(id).collect::<Result<Vec<_>>>()?;
+        let output_ids = graph
+            .outputs()?
+            .into_iter()
+            .map(id)
+            .collect::<Result<Vec<_>>>()?;
 
         let mut constants = Vec::new();
         let mut calls = Vec::new();
         for &n in &order {
-            let node = graph.node(n).ok_or_else(|| Error::Compile(format!("node {n} vanished")))?;
+            let node = graph
+                .node(n)
+                .ok_or_else(|| Error::Compile(format!("node {n} vanished")))?;
             match &node.kind {
                 NodeKind::Constant(c) => {
                     let device = node.outputs.first().map_or(Device::Cpu, |m| m.device);
@@ -202,8 +232,16 @@ impl CompiledGraph {
                         RegionKind::Softmax { node, .. } => graph.args_of(*node)?[0],
                     };
                     steps.push(Exec::Region(RegionRun {
-                        ins: lowered.inputs.iter().map(|&v| id(v)).collect::<Result<_>>()?,
-                        outs: lowered.outputs.iter().map(|&v| id(v)).collect::<Result<_>>()?,
+                        ins: lowered
+                            .inputs
+                            .iter()
+                            .map(|&v| id(v))
+                            .collect::<Result<_>>()?,
+                        outs: lowered
+                            .outputs
+                            .iter()
+                            .map(|&v| id(v))
+                            .collect::<Result<_>>()?,
                         iter_value: id(iter_ref)?,
                         lowered,
                         last: Mutex::new(None),
@@ -265,14 +303,24 @@ impl CompiledGraph {
         Ok(compiled)
     }
 
-    fn node_call(graph: &Graph, n: NodeId, call: &OpCall, id: &dyn Fn(ValueRef) -> Result<usize>) -> Result<NodeCall> {
+    fn node_call(
+        graph: &Graph,
+        n: NodeId,
+        call: &OpCall,
+        id: &dyn Fn(ValueRef) -> Result<usize>,
+    ) -> Result<NodeCall> {
         let op = registry().get(&call.name).map_err(|e| {
-            Error::Compile(format!("{}: {e} (was it registered before the graph was compiled?)", graph.describe(n)))
+            Error::Compile(format!(
+                "{}: {e} (was it registered before the graph was compiled?)",
+                graph.describe(n)
+            ))
         })?;
         let producers = graph.args_of(n)?;
         let mut next = producers.into_iter();
         let mut take = || -> Result<usize> {
-            let v = next.next().ok_or_else(|| Error::Compile(format!("{}: missing tensor argument", graph.describe(n))))?;
+            let v = next.next().ok_or_else(|| {
+                Error::Compile(format!("{}: missing tensor argument", graph.describe(n)))
+            })?;
             id(v)
         };
         let mut args = Vec::with_capacity(call.args.len());
@@ -281,13 +329,24 @@ impl CompiledGraph {
                 Arg::Tensor => ArgSrc::Tensor(take()?),
                 Arg::OptionalTensor { present: true } => ArgSrc::OptTensor(Some(take()?)),
                 Arg::OptionalTensor { present: false } => ArgSrc::OptTensor(None),
-                Arg::TensorList { len } => ArgSrc::List((0..*len).map(|_| take()).collect::<Result<_>>()?),
+                Arg::TensorList { len } => {
+                    ArgSrc::List((0..*len).map(|_| take()).collect::<Result<_>>()?)
+                }
                 Arg::Attr { value, .. } => ArgSrc::Value(attr_value(value)),
             });
         }
-        let node = graph.node(n).ok_or_else(|| Error::Compile(format!("node {n} vanished")))?;
-        let outs = (0..node.outputs.len()).map(|i| id(ValueRef::new(n, i))).collect::<Result<_>>()?;
-        Ok(NodeCall { node: n, op, args, outs })
+        let node = graph
+            .node(n)
+            .ok_or_else(|| Error::Compile(format!("node {n} vanished")))?;
+        let outs = (0..node.outputs.len())
+            .map(|i| id(ValueRef::new(n, i)))
+            .collect::<Result<_>>()?;
+        Ok(NodeCall {
+            node: n,
+            op,
+            args,
+            outs,
+        })
     }
 
     /// The graph after dead-code elimination.
@@ -330,9 +389,16 @@ impl CompiledGraph {
         }
         for (i, (t, g)) in inputs.iter().zip(&self.guards).enumerate() {
             let dims_ok = t.rank() == g.dims.len()
-                && t.shape().iter().zip(&g.dims).all(|(&s, d)| d.is_none_or(|d| d == s) && (d.is_some() || s != 1));
+                && t.shape()
+                    .iter()
+                    .zip(&g.dims)
+                    .all(|(&s, d)| d.is_none_or(|d| d == s) && (d.is_some() || s != 1));
             if t.dtype() != g.dtype || t.device() != g.device || !dims_ok {
-                let want: Vec<String> = g.dims.iter().map(|d| d.map_or("s".into(), |d| d.to_string())).collect();
+                let want: Vec<String> = g
+                    .dims
+                    .iter()
+                    .map(|d| d.map_or("s".into(), |d| d.to_string()))
+                    .collect();
                 return Err(Error::Compile(format!(
                     "guard failed for input {i}: compiled for {}[{}] on {}, got {}{} on {} (rank, dtype, device and size-1 dims must match; recompile for this input)",
                     g.dtype,
@@ -354,7 +420,9 @@ impl CompiledGraph {
 
     fn args_of(call: &NodeCall, env: &[Option<Tensor>]) -> Result<Vec<Value>> {
         let get = |i: usize| -> Result<Tensor> {
-            env[i].clone().ok_or_else(|| Error::Compile(format!("value {i} used before it was computed")))
+            env[i]
+                .clone()
+                .ok_or_else(|| Error::Compile(format!("value {i} used before it was computed")))
         };
         call.args
             .iter()
@@ -363,7 +431,9 @@ impl CompiledGraph {
                     ArgSrc::Tensor(i) => Value::Tensor(get(*i)?),
                     ArgSrc::OptTensor(Some(i)) => Value::OptionalTensor(Some(get(*i)?)),
                     ArgSrc::OptTensor(None) => Value::None,
-                    ArgSrc::List(v) => Value::TensorList(v.iter().map(|&i| get(i)).collect::<Result<_>>()?),
+                    ArgSrc::List(v) => {
+                        Value::TensorList(v.iter().map(|&i| get(i)).collect::<Result<_>>()?)
+                    }
                     ArgSrc::Value(v) => v.clone(),
                 })
             })
@@ -410,7 +480,13 @@ impl CompiledGraph {
                 Self::call_node(call, &mut env)?;
             }
         }
-        let shapes: Vec<Shape> = env.iter().map(|t| t.as_ref().map_or_else(Shape::new, |t| Shape::from(t.shape()))).collect();
+        let shapes: Vec<Shape> = env
+            .iter()
+            .map(|t| {
+                t.as_ref()
+                    .map_or_else(Shape::new, |t| Shape::from(t.shape()))
+            })
+            .collect();
         let shapes = Arc::new(shapes);
         self.shape_cache.lock().insert(key, shapes.clone());
         Ok(shapes)
@@ -430,7 +506,11 @@ impl CompiledGraph {
     fn collect_outputs(&self, env: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
         self.output_ids
             .iter()
-            .map(|&i| env[i].clone().ok_or_else(|| Error::Compile(format!("output value {i} was never computed"))))
+            .map(|&i| {
+                env[i]
+                    .clone()
+                    .ok_or_else(|| Error::Compile(format!("output value {i} was never computed")))
+            })
             .collect()
     }
 
@@ -455,11 +535,20 @@ impl CompiledGraph {
         self.collect_outputs(&env)
     }
 
-    fn run_region(&self, r: &RegionRun, shapes: &[Shape], env: &mut [Option<Tensor>]) -> Result<()> {
+    fn run_region(
+        &self,
+        r: &RegionRun,
+        shapes: &[Shape],
+        env: &mut [Option<Tensor>],
+    ) -> Result<()> {
         let ins: Vec<Tensor> = r
             .ins
             .iter()
-            .map(|&i| env[i].clone().ok_or_else(|| Error::Compile(format!("region input {i} not computed"))))
+            .map(|&i| {
+                env[i]
+                    .clone()
+                    .ok_or_else(|| Error::Compile(format!("region input {i} not computed")))
+            })
             .collect::<Result<_>>()?;
         let outs: Vec<Tensor> = r
             .outs
@@ -469,7 +558,8 @@ impl CompiledGraph {
         let in_refs: Vec<&Tensor> = ins.iter().collect();
         let out_refs: Vec<&Tensor> = outs.iter().collect();
         let iter_shape = &shapes[r.iter_value];
-        let plan = crate::codegen::cpu::plan(&r.lowered.spec, &in_refs, &out_refs, Some(iter_shape))?;
+        let plan =
+            crate::codegen::cpu::plan(&r.lowered.spec, &in_refs, &out_refs, Some(iter_shape))?;
         let kernel = {
             let mut last = r.last.lock();
             match last.as_ref() {

@@ -15,8 +15,12 @@ use tensorplay_runtime::{Tensor, Value, dispatch};
 use crate::compile::compile;
 
 /// The checks `opcheck` knows, in the order it runs them.
-pub const DEFAULT_TEST_UTILS: [&str; 4] =
-    ["test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"];
+pub const DEFAULT_TEST_UTILS: [&str; 4] = [
+    "test_schema",
+    "test_autograd_registration",
+    "test_faketensor",
+    "test_aot_dispatch_dynamic",
+];
 
 /// Options of [`opcheck`] (PyTorch's keyword arguments).
 #[derive(Debug, Clone)]
@@ -63,7 +67,9 @@ fn copy_args(args: &[Value], f: &dyn Fn(&Tensor) -> Result<Tensor>) -> Result<Ve
             Ok(match v {
                 Value::Tensor(t) => Value::Tensor(f(t)?),
                 Value::OptionalTensor(Some(t)) => Value::OptionalTensor(Some(f(t)?)),
-                Value::TensorList(ts) => Value::TensorList(ts.iter().map(f).collect::<Result<_>>()?),
+                Value::TensorList(ts) => {
+                    Value::TensorList(ts.iter().map(f).collect::<Result<_>>()?)
+                }
                 other => other.clone(),
             })
         })
@@ -76,7 +82,9 @@ fn real_copy(t: &Tensor) -> Result<Tensor> {
 }
 
 fn tensors(args: &[Value]) -> Vec<Tensor> {
-    args.iter().flat_map(|v| v.tensors().cloned().collect::<Vec<_>>()).collect()
+    args.iter()
+        .flat_map(|v| v.tensors().cloned().collect::<Vec<_>>())
+        .collect()
 }
 
 fn close(a: &Tensor, b: &Tensor, opts: &OpcheckOptions) -> Result<bool> {
@@ -98,7 +106,11 @@ fn test_schema(op: &std::sync::Arc<Operator>, args: &[Value]) -> Result<Option<S
         .iter()
         .zip(&args)
         .filter(|(p, _)| !declared.contains(&p.name.as_str()))
-        .flat_map(|(p, v)| v.tensors().map(|t| (p.name.clone(), t.clone())).collect::<Vec<_>>())
+        .flat_map(|(p, v)| {
+            v.tensors()
+                .map(|t| (p.name.clone(), t.clone()))
+                .collect::<Vec<_>>()
+        })
         .map(|(n, t)| Ok((n, t.clone(), t.to_vec_f64()?)))
         .collect::<Result<_>>()?;
     let outs = match run(op, &args) {
@@ -107,7 +119,10 @@ fn test_schema(op: &std::sync::Arc<Operator>, args: &[Value]) -> Result<Option<S
     };
     for (name, t, before) in &undeclared {
         let after = t.to_vec_f64()?;
-        let same = before.iter().zip(&after).all(|(a, b)| a.to_bits() == b.to_bits());
+        let same = before
+            .iter()
+            .zip(&after)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
         if !same {
             return Ok(Some(format!(
                 "argument `{name}` was mutated but is not declared in mutates_args"
@@ -117,28 +132,44 @@ fn test_schema(op: &std::sync::Arc<Operator>, args: &[Value]) -> Result<Option<S
     let inputs = tensors(&args);
     for (i, o) in outs.iter().enumerate() {
         if inputs.iter().any(|t| t.storage().same(o.storage())) {
-            return Ok(Some(format!("output {i} aliases an input's storage (return a copy)")));
+            return Ok(Some(format!(
+                "output {i} aliases an input's storage (return a copy)"
+            )));
         }
     }
     Ok(None)
 }
 
 /// Gradients reach every floating input with matching shapes.
-fn test_autograd_registration(op: &std::sync::Arc<Operator>, args: &[Value]) -> Result<Option<String>> {
+fn test_autograd_registration(
+    op: &std::sync::Arc<Operator>,
+    args: &[Value],
+) -> Result<Option<String>> {
     if op.schema().is_mutating() {
         return Ok(None);
     }
     let args = copy_args(args, &|t| {
         let c = real_copy(t)?;
-        if c.dtype().is_float() { c.requires_grad_(true) } else { Ok(c) }
+        if c.dtype().is_float() {
+            c.requires_grad_(true)
+        } else {
+            Ok(c)
+        }
     })?;
-    let wrt: Vec<Tensor> = tensors(&args).into_iter().filter(|t| t.requires_grad()).collect();
+    let wrt: Vec<Tensor> = tensors(&args)
+        .into_iter()
+        .filter(|t| t.requires_grad())
+        .collect();
     if wrt.is_empty() {
         return Ok(None);
     }
     let outs = match run(op, &args) {
         Ok(o) => o,
-        Err(e) => return Ok(Some(format!("the op failed with inputs requiring grad: {e}"))),
+        Err(e) => {
+            return Ok(Some(format!(
+                "the op failed with inputs requiring grad: {e}"
+            )));
+        }
     };
     let float_outs: Vec<Tensor> = outs.into_iter().filter(|t| t.dtype().is_float()).collect();
     if float_outs.is_empty() {
@@ -150,7 +181,10 @@ fn test_autograd_registration(op: &std::sync::Arc<Operator>, args: &[Value]) -> 
              the autograd graph (computed on raw data?) and no formula is registered (use register_autograd)"
         )));
     }
-    let grads_out: Vec<Option<Tensor>> = float_outs.iter().map(|t| Some(Tensor::ones_like(t))).collect();
+    let grads_out: Vec<Option<Tensor>> = float_outs
+        .iter()
+        .map(|t| Some(Tensor::ones_like(t)))
+        .collect();
     let grads = match grad(&float_outs, &wrt, &grads_out, false) {
         Ok(g) => g,
         Err(e) => return Ok(Some(format!("backward failed: {e}"))),
@@ -177,16 +211,26 @@ fn test_faketensor(op: &std::sync::Arc<Operator>, args: &[Value]) -> Result<Opti
         Ok(o) => o,
         Err(e) => return Ok(Some(format!("the op failed: {e}"))),
     };
-    let fake_args = copy_args(args, &|t| Ok(Tensor::empty_fake(t.shape(), t.dtype(), t.device())))?;
+    let fake_args = copy_args(args, &|t| {
+        Ok(Tensor::empty_fake(t.shape(), t.dtype(), t.device()))
+    })?;
     let fake = match run(op, &fake_args) {
         Ok(o) => o,
         Err(e) => return Ok(Some(format!("the fake kernel failed: {e}"))),
     };
     if fake.len() != real.len() {
-        return Ok(Some(format!("fake kernel returned {} outputs, the kernel {}", fake.len(), real.len())));
+        return Ok(Some(format!(
+            "fake kernel returned {} outputs, the kernel {}",
+            fake.len(),
+            real.len()
+        )));
     }
     for (i, (f, r)) in fake.iter().zip(&real).enumerate() {
-        if f.shape() != r.shape() || f.dtype() != r.dtype() || f.device() != r.device() || f.strides() != r.strides() {
+        if f.shape() != r.shape()
+            || f.dtype() != r.dtype()
+            || f.device() != r.device()
+            || f.strides() != r.strides()
+        {
             return Ok(Some(format!(
                 "output {i}: fake kernel gives {:?} with strides {:?}, the kernel {:?} with strides {:?}",
                 f,
@@ -203,7 +247,11 @@ fn test_faketensor(op: &std::sync::Arc<Operator>, args: &[Value]) -> Result<Opti
 /// (so the op's shape relations still hold); `None` otherwise.
 fn second_size(args: &[Value]) -> Result<Option<Vec<Value>>> {
     let ts = tensors(args);
-    let lead: Vec<usize> = ts.iter().filter(|t| t.rank() > 0).map(|t| t.shape()[0]).collect();
+    let lead: Vec<usize> = ts
+        .iter()
+        .filter(|t| t.rank() > 0)
+        .map(|t| t.shape()[0])
+        .collect();
     if lead.is_empty() || lead.iter().any(|&d| d != lead[0] || d < 2) {
         return Ok(None);
     }
@@ -227,7 +275,11 @@ fn second_size(args: &[Value]) -> Result<Option<Vec<Value>>> {
 
 /// Capture with dynamic shapes and compiled execution reproduce eager outputs (and mutated
 /// arguments) within tolerance, also at a second input size without recompiling.
-fn test_aot_dispatch_dynamic(op: &std::sync::Arc<Operator>, args: &[Value], opts: &OpcheckOptions) -> Result<Option<String>> {
+fn test_aot_dispatch_dynamic(
+    op: &std::sync::Arc<Operator>,
+    args: &[Value],
+    opts: &OpcheckOptions,
+) -> Result<Option<String>> {
     let template = args.to_vec();
     let op2 = op.clone();
     let f = compile(move |xs: &[Tensor]| {
@@ -260,12 +312,17 @@ fn test_aot_dispatch_dynamic(op: &std::sync::Arc<Operator>, args: &[Value], opts
         };
         for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
             if !close(g, e, opts)? {
-                return Ok(Some(format!("compiled result {i} differs from eager at input size {k}")));
+                return Ok(Some(format!(
+                    "compiled result {i} differs from eager at input size {k}"
+                )));
             }
         }
     }
     if f.num_compiled() != 1 {
-        return Ok(Some(format!("the second input size recompiled ({} graphs)", f.num_compiled())));
+        return Ok(Some(format!(
+            "the second input size recompiled ({} graphs)",
+            f.num_compiled()
+        )));
     }
     Ok(None)
 }
@@ -305,9 +362,17 @@ pub fn opcheck(
         }
     }
     if opts.atol.is_some() != opts.rtol.is_some() {
-        return Err(Error::argument("opcheck", "atol, rtol", "both or neither", "only one"));
+        return Err(Error::argument(
+            "opcheck",
+            "atol, rtol",
+            "both or neither",
+            "only one",
+        ));
     }
-    let kw: Vec<(String, Value)> = kwargs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    let kw: Vec<(String, Value)> = kwargs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
     let bound = bind(op.qualname(), op.schema(), args, &kw)?;
     let mut failures = BTreeMap::new();
     for name in DEFAULT_TEST_UTILS {

@@ -31,8 +31,16 @@ fn builtin_chain_with_scalar_constant() -> Result<()> {
 
 #[test]
 fn dynamic_capture_makes_non_unit_dims_symbolic() -> Result<()> {
-    let g = capture(|xs| Ok(vec![xs[0].add(&xs[1])?]), &[f32s(&[4, 1]), f32s(&[3])], CaptureOptions { dynamic: true })?;
-    assert!(g.to_string().starts_with("graph(%x0: f32[s0, 1], %x1: f32[s1])"), "{g}");
+    let g = capture(
+        |xs| Ok(vec![xs[0].add(&xs[1])?]),
+        &[f32s(&[4, 1]), f32s(&[3])],
+        CaptureOptions { dynamic: true },
+    )?;
+    assert!(
+        g.to_string()
+            .starts_with("graph(%x0: f32[s0, 1], %x1: f32[s1])"),
+        "{g}"
+    );
     Ok(())
 }
 
@@ -42,12 +50,19 @@ fn custom_op_made_of_builtins_is_traced_through() -> Result<()> {
         .arg_names(&["x", "weight"])
         .build(|x: Tensor, w: Tensor| -> Result<Tensor> { x.mul(&w)?.sum_all() })?;
     let g = capture(
-        |xs| Ok(vec![op.call1(&[xs[0].clone().into(), xs[1].clone().into()])?]),
+        |xs| {
+            Ok(vec![
+                op.call1(&[xs[0].clone().into(), xs[1].clone().into()])?,
+            ])
+        },
         &[f32s(&[16]), f32s(&[16])],
         CaptureOptions::default(),
     )?;
     let text = g.to_string();
-    assert!(text.contains("tp::mul") && text.contains("tp::sum"), "{text}");
+    assert!(
+        text.contains("tp::mul") && text.contains("tp::sum"),
+        "{text}"
+    );
     assert!(!text.contains("cap_trace::"), "{text}");
     Ok(())
 }
@@ -68,7 +83,10 @@ fn custom_op_reading_data_falls_back_to_opaque_with_fake_kernel() -> Result<()> 
         )
     };
     let err = run(&op).unwrap_err();
-    assert!(matches!(&err, Error::Compile(m) if m.contains("cap_opaque::host_sum") && m.contains("register_fake")), "{err}");
+    assert!(
+        matches!(&err, Error::Compile(m) if m.contains("cap_opaque::host_sum") && m.contains("register_fake")),
+        "{err}"
+    );
     op.register_fake(|x: Tensor| -> Result<Tensor> { x.sum_all() })?;
     let g = run(&op)?;
     insta::assert_snapshot!(g.to_string(), @r"
@@ -104,7 +122,10 @@ fn mutating_custom_op_is_a_barrier_with_order_edges() -> Result<()> {
     assert!(text.contains("# barrier: mutates x"), "{text}");
     // exp runs before the mutation, neg after it.
     let pos = |s: &str| text.find(s).unwrap();
-    assert!(pos("tp::exp") < pos("cap_mut::scale_") && pos("cap_mut::scale_") < pos("tp::neg"), "{text}");
+    assert!(
+        pos("tp::exp") < pos("cap_mut::scale_") && pos("cap_mut::scale_") < pos("tp::neg"),
+        "{text}"
+    );
     assert!(text.contains("# after"), "order edges are printed: {text}");
     Ok(())
 }
@@ -130,16 +151,30 @@ fn ops_with_custom_autograd_or_cpu_kernels_stay_opaque() -> Result<()> {
         CaptureOptions::default(),
     )?;
     let text = g.to_string();
-    assert!(text.contains("cap_grad::square(%x0) : f32[2]  # barrier: custom autograd"), "{text}");
-    assert!(text.contains("# barrier: cpu kernel (device-specific)"), "{text}");
+    assert!(
+        text.contains("cap_grad::square(%x0) : f32[2]  # barrier: custom autograd"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# barrier: cpu kernel (device-specific)"),
+        "{text}"
+    );
     Ok(())
 }
 
 #[test]
 fn large_closure_constants_must_be_inputs() {
     let w = Tensor::ones(&[1000], DType::F32);
-    let err = capture(|xs| Ok(vec![xs[0].add(&w)?]), &[f32s(&[1000])], CaptureOptions::default()).unwrap_err();
-    assert!(matches!(&err, Error::Compile(m) if m.contains("must be passed as inputs")), "{err}");
+    let err = capture(
+        |xs| Ok(vec![xs[0].add(&w)?]),
+        &[f32s(&[1000])],
+        CaptureOptions::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::Compile(m) if m.contains("must be passed as inputs")),
+        "{err}"
+    );
 }
 
 #[test]

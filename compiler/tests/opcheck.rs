@@ -5,7 +5,10 @@ use tensorplay_runtime::library::{self, MutatesArgs};
 use tensorplay_runtime::{DType, Error, Result, Tensor, Value};
 
 fn no_raise() -> OpcheckOptions {
-    OpcheckOptions { raise_exception: false, ..OpcheckOptions::default() }
+    OpcheckOptions {
+        raise_exception: false,
+        ..OpcheckOptions::default()
+    }
 }
 
 fn vecs(n: usize) -> Result<(Value, Value)> {
@@ -19,7 +22,9 @@ fn vecs(n: usize) -> Result<(Value, Value)> {
 fn a_sound_op_passes_every_check() -> Result<()> {
     let op = library::custom_op("oc_ok::scaled_gelu")
         .arg_names(&["x", "y", "alpha"])
-        .build(|x: Tensor, y: Tensor, a: f64| -> Result<Tensor> { x.mul_scalar(a)?.add(&y)?.gelu("tanh") })?;
+        .build(|x: Tensor, y: Tensor, a: f64| -> Result<Tensor> {
+            x.mul_scalar(a)?.add(&y)?.gelu("tanh")
+        })?;
     op.register_fake(|x: Tensor, _y: Tensor, _a: f64| -> Result<Tensor> { x.clone_tensor() })?;
     let (x, y) = vecs(4)?;
     let failures = opcheck(&op, &[x, y, 0.5.into()], &[], OpcheckOptions::default())?;
@@ -39,7 +44,10 @@ fn undeclared_mutation_fails_test_schema() -> Result<()> {
     op.register_fake(|x: Tensor| -> Result<Tensor> { x.clone_tensor() })?;
     let (x, _) = vecs(2)?;
     let failures = opcheck(&op, &[x], &[], no_raise())?;
-    assert!(failures["test_schema"].contains("not declared in mutates_args"), "{failures:?}");
+    assert!(
+        failures["test_schema"].contains("not declared in mutates_args"),
+        "{failures:?}"
+    );
     Ok(())
 }
 
@@ -70,10 +78,16 @@ fn raw_data_kernel_fails_autograd_registration() -> Result<()> {
     op.register_fake(|x: Tensor| -> Result<Tensor> { x.clone_tensor() })?;
     let (x, _) = vecs(2)?;
     let failures = opcheck(&op, &[x.clone()], &[], no_raise())?;
-    assert!(failures["test_autograd_registration"].contains("no autograd history"), "{failures:?}");
+    assert!(
+        failures["test_autograd_registration"].contains("no autograd history"),
+        "{failures:?}"
+    );
     assert!(!failures.contains_key("test_faketensor"), "{failures:?}");
     // With a formula the op is sound.
-    op.register_autograd(|_, g| Ok(vec![Some(g[0].clone().unwrap().mul_scalar(2.0)?)]), None)?;
+    op.register_autograd(
+        |_, g| Ok(vec![Some(g[0].clone().unwrap().mul_scalar(2.0)?)]),
+        None,
+    )?;
     let failures = opcheck(&op, &[x], &[], no_raise())?;
     assert!(failures.is_empty(), "{failures:?}");
     Ok(())
@@ -87,7 +101,10 @@ fn wrong_fake_kernel_fails_test_faketensor() -> Result<()> {
     op.register_fake(|x: Tensor| -> Result<Tensor> { x.sum(&[0], false) })?;
     let (x, _) = vecs(4)?;
     let failures = opcheck(&op, &[x], &[], no_raise())?;
-    assert!(failures["test_faketensor"].contains("fake kernel gives"), "{failures:?}");
+    assert!(
+        failures["test_faketensor"].contains("fake kernel gives"),
+        "{failures:?}"
+    );
     Ok(())
 }
 
@@ -99,8 +116,14 @@ fn missing_fake_kernel_fails_fake_and_compiled_checks() -> Result<()> {
         .build(|x: Tensor| -> Result<Tensor> { x.neg() })?;
     let (x, _) = vecs(2)?;
     let failures = opcheck(&op, &[x], &[], no_raise())?;
-    assert!(failures["test_faketensor"].contains("fake kernel"), "{failures:?}");
-    assert!(failures["test_aot_dispatch_dynamic"].contains("register_fake"), "{failures:?}");
+    assert!(
+        failures["test_faketensor"].contains("fake kernel"),
+        "{failures:?}"
+    );
+    assert!(
+        failures["test_aot_dispatch_dynamic"].contains("register_fake"),
+        "{failures:?}"
+    );
     Ok(())
 }
 
@@ -112,7 +135,10 @@ fn raise_exception_turns_failures_into_an_error() -> Result<()> {
     op.register_fake(|x: Tensor| -> Result<Tensor> { x.clone_tensor() })?;
     let (x, _) = vecs(4)?;
     let err = opcheck(&op, &[x], &[], OpcheckOptions::default()).unwrap_err();
-    assert!(matches!(&err, Error::Registration(m) if m.contains("oc_raise::rowsum") && m.contains("test_faketensor")), "{err}");
+    assert!(
+        matches!(&err, Error::Registration(m) if m.contains("oc_raise::rowsum") && m.contains("test_faketensor")),
+        "{err}"
+    );
     Ok(())
 }
 
@@ -122,11 +148,20 @@ fn bad_options_are_errors() -> Result<()> {
         .arg_names(&["x"])
         .build(|x: Tensor| -> Result<Tensor> { x.clone_tensor() })?;
     let (x, _) = vecs(2)?;
-    let unknown = OpcheckOptions { test_utils: vec!["test_nothing".into()], ..no_raise() };
+    let unknown = OpcheckOptions {
+        test_utils: vec!["test_nothing".into()],
+        ..no_raise()
+    };
     assert!(opcheck(&op, &[x.clone()], &[], unknown).is_err());
-    let half = OpcheckOptions { atol: Some(1e-3), ..no_raise() };
+    let half = OpcheckOptions {
+        atol: Some(1e-3),
+        ..no_raise()
+    };
     assert!(opcheck(&op, &[x.clone()], &[], half).is_err());
-    let only_schema = OpcheckOptions { test_utils: vec!["test_schema".into()], ..no_raise() };
+    let only_schema = OpcheckOptions {
+        test_utils: vec!["test_schema".into()],
+        ..no_raise()
+    };
     assert!(opcheck(&op, &[x], &[], only_schema)?.is_empty());
     Ok(())
 }

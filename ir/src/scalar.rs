@@ -62,7 +62,10 @@ pub enum ScalarOp {
     /// `where(cond, a, b)`.
     Where,
     /// `clamp(x, min, max)` with optional bounds (NaN propagates; min > max gives max).
-    Clamp { min: Option<f64>, max: Option<f64> },
+    Clamp {
+        min: Option<f64>,
+        max: Option<f64>,
+    },
 }
 
 impl ScalarOp {

@@ -98,8 +98,16 @@ pub fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Shape> {
     let rank = a.len().max(b.len());
     let mut out: Shape = SmallVec::with_capacity(rank);
     for i in 0..rank {
-        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
-        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+        let da = if i + a.len() >= rank {
+            a[i + a.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= rank {
+            b[i + b.len() - rank]
+        } else {
+            1
+        };
         out.push(match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -121,11 +129,20 @@ pub fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Shape> {
 
 /// Strides that read a tensor of `shape`/`strides` as if it had the broadcast shape `target`
 /// (stride 0 along stretched and prepended dims). Fails if `shape` does not broadcast to `target`.
-pub fn broadcast_strides(op: &str, shape: &[usize], strides: &[isize], target: &[usize]) -> Result<Strides> {
+pub fn broadcast_strides(
+    op: &str,
+    shape: &[usize],
+    strides: &[isize],
+    target: &[usize],
+) -> Result<Strides> {
     if shape.len() > target.len() {
         return Err(Error::shape(
             op,
-            format!("cannot broadcast {} to {}", fmt_shape(shape), fmt_shape(target)),
+            format!(
+                "cannot broadcast {} to {}",
+                fmt_shape(shape),
+                fmt_shape(target)
+            ),
         ));
     }
     let lead = target.len() - shape.len();
@@ -139,7 +156,11 @@ pub fn broadcast_strides(op: &str, shape: &[usize], strides: &[isize], target: &
         } else {
             return Err(Error::shape(
                 op,
-                format!("cannot broadcast {} to {}", fmt_shape(shape), fmt_shape(target)),
+                format!(
+                    "cannot broadcast {} to {}",
+                    fmt_shape(shape),
+                    fmt_shape(target)
+                ),
             ));
         }
     }
@@ -160,7 +181,10 @@ pub fn normalize_dim(op: &str, dim: i64, rank: usize) -> Result<usize> {
     if d < 0 || d >= r {
         return Err(Error::shape(
             op,
-            format!("dim {dim} is out of range for a tensor of rank {rank} (expected -{r} to {})", r - 1),
+            format!(
+                "dim {dim} is out of range for a tensor of rank {rank} (expected -{r} to {})",
+                r - 1
+            ),
         ));
     }
     Ok(d as usize)

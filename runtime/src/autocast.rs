@@ -54,10 +54,20 @@ impl Drop for AutocastGuard {
 pub fn autocast(device_type: &str, dtype: DType) -> Result<AutocastGuard> {
     let slot = Slot::parse("autocast", "device_type", device_type)?;
     if slot == Slot::Default {
-        return Err(Error::argument("autocast", "device_type", "`cpu` or `cuda`", format!("`{device_type}`")));
+        return Err(Error::argument(
+            "autocast",
+            "device_type",
+            "`cpu` or `cuda`",
+            format!("`{device_type}`"),
+        ));
     }
     if !dtype.is_half() {
-        return Err(Error::argument("autocast", "dtype", "f16 or bf16", dtype.to_string()));
+        return Err(Error::argument(
+            "autocast",
+            "dtype",
+            "f16 or bf16",
+            dtype.to_string(),
+        ));
     }
     let prev = cell(slot).with(|c| c.replace(Some(dtype)));
     Ok(AutocastGuard { slot, prev })
@@ -65,7 +75,10 @@ pub fn autocast(device_type: &str, dtype: DType) -> Result<AutocastGuard> {
 
 /// Disables autocast on every device type until the guards drop (kernels run with autocast off).
 pub(crate) fn suspend() -> [AutocastGuard; 2] {
-    let off = |slot: Slot| AutocastGuard { slot, prev: cell(slot).with(|c| c.replace(None)) };
+    let off = |slot: Slot| AutocastGuard {
+        slot,
+        prev: cell(slot).with(|c| c.replace(None)),
+    };
     [off(Slot::Cpu), off(Slot::Cuda)]
 }
 
@@ -86,7 +99,11 @@ pub fn any_active() -> bool {
 /// Casts every floating tensor in `args` (except f64, and tensors on other devices) to `dtype`.
 pub(crate) fn cast_args(args: &[Value], device: Device, dtype: DType) -> Result<Vec<Value>> {
     let cast = |t: &Tensor| -> Result<Tensor> {
-        if t.device() == device && t.dtype().is_float() && t.dtype() != DType::F64 && !t.is_wrapped_number() {
+        if t.device() == device
+            && t.dtype().is_float()
+            && t.dtype() != DType::F64
+            && !t.is_wrapped_number()
+        {
             t.to_dtype(dtype)
         } else {
             Ok(t.clone())
@@ -97,7 +114,9 @@ pub(crate) fn cast_args(args: &[Value], device: Device, dtype: DType) -> Result<
             Ok(match v {
                 Value::Tensor(t) => Value::Tensor(cast(t)?),
                 Value::OptionalTensor(Some(t)) => Value::OptionalTensor(Some(cast(t)?)),
-                Value::TensorList(ts) => Value::TensorList(ts.iter().map(cast).collect::<Result<_>>()?),
+                Value::TensorList(ts) => {
+                    Value::TensorList(ts.iter().map(cast).collect::<Result<_>>()?)
+                }
                 other => other.clone(),
             })
         })
@@ -108,13 +127,19 @@ pub(crate) fn cast_args(args: &[Value], device: Device, dtype: DType) -> Result<
 pub(crate) fn builtin_policy(op: &str, region: DType) -> Option<DType> {
     match op {
         "matmul" => Some(region),
-        "sum" | "mean" | "prod" | "var" | "softmax" | "log_softmax" | "exp" | "log" | "pow" => Some(DType::F32),
+        "sum" | "mean" | "prod" | "var" | "softmax" | "log_softmax" | "exp" | "log" | "pow" => {
+            Some(DType::F32)
+        }
         _ => None,
     }
 }
 
 /// Casts args for builtin `op` if autocast is on for their device; `None` when nothing applies.
-pub(crate) fn apply_builtin(op: &str, args: &[Value], device: Device) -> Result<Option<Vec<Value>>> {
+pub(crate) fn apply_builtin(
+    op: &str,
+    args: &[Value],
+    device: Device,
+) -> Result<Option<Vec<Value>>> {
     let Some(region) = active_dtype(device) else {
         return Ok(None);
     };
@@ -123,7 +148,10 @@ pub(crate) fn apply_builtin(op: &str, args: &[Value], device: Device) -> Result<
     };
     if target == DType::F32 {
         // Only widen half inputs; f32 stays, f64 stays.
-        let needs = args.iter().flat_map(Value::tensors).any(|t| t.dtype().is_half());
+        let needs = args
+            .iter()
+            .flat_map(Value::tensors)
+            .any(|t| t.dtype().is_half());
         if !needs {
             return Ok(None);
         }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use tensorplay_ir::{Device, Error, Result};
 
 use crate::autocast;
-use crate::capture;
 use crate::autograd::mode::{is_grad_enabled, no_grad};
 use crate::autograd::node::{BackwardFn, record};
+use crate::capture;
 use crate::library::autograd::{CustomBackward, make_ctx};
 use crate::library::bind::bind;
 use crate::library::registry::{Operator, Slot};
@@ -51,7 +51,11 @@ pub fn call1(op: &'static OpDef, args: &[Value]) -> Result<Tensor> {
 
 /// Calls a registered operator (builtin or custom) with positional and keyword arguments, which
 /// are first bound to its schema (arity, types, defaults).
-pub fn call_operator(op: &Arc<Operator>, args: &[Value], kwargs: &[(String, Value)]) -> Result<Vec<Tensor>> {
+pub fn call_operator(
+    op: &Arc<Operator>,
+    args: &[Value],
+    kwargs: &[(String, Value)],
+) -> Result<Vec<Tensor>> {
     let bound = bind(op.qualname(), op.schema(), args, kwargs)?;
     match op.builtin() {
         Some(def) => call(def, &bound),
@@ -65,7 +69,9 @@ pub fn call_operator(op: &Arc<Operator>, args: &[Value], kwargs: &[(String, Valu
 }
 
 fn any_requires_grad(args: &[Value]) -> bool {
-    args.iter().flat_map(Value::tensors).any(Tensor::requires_grad)
+    args.iter()
+        .flat_map(Value::tensors)
+        .any(Tensor::requires_grad)
 }
 
 fn autograd_layer(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
@@ -135,7 +141,10 @@ pub(crate) fn common_device(op: &str, args: &[Value]) -> Result<Device> {
             Some(d) if d != t.device() => {
                 return Err(Error::device(
                     op,
-                    format!("expected all tensors on one device, got {d} and {}", t.device()),
+                    format!(
+                        "expected all tensors on one device, got {d} and {}",
+                        t.device()
+                    ),
                 ));
             }
             _ => {}
@@ -190,8 +199,9 @@ fn backend(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
 pub(crate) fn call_custom(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
     if autocast::any_active() {
         let device = common_device(op.qualname(), args)?;
-        let rule = Slot::for_device(device)
-            .and_then(|slot| autocast::active_dtype(device).and(op.regs.read().autocast.get(&slot).map(|e| e.value)));
+        let rule = Slot::for_device(device).and_then(|slot| {
+            autocast::active_dtype(device).and(op.regs.read().autocast.get(&slot).map(|e| e.value))
+        });
         if let Some(dtype) = rule {
             let cast = autocast::cast_args(args, device, dtype)?;
             return custom_vmap_layer(op, &cast);
@@ -256,7 +266,9 @@ fn custom_backend(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
             }
         } else {
             let slot = Slot::for_device(device);
-            let concrete = slot.and_then(|s| regs.kernels.get(&s)).filter(|k| k.enabled);
+            let concrete = slot
+                .and_then(|s| regs.kernels.get(&s))
+                .filter(|k| k.enabled);
             match concrete.or_else(|| regs.kernels.get(&Slot::Default)) {
                 Some(k) => k.f.clone(),
                 None => {
@@ -264,7 +276,13 @@ fn custom_backend(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
                         let mut v: Vec<_> = regs
                             .kernels
                             .iter()
-                            .map(|(s, k)| if k.enabled { s.to_string() } else { format!("{s} (disabled)") })
+                            .map(|(s, k)| {
+                                if k.enabled {
+                                    s.to_string()
+                                } else {
+                                    format!("{s} (disabled)")
+                                }
+                            })
                             .collect();
                         v.sort();
                         v
@@ -291,7 +309,13 @@ fn custom_backend(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
             .filter(|(p, _)| !declared.contains(&p.name.as_str()))
             .flat_map(|(_, v)| v.tensors().cloned())
             .collect();
-        with_scope(TritonScope { op: name.to_string(), read_only }, run)?
+        with_scope(
+            TritonScope {
+                op: name.to_string(),
+                read_only,
+            },
+            run,
+        )?
     } else {
         run()?
     };
@@ -325,7 +349,11 @@ fn check_outputs(op: &Operator, args: &[Value], outs: &[Tensor], fake: bool) -> 
         if fake {
             continue;
         }
-        if let Some(input) = args.iter().flat_map(Value::tensors).find(|t| t.storage().same(o.storage())) {
+        if let Some(input) = args
+            .iter()
+            .flat_map(Value::tensors)
+            .find(|t| t.storage().same(o.storage()))
+        {
             return Err(Error::argument(
                 name,
                 "returns",

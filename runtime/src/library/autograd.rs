@@ -49,11 +49,14 @@ impl AutogradCtx {
 }
 
 /// `setup_context(ctx, inputs, outputs)`: `inputs` are the bound arguments, one per parameter.
-pub type SetupContextFn = Arc<dyn Fn(&mut AutogradCtx, &[Value], &[Tensor]) -> Result<()> + Send + Sync>;
+pub type SetupContextFn =
+    Arc<dyn Fn(&mut AutogradCtx, &[Value], &[Tensor]) -> Result<()> + Send + Sync>;
 /// A boxed `setup_context`, as the registration functions take it.
-pub type SetupContextBox = Box<dyn Fn(&mut AutogradCtx, &[Value], &[Tensor]) -> Result<()> + Send + Sync>;
+pub type SetupContextBox =
+    Box<dyn Fn(&mut AutogradCtx, &[Value], &[Tensor]) -> Result<()> + Send + Sync>;
 /// `backward(ctx, grads)`: one gradient per output in, one optional gradient per parameter out.
-pub type BackwardUserFn = Arc<dyn Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
+pub type BackwardUserFn =
+    Arc<dyn Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
 
 /// A registered autograd formula.
 pub struct AutogradImpl {
@@ -71,7 +74,11 @@ pub(crate) struct CustomBackward {
 }
 
 /// Builds the context for a call (needs_input_grad from the arguments), running `setup_context`.
-pub(crate) fn make_ctx(imp: &AutogradImpl, args: &[Value], outputs: &[Tensor]) -> Result<AutogradCtx> {
+pub(crate) fn make_ctx(
+    imp: &AutogradImpl,
+    args: &[Value],
+    outputs: &[Tensor],
+) -> Result<AutogradCtx> {
     let mut ctx = AutogradCtx {
         needs_input_grad: args
             .iter()
@@ -95,7 +102,11 @@ impl BackwardFn for CustomBackward {
                 self.op,
                 per_param.len(),
                 params.len(),
-                params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                params
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
         let mut flat = Vec::new();

@@ -30,9 +30,7 @@ fn default_value(param: &Param, d: &DefaultValue) -> Value {
 /// Checks `v` against `ty`, returning the value a kernel should see (ints widen to floats for
 /// `float` parameters; a single int fills a fixed-size `int[N]`).
 fn coerce(op: &str, param: &Param, ty: &SchemaType, v: Value) -> Result<Value> {
-    let mismatch = |v: &Value| {
-        Error::argument(op, &param.name, ty.to_string(), v.type_name())
-    };
+    let mismatch = |v: &Value| Error::argument(op, &param.name, ty.to_string(), v.type_name());
     match ty {
         SchemaType::Optional(inner) => match v {
             Value::None | Value::OptionalTensor(None) => Ok(Value::None),
@@ -92,7 +90,10 @@ fn coerce(op: &str, param: &Param, ty: &SchemaType, v: Value) -> Result<Value> {
             (BaseType::Device, Value::Device(d)) => Ok(Value::Device(d)),
             // Types TensorPlay does not model are passed through unchecked.
             (
-                BaseType::Other(_) | BaseType::Layout | BaseType::MemoryFormat | BaseType::Generator,
+                BaseType::Other(_)
+                | BaseType::Layout
+                | BaseType::MemoryFormat
+                | BaseType::Generator,
                 v,
             ) => Ok(v),
             (_, v) => Err(mismatch(&v)),
@@ -114,7 +115,12 @@ fn coerce(op: &str, param: &Param, ty: &SchemaType, v: Value) -> Result<Value> {
 /// assert!(bind("ns::op", &s, &[], &[]).is_err());
 /// # Ok::<(), tensorplay_runtime::Error>(())
 /// ```
-pub fn bind(op: &str, schema: &Schema, args: &[Value], kwargs: &[(String, Value)]) -> Result<Vec<Value>> {
+pub fn bind(
+    op: &str,
+    schema: &Schema,
+    args: &[Value],
+    kwargs: &[(String, Value)],
+) -> Result<Vec<Value>> {
     let positional = schema.params.iter().filter(|p| !p.kwarg_only).count();
     if args.len() > positional {
         return Err(Error::argument(
@@ -131,13 +137,23 @@ pub fn bind(op: &str, schema: &Schema, args: &[Value], kwargs: &[(String, Value)
                 name,
                 format!(
                     "one of the parameters ({})",
-                    schema.params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                    schema
+                        .params
+                        .iter()
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 "an unknown keyword argument",
             ));
         };
         if i < args.len() {
-            return Err(Error::argument(op, name, "one value", "both a positional and a keyword value"));
+            return Err(Error::argument(
+                op,
+                name,
+                "one value",
+                "both a positional and a keyword value",
+            ));
         }
         if kwargs.iter().filter(|(n, _)| n == name).count() > 1 {
             return Err(Error::argument(op, name, "one value", "the keyword twice"));
@@ -151,14 +167,22 @@ pub fn bind(op: &str, schema: &Schema, args: &[Value], kwargs: &[(String, Value)
             let given = if i < args.len() {
                 Some(args[i].clone())
             } else {
-                kwargs.iter().find(|(n, _)| n == &p.name).map(|(_, v)| v.clone())
+                kwargs
+                    .iter()
+                    .find(|(n, _)| n == &p.name)
+                    .map(|(_, v)| v.clone())
             };
             match given {
                 Some(v) => coerce(op, p, &p.ty, v),
                 None => match &p.default {
                     Some(d) => Ok(default_value(p, &d.value)),
                     None if p.ty.is_optional() => Ok(Value::None),
-                    None => Err(Error::argument(op, &p.name, "a value (no default)", "nothing")),
+                    None => Err(Error::argument(
+                        op,
+                        &p.name,
+                        "a value (no default)",
+                        "nothing",
+                    )),
                 },
             }
         })

@@ -93,7 +93,10 @@ impl CustomOpDef {
 
     /// Calls the op with positional and keyword arguments.
     pub fn call_kw(&self, args: &[Value], kwargs: &[(&str, Value)]) -> Result<Vec<Tensor>> {
-        let kw: Vec<(String, Value)> = kwargs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let kw: Vec<(String, Value)> = kwargs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
         call_operator(&self.op, args, &kw)
     }
 
@@ -101,18 +104,32 @@ impl CustomOpDef {
     pub fn call1(&self, args: &[Value]) -> Result<Tensor> {
         let mut outs = self.call(args)?;
         if outs.len() != 1 {
-            return Err(Error::argument(self.name(), "returns", "one tensor", format!("{} tensors", outs.len())));
+            return Err(Error::argument(
+                self.name(),
+                "returns",
+                "one tensor",
+                format!("{} tensors", outs.len()),
+            ));
         }
         Ok(outs.swap_remove(0))
     }
 
     /// Registers a kernel for `device_types` (`[]` = the device-agnostic slot; `cpu`, `cuda` and
     /// `Composite…` spellings accepted).
-    pub fn register_kernel<M>(&self, device_types: &[&str], f: impl IntoKernel<M>) -> Result<&Self> {
+    pub fn register_kernel<M>(
+        &self,
+        device_types: &[&str],
+        f: impl IntoKernel<M>,
+    ) -> Result<&Self> {
         self.register_kernel_owned(device_types, f, Owner::Process)
     }
 
-    pub(crate) fn register_kernel_owned<M, F: IntoKernel<M>>(&self, device_types: &[&str], f: F, owner: Owner) -> Result<&Self> {
+    pub(crate) fn register_kernel_owned<M, F: IntoKernel<M>>(
+        &self,
+        device_types: &[&str],
+        f: F,
+        owner: Owner,
+    ) -> Result<&Self> {
         register::check_arity::<F, M>(&self.op, "the kernel")?;
         let slots = register::parse_slots(self.name(), device_types)?;
         register::register_kernel(&self.op, &slots, f.into_kernel(self.name()), owner)?;
@@ -124,7 +141,12 @@ impl CustomOpDef {
         self.register_fake_owned(f, Owner::Process, true)
     }
 
-    pub(crate) fn register_fake_owned<M, F: IntoKernel<M>>(&self, f: F, owner: Owner, allow_override: bool) -> Result<&Self> {
+    pub(crate) fn register_fake_owned<M, F: IntoKernel<M>>(
+        &self,
+        f: F,
+        owner: Owner,
+        allow_override: bool,
+    ) -> Result<&Self> {
         register::check_arity::<F, M>(&self.op, "the fake kernel")?;
         register::register_fake(&self.op, f.into_kernel(self.name()), owner, allow_override)?;
         Ok(self)
@@ -134,7 +156,10 @@ impl CustomOpDef {
     /// parameter; `setup_context(ctx, inputs, outputs)` saves what backward needs.
     pub fn register_autograd(
         &self,
-        backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+        backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>>
+        + Send
+        + Sync
+        + 'static,
         setup_context: Option<SetupContextBox>,
     ) -> Result<&Self> {
         self.register_autograd_owned(backward, setup_context, Owner::Process)
@@ -142,7 +167,10 @@ impl CustomOpDef {
 
     pub(crate) fn register_autograd_owned(
         &self,
-        backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+        backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>>
+        + Send
+        + Sync
+        + 'static,
         setup_context: Option<SetupContextBox>,
         owner: Owner,
     ) -> Result<&Self> {
@@ -164,7 +192,14 @@ impl CustomOpDef {
     /// Registers a batching rule used under `vmap`.
     pub fn register_vmap(
         &self,
-        rule: impl Fn(&VmapInfo, &[Option<usize>], &[Value]) -> Result<(Vec<Tensor>, Vec<Option<usize>>)> + Send + Sync + 'static,
+        rule: impl Fn(
+            &VmapInfo,
+            &[Option<usize>],
+            &[Value],
+        ) -> Result<(Vec<Tensor>, Vec<Option<usize>>)>
+        + Send
+        + Sync
+        + 'static,
     ) -> Result<&Self> {
         register::register_vmap(&self.op, Arc::new(rule), Owner::Process)?;
         Ok(self)
@@ -172,9 +207,17 @@ impl CustomOpDef {
 
     /// Enables or disables the kernel in a concrete slot (`cpu`/`cuda`); a disabled slot falls
     /// back to the default kernel. The returned guard restores the previous flag when dropped.
-    pub fn set_kernel_enabled(&self, device_type: &str, enabled: bool) -> Result<KernelEnabledGuard> {
+    pub fn set_kernel_enabled(
+        &self,
+        device_type: &str,
+        enabled: bool,
+    ) -> Result<KernelEnabledGuard> {
         let prev = register::set_kernel_enabled(&self.op, device_type, enabled)?;
-        Ok(KernelEnabledGuard { op: self.op.clone(), device_type: device_type.to_string(), prev })
+        Ok(KernelEnabledGuard {
+            op: self.op.clone(),
+            device_type: device_type.to_string(),
+            prev,
+        })
     }
 }
 
@@ -216,7 +259,10 @@ pub fn custom_op(name: &str) -> CustomOpBuilder {
 /// Like [`custom_op`], for ops whose kernels launch grid kernels through `wrap_triton`; under
 /// compile the whole op is one opaque node.
 pub fn triton_op(name: &str) -> CustomOpBuilder {
-    CustomOpBuilder { triton: true, ..custom_op(name) }
+    CustomOpBuilder {
+        triton: true,
+        ..custom_op(name)
+    }
 }
 
 impl CustomOpBuilder {
@@ -230,7 +276,8 @@ impl CustomOpBuilder {
     /// or empty (as `register_kernel(op, [])`: the device-agnostic slot, never an op without a
     /// kernel).
     pub fn device_types(mut self, types: &[&str]) -> Self {
-        self.device_types = (!types.is_empty()).then(|| types.iter().map(|s| s.to_string()).collect());
+        self.device_types =
+            (!types.is_empty()).then(|| types.iter().map(|s| s.to_string()).collect());
         self
     }
 
@@ -265,7 +312,12 @@ impl CustomOpBuilder {
         }
     }
 
-    fn resolve_schema<F: IntoKernel<M>, M>(&self, ns: &str, name: &str, overload: &Option<String>) -> Result<Schema> {
+    fn resolve_schema<F: IntoKernel<M>, M>(
+        &self,
+        ns: &str,
+        name: &str,
+        overload: &Option<String>,
+    ) -> Result<Schema> {
         let qualname = match overload {
             Some(o) => format!("{ns}::{name}.{o}"),
             None => format!("{ns}::{name}"),
@@ -273,7 +325,11 @@ impl CustomOpBuilder {
         let mut schema = match &self.schema {
             Some(text) => {
                 let text = text.trim();
-                let full = if text.starts_with('(') { format!("{qualname}{text}") } else { text.to_string() };
+                let full = if text.starts_with('(') {
+                    format!("{qualname}{text}")
+                } else {
+                    text.to_string()
+                };
                 let mut s = Schema::parse(&full)?;
                 if s.namespace.is_none() {
                     s.namespace = Some(ns.to_string());
@@ -289,7 +345,9 @@ impl CustomOpBuilder {
             None => {
                 let names: Vec<String> = match &self.arg_names {
                     Some(n) => n.clone(),
-                    None => (0..F::param_types().map_or(0, |t| t.len())).map(|i| format!("arg{i}")).collect(),
+                    None => (0..F::param_types().map_or(0, |t| t.len()))
+                        .map(|i| format!("arg{i}"))
+                        .collect(),
                 };
                 let names: Vec<&str> = names.iter().map(String::as_str).collect();
                 let proto = Prototype::of::<F, M>(&names).map_err(|e| match F::param_types() {
@@ -298,27 +356,50 @@ impl CustomOpBuilder {
                     )),
                     Some(_) => e,
                 })?;
-                Schema::parse(&infer_schema(&proto, self.mutates_args.clone(), Some(&qualname))?)?
+                Schema::parse(&infer_schema(
+                    &proto,
+                    self.mutates_args.clone(),
+                    Some(&qualname),
+                )?)?
             }
         };
         // The schema's write annotations must agree with mutates_args.
         let declared: Vec<String> = match &self.mutates_args {
             MutatesArgs::None => vec![],
             MutatesArgs::Names(n) => n.clone(),
-            MutatesArgs::Unknown => schema.params.iter().filter(|p| p.ty.is_tensor_like()).map(|p| p.name.clone()).collect(),
+            MutatesArgs::Unknown => schema
+                .params
+                .iter()
+                .filter(|p| p.ty.is_tensor_like())
+                .map(|p| p.name.clone())
+                .collect(),
         };
         for n in &declared {
             match schema.param(n) {
                 None => {
-                    return Err(Error::argument(&qualname, "mutates_args", "names of parameters", format!("`{n}`, which is not a parameter")));
+                    return Err(Error::argument(
+                        &qualname,
+                        "mutates_args",
+                        "names of parameters",
+                        format!("`{n}`, which is not a parameter"),
+                    ));
                 }
                 Some(p) if !p.ty.is_tensor_like() => {
-                    return Err(Error::argument(&qualname, "mutates_args", "tensor parameters", format!("`{n}` of type {}", p.ty)));
+                    return Err(Error::argument(
+                        &qualname,
+                        "mutates_args",
+                        "tensor parameters",
+                        format!("`{n}` of type {}", p.ty),
+                    ));
                 }
                 _ => {}
             }
         }
-        let mut written: Vec<String> = schema.mutated_params().iter().map(|s| s.to_string()).collect();
+        let mut written: Vec<String> = schema
+            .mutated_params()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let mut want = declared.clone();
         written.sort();
         want.sort();

@@ -45,7 +45,11 @@ impl From<&[&str]> for MutatesArgs {
 
 impl From<Vec<String>> for MutatesArgs {
     fn from(names: Vec<String>) -> Self {
-        if names.is_empty() { MutatesArgs::None } else { MutatesArgs::Names(names) }
+        if names.is_empty() {
+            MutatesArgs::None
+        } else {
+            MutatesArgs::Names(names)
+        }
     }
 }
 
@@ -72,7 +76,9 @@ fn strip_reference(t: &str) -> &str {
     while let Some(rest) = t.strip_prefix('&') {
         let mut rest = rest.trim_start();
         if let Some(after) = rest.strip_prefix('\'') {
-            rest = after.trim_start_matches(|c: char| c.is_alphanumeric() || c == '_').trim_start();
+            rest = after
+                .trim_start_matches(|c: char| c.is_alphanumeric() || c == '_')
+                .trim_start();
         }
         if let Some(after) = rest.strip_prefix("mut")
             && !after.starts_with(|c: char| c.is_alphanumeric() || c == '_')
@@ -130,7 +136,8 @@ fn schema_type(ty: &str) -> std::result::Result<String, String> {
         }
         return Ok(format!("{s}?"));
     }
-    let list = generic_arg(t, "Vec").or_else(|| t.strip_prefix('[').and_then(|s| s.strip_suffix(']')));
+    let list =
+        generic_arg(t, "Vec").or_else(|| t.strip_prefix('[').and_then(|s| s.strip_suffix(']')));
     if let Some(inner) = list {
         let s = schema_type(inner)?;
         if s.ends_with(']') || s.ends_with('?') {
@@ -155,18 +162,29 @@ fn schema_type(ty: &str) -> std::result::Result<String, String> {
 impl Prototype {
     /// An empty prototype returning `ret`.
     pub fn new(ret: &str) -> Prototype {
-        Prototype { params: vec![], ret: ret.to_string() }
+        Prototype {
+            params: vec![],
+            ret: ret.to_string(),
+        }
     }
 
     /// Adds a parameter with a schema type.
     pub fn param(mut self, name: &str, ty: &str) -> Prototype {
-        self.params.push(ProtoParam { name: name.to_string(), ty: ty.to_string(), default: None });
+        self.params.push(ProtoParam {
+            name: name.to_string(),
+            ty: ty.to_string(),
+            default: None,
+        });
         self
     }
 
     /// Adds a parameter with a default value.
     pub fn param_default(mut self, name: &str, ty: &str, default: DefaultValue) -> Prototype {
-        self.params.push(ProtoParam { name: name.to_string(), ty: ty.to_string(), default: Some(default) });
+        self.params.push(ProtoParam {
+            name: name.to_string(),
+            ty: ty.to_string(),
+            default: Some(default),
+        });
         self
     }
 
@@ -192,7 +210,11 @@ impl Prototype {
             params: names
                 .iter()
                 .zip(types)
-                .map(|(n, t)| ProtoParam { name: n.to_string(), ty: t.to_string(), default: None })
+                .map(|(n, t)| ProtoParam {
+                    name: n.to_string(),
+                    ty: t.to_string(),
+                    default: None,
+                })
                 .collect(),
             ret: ret.to_string(),
         })
@@ -218,7 +240,11 @@ fn is_tensor_like(ty: &str) -> bool {
 /// assert_eq!(s, "ns::op(Tensor self, SymInt n, float eps=1e-05, Tensor? bias=None, Tensor(a!) out) -> Tensor");
 /// # Ok::<(), tensorplay_runtime::Error>(())
 /// ```
-pub fn infer_schema(proto: &Prototype, mutates_args: MutatesArgs, op_name: Option<&str>) -> Result<String> {
+pub fn infer_schema(
+    proto: &Prototype,
+    mutates_args: MutatesArgs,
+    op_name: Option<&str>,
+) -> Result<String> {
     for name in mutates_args.names() {
         match proto.params.iter().find(|p| &p.name == name) {
             None => {
@@ -227,7 +253,12 @@ pub fn infer_schema(proto: &Prototype, mutates_args: MutatesArgs, op_name: Optio
                     "mutates_args",
                     format!(
                         "names of parameters ({})",
-                        proto.params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                        proto
+                            .params
+                            .iter()
+                            .map(|p| p.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                     format!("`{name}`, which is not a parameter"),
                 ));
@@ -253,7 +284,12 @@ pub fn infer_schema(proto: &Prototype, mutates_args: MutatesArgs, op_name: Optio
         };
         let ty = if mutated {
             if letter > b'z' {
-                return Err(Error::argument(op_name.unwrap_or("infer_schema"), "mutates_args", "at most 26 mutated tensors", "more"));
+                return Err(Error::argument(
+                    op_name.unwrap_or("infer_schema"),
+                    "mutates_args",
+                    "at most 26 mutated tensors",
+                    "more",
+                ));
             }
             let alias = format!("Tensor({}!)", letter as char);
             letter += 1;
@@ -268,5 +304,10 @@ pub fn infer_schema(proto: &Prototype, mutates_args: MutatesArgs, op_name: Optio
         }
         parts.push(part);
     }
-    Ok(format!("{}({}) -> {}", op_name.unwrap_or(""), parts.join(", "), proto.ret))
+    Ok(format!(
+        "{}({}) -> {}",
+        op_name.unwrap_or(""),
+        parts.join(", "),
+        proto.ret
+    ))
 }

@@ -45,16 +45,26 @@ impl Library {
             "IMPL" => LibraryKind::Impl,
             "FRAGMENT" => LibraryKind::Fragment,
             other => {
-                return Err(Error::argument("Library", "kind", "\"DEF\", \"IMPL\" or \"FRAGMENT\"", format!("\"{other}\"")));
+                return Err(Error::argument(
+                    "Library",
+                    "kind",
+                    "\"DEF\", \"IMPL\" or \"FRAGMENT\"",
+                    format!("\"{other}\""),
+                ));
             }
         };
-        check_definable(&format!("{namespace}::x"))
-            .map_err(|e| Error::Registration(format!("invalid library namespace `{namespace}`: {e}")))?;
+        check_definable(&format!("{namespace}::x")).map_err(|e| {
+            Error::Registration(format!("invalid library namespace `{namespace}`: {e}"))
+        })?;
         let owner = new_library_owner();
         if kind == LibraryKind::Def {
             registry().claim_def_namespace(namespace, owner)?;
         }
-        Ok(Library { ns: namespace.to_string(), kind, owner })
+        Ok(Library {
+            ns: namespace.to_string(),
+            kind,
+            owner,
+        })
     }
 
     /// The namespace.
@@ -105,10 +115,16 @@ impl Library {
         allow_override: bool,
     ) -> Result<()> {
         let op = registry().get(&self.qualify(op_name)?)?;
-        let key = if dispatch_key.is_empty() { device_type } else { dispatch_key };
+        let key = if dispatch_key.is_empty() {
+            device_type
+        } else {
+            dispatch_key
+        };
         let slots = register::parse_slots(op.qualname(), &[key])?;
         if !allow_override
-            && let Some(s) = slots.iter().find(|s| op.regs.read().kernels.contains_key(s))
+            && let Some(s) = slots
+                .iter()
+                .find(|s| op.regs.read().kernels.contains_key(s))
         {
             return Err(Error::Registration(format!(
                 "`{}` already has a {s} kernel (allow_override is false)",
@@ -124,7 +140,9 @@ impl Library {
     pub fn fallback(&self, kind: &str) -> Result<()> {
         Err(Error::unsupported(
             format!("Library(\"{}\").fallback", self.ns),
-            format!("fallback kernels (`{kind}`) are not supported: the dispatcher has no per-key fallthrough table"),
+            format!(
+                "fallback kernels (`{kind}`) are not supported: the dispatcher has no per-key fallthrough table"
+            ),
         ))
     }
 }
@@ -138,12 +156,19 @@ impl Drop for Library {
 /// Defines an op from `text` (a schema with or without namespace, or a bare qualified name with
 /// `schema` given separately by the caller). `strict` makes an existing op an error; otherwise an
 /// identical definition is accepted as is.
-pub(crate) fn define_op(text: &str, default_ns: Option<&str>, owner: Owner, strict: bool) -> Result<String> {
+pub(crate) fn define_op(
+    text: &str,
+    default_ns: Option<&str>,
+    owner: Owner,
+    strict: bool,
+) -> Result<String> {
     let mut schema = Schema::parse(text)?;
     match (&schema.namespace, default_ns) {
         (None, Some(ns)) => schema.namespace = Some(ns.to_string()),
         (None, None) => {
-            return Err(Error::Registration(format!("`{text}` needs a namespace (`ns::op(...)`)")));
+            return Err(Error::Registration(format!(
+                "`{text}` needs a namespace (`ns::op(...)`)"
+            )));
         }
         (Some(ns), Some(lib_ns)) if ns != lib_ns => {
             return Err(Error::Registration(format!(
@@ -161,14 +186,24 @@ pub(crate) fn define_op(text: &str, default_ns: Option<&str>, owner: Owner, stri
     {
         return Ok(qualname);
     }
-    let op = Arc::new(Operator::new_custom(qualname.clone(), schema, Origin::Defined, owner, None, None));
-    registry().insert(op, |existing| match existing.origin() {
-        Origin::Defined => Err(Error::Registration(format!("`{qualname}` is already defined"))),
-        Origin::CustomOp => Err(Error::Registration(format!(
-            "`{qualname}` was created with custom_op; define cannot redefine it"
-        ))),
-        Origin::Builtin => Err(Error::Registration(format!("`{qualname}` is a builtin op"))),
-    })
-    .map(|_| ())?;
+    let op = Arc::new(Operator::new_custom(
+        qualname.clone(),
+        schema,
+        Origin::Defined,
+        owner,
+        None,
+        None,
+    ));
+    registry()
+        .insert(op, |existing| match existing.origin() {
+            Origin::Defined => Err(Error::Registration(format!(
+                "`{qualname}` is already defined"
+            ))),
+            Origin::CustomOp => Err(Error::Registration(format!(
+                "`{qualname}` was created with custom_op; define cannot redefine it"
+            ))),
+            Origin::Builtin => Err(Error::Registration(format!("`{qualname}` is a builtin op"))),
+        })
+        .map(|_| ())?;
     Ok(qualname)
 }

@@ -28,7 +28,10 @@ pub use custom_op::{CustomOpBuilder, CustomOpDef, KernelEnabledGuard, custom_op,
 pub use infer_schema::{MutatesArgs, Prototype, infer_schema};
 pub use lib_handle::{Library, LibraryKind};
 pub use registry::{KernelFn, Operator, Owner, Slot, registry};
-pub use triton::{CpuLauncher, GpuImage, GpuKernel, GridLauncher, LaunchArg, ProgramArg, TritonKernel, wrap_triton};
+pub use triton::{
+    CpuLauncher, GpuImage, GpuKernel, GridLauncher, LaunchArg, ProgramArg, TritonKernel,
+    wrap_triton,
+};
 pub use typed::{ArgType, IntoKernel, ReturnType};
 pub use vmap_rule::{VmapInfo, VmapRule};
 
@@ -107,35 +110,61 @@ pub fn define(qualname: &str, schema: Option<&str>, lib: Option<&Library>) -> Re
 
 /// Registers `func` as a kernel of `qualname` for `types` (`"CPU"`/`"CUDA"`/`"cpu"`/`"cuda"` or a
 /// `Composite…` key for the device-agnostic slot).
-pub fn r#impl<M, F: IntoKernel<M>>(qualname: &str, types: &[&str], func: F, lib: Option<&Library>) -> Result<()> {
+pub fn r#impl<M, F: IntoKernel<M>>(
+    qualname: &str,
+    types: &[&str],
+    func: F,
+    lib: Option<&Library>,
+) -> Result<()> {
     let op = handle(qualname)?;
-    let types: Vec<&str> = if types.is_empty() { vec!["default"] } else { types.to_vec() };
+    let types: Vec<&str> = if types.is_empty() {
+        vec!["default"]
+    } else {
+        types.to_vec()
+    };
     op.register_kernel_owned(&types, func, owner(lib))?;
     Ok(())
 }
 
 /// Registers a kernel for `device_types` (`[]` = the device-agnostic slot).
-pub fn register_kernel<M, F: IntoKernel<M>>(op: impl OpLike, device_types: &[&str], func: F, lib: Option<&Library>) -> Result<()> {
+pub fn register_kernel<M, F: IntoKernel<M>>(
+    op: impl OpLike,
+    device_types: &[&str],
+    func: F,
+    lib: Option<&Library>,
+) -> Result<()> {
     handle(op)?.register_kernel_owned(device_types, func, owner(lib))?;
     Ok(())
 }
 
 /// Registers the fake (shape) kernel. With `allow_override == false`, a second registration is an
 /// error.
-pub fn register_fake<M, F: IntoKernel<M>>(op: impl OpLike, func: F, lib: Option<&Library>, allow_override: bool) -> Result<()> {
+pub fn register_fake<M, F: IntoKernel<M>>(
+    op: impl OpLike,
+    func: F,
+    lib: Option<&Library>,
+    allow_override: bool,
+) -> Result<()> {
     handle(op)?.register_fake_owned(func, owner(lib), allow_override)?;
     Ok(())
 }
 
 /// Deprecated alias of [`register_fake`] (overrides allowed).
-pub fn impl_abstract<M, F: IntoKernel<M>>(qualname: &str, func: F, lib: Option<&Library>) -> Result<()> {
+pub fn impl_abstract<M, F: IntoKernel<M>>(
+    qualname: &str,
+    func: F,
+    lib: Option<&Library>,
+) -> Result<()> {
     register_fake(qualname, func, lib, true)
 }
 
 /// Registers an autograd formula (not allowed on mutating ops).
 pub fn register_autograd(
     op: impl OpLike,
-    backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+    backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>>
+    + Send
+    + Sync
+    + 'static,
     setup_context: Option<autograd::SetupContextBox>,
     lib: Option<&Library>,
 ) -> Result<()> {
@@ -145,7 +174,12 @@ pub fn register_autograd(
 
 /// Inside an autocast region for `device_type`, casts the op's floating inputs (not f64) to
 /// `cast_inputs` before its kernel runs.
-pub fn register_autocast(op: impl OpLike, device_type: &str, cast_inputs: DType, lib: Option<&Library>) -> Result<()> {
+pub fn register_autocast(
+    op: impl OpLike,
+    device_type: &str,
+    cast_inputs: DType,
+    lib: Option<&Library>,
+) -> Result<()> {
     let op = op.resolve()?;
     register::register_autocast(&op, device_type, cast_inputs, owner(lib))
 }
@@ -153,7 +187,10 @@ pub fn register_autocast(op: impl OpLike, device_type: &str, cast_inputs: DType,
 /// Registers a vmap batching rule.
 pub fn register_vmap(
     op: impl OpLike,
-    func: impl Fn(&VmapInfo, &[Option<usize>], &[Value]) -> Result<(Vec<Tensor>, Vec<Option<usize>>)> + Send + Sync + 'static,
+    func: impl Fn(&VmapInfo, &[Option<usize>], &[Value]) -> Result<(Vec<Tensor>, Vec<Option<usize>>)>
+    + Send
+    + Sync
+    + 'static,
     lib: Option<&Library>,
 ) -> Result<()> {
     let op = op.resolve()?;

@@ -41,17 +41,34 @@ pub(crate) fn parse_slots(op: &str, device_types: &[&str]) -> Result<Vec<Slot>> 
     Ok(slots)
 }
 
-pub(crate) fn register_kernel(op: &Operator, slots: &[Slot], f: KernelFn, owner: Owner) -> Result<()> {
+pub(crate) fn register_kernel(
+    op: &Operator,
+    slots: &[Slot],
+    f: KernelFn,
+    owner: Owner,
+) -> Result<()> {
     op.check_mutable("a kernel")?;
     let mut regs = op.regs.write();
     for s in slots {
         // Last registration wins; a re-registered slot starts enabled.
-        regs.kernels.insert(*s, KernelEntry { f: f.clone(), enabled: true, owner });
+        regs.kernels.insert(
+            *s,
+            KernelEntry {
+                f: f.clone(),
+                enabled: true,
+                owner,
+            },
+        );
     }
     Ok(())
 }
 
-pub(crate) fn register_fake(op: &Operator, f: KernelFn, owner: Owner, allow_override: bool) -> Result<()> {
+pub(crate) fn register_fake(
+    op: &Operator,
+    f: KernelFn,
+    owner: Owner,
+    allow_override: bool,
+) -> Result<()> {
     op.check_mutable("a fake kernel")?;
     let mut regs = op.regs.write();
     if !allow_override && regs.fake.is_some() {
@@ -73,20 +90,44 @@ pub(crate) fn register_autograd(op: &Operator, imp: AutogradImpl, owner: Owner) 
             op.schema().mutated_params().join(", ")
         )));
     }
-    op.regs.write().autograd = Some(Entry { value: Arc::new(imp), owner });
+    op.regs.write().autograd = Some(Entry {
+        value: Arc::new(imp),
+        owner,
+    });
     Ok(())
 }
 
-pub(crate) fn register_autocast(op: &Operator, device_type: &str, dtype: DType, owner: Owner) -> Result<()> {
+pub(crate) fn register_autocast(
+    op: &Operator,
+    device_type: &str,
+    dtype: DType,
+    owner: Owner,
+) -> Result<()> {
     op.check_mutable("an autocast rule")?;
     let slot = Slot::parse(op.qualname(), "device_type", device_type)?;
     if slot == Slot::Default {
-        return Err(Error::argument(op.qualname(), "device_type", "`cpu` or `cuda`", format!("`{device_type}`")));
+        return Err(Error::argument(
+            op.qualname(),
+            "device_type",
+            "`cpu` or `cuda`",
+            format!("`{device_type}`"),
+        ));
     }
     if !dtype.is_float() {
-        return Err(Error::argument(op.qualname(), "cast_inputs", "a floating dtype", dtype.to_string()));
+        return Err(Error::argument(
+            op.qualname(),
+            "cast_inputs",
+            "a floating dtype",
+            dtype.to_string(),
+        ));
     }
-    op.regs.write().autocast.insert(slot, Entry { value: dtype, owner });
+    op.regs.write().autocast.insert(
+        slot,
+        Entry {
+            value: dtype,
+            owner,
+        },
+    );
     Ok(())
 }
 
@@ -131,7 +172,11 @@ pub(crate) fn lookup_kernel(op: &Operator, dispatch_key: &str) -> Result<KernelF
         let regs = op.regs.read();
         match slot {
             Slot::Default => regs.kernels.get(&Slot::Default),
-            s => regs.kernels.get(&s).filter(|k| k.enabled).or_else(|| regs.kernels.get(&Slot::Default)),
+            s => regs
+                .kernels
+                .get(&s)
+                .filter(|k| k.enabled)
+                .or_else(|| regs.kernels.get(&Slot::Default)),
         }
         .map(|k| k.f.clone())
     };
@@ -141,7 +186,11 @@ pub(crate) fn lookup_kernel(op: &Operator, dispatch_key: &str) -> Result<KernelF
             op.qualname(),
             op.kernel_slots()
                 .iter()
-                .map(|(s, e)| if *e { s.to_string() } else { format!("{s} (disabled)") })
+                .map(|(s, e)| if *e {
+                    s.to_string()
+                } else {
+                    format!("{s} (disabled)")
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         ))

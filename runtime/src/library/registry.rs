@@ -241,7 +241,13 @@ impl Operator {
 
     /// The slots that hold a kernel, with their enabled flags, sorted.
     pub fn kernel_slots(&self) -> Vec<(Slot, bool)> {
-        let mut v: Vec<(Slot, bool)> = self.regs.read().kernels.iter().map(|(s, k)| (*s, k.enabled)).collect();
+        let mut v: Vec<(Slot, bool)> = self
+            .regs
+            .read()
+            .kernels
+            .iter()
+            .map(|(s, k)| (*s, k.enabled))
+            .collect();
         v.sort();
         v
     }
@@ -250,8 +256,13 @@ impl Operator {
     /// falls back to the default slot), or `None` when nothing would run.
     pub fn selected_slot(&self, device: Device) -> Option<Slot> {
         let regs = self.regs.read();
-        let concrete = Slot::for_device(device).filter(|s| regs.kernels.get(s).is_some_and(|k| k.enabled));
-        concrete.or_else(|| regs.kernels.contains_key(&Slot::Default).then_some(Slot::Default))
+        let concrete =
+            Slot::for_device(device).filter(|s| regs.kernels.get(s).is_some_and(|k| k.enabled));
+        concrete.or_else(|| {
+            regs.kernels
+                .contains_key(&Slot::Default)
+                .then_some(Slot::Default)
+        })
     }
 
     /// The kernel in `slot`, if registered (regardless of its enabled flag).
@@ -322,7 +333,10 @@ impl Registry {
     /// Looks up an operator or fails with a lookup error naming it.
     pub fn get(&self, qualname: &str) -> Result<Arc<Operator>> {
         self.find(qualname).ok_or_else(|| {
-            Error::Lookup(format!("no operator named `{}` is registered", name_part(qualname)))
+            Error::Lookup(format!(
+                "no operator named `{}` is registered",
+                name_part(qualname)
+            ))
         })
     }
 
@@ -334,7 +348,11 @@ impl Registry {
     }
 
     /// Inserts `op`, replacing an existing entry only when `replace` allows it.
-    pub(crate) fn insert(&self, op: Arc<Operator>, replace: impl Fn(&Operator) -> Result<()>) -> Result<Arc<Operator>> {
+    pub(crate) fn insert(
+        &self,
+        op: Arc<Operator>,
+        replace: impl Fn(&Operator) -> Result<()>,
+    ) -> Result<Arc<Operator>> {
         let mut ops = self.ops.write();
         if let Some(existing) = ops.get(op.qualname()) {
             replace(existing)?;

@@ -220,7 +220,9 @@ pub trait IntoTritonKernel {
 
 impl<L: GridLauncher + 'static> IntoTritonKernel for L {
     fn into_triton_kernel(self) -> TritonKernel {
-        TritonKernel { inner: Arc::new(self) }
+        TritonKernel {
+            inner: Arc::new(self),
+        }
     }
 }
 

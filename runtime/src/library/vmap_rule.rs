@@ -18,5 +18,8 @@ pub struct VmapInfo {
 
 /// `rule(info, in_dims, args) -> (outputs, out_dims)`: `in_dims[i]` is the batch dim of argument
 /// `i` (`None` when unbatched); `args` hold the physical (batched) tensors.
-pub type VmapRule =
-    Arc<dyn Fn(&VmapInfo, &[Option<usize>], &[Value]) -> Result<(Vec<Tensor>, Vec<Option<usize>>)> + Send + Sync>;
+pub type VmapRule = Arc<
+    dyn Fn(&VmapInfo, &[Option<usize>], &[Value]) -> Result<(Vec<Tensor>, Vec<Option<usize>>)>
+        + Send
+        + Sync,
+>;
