@@ -260,7 +260,7 @@ impl Tracer {
         }
         let outs = {
             let _off = suspend();
-            dispatch::call_operator(op, args, &[])?
+            dispatch::call_bound(op, args)?
         };
         let mut st = self.state.borrow_mut();
         let (bargs, reads) = st.builder_args(op.schema(), args)?;

@@ -444,7 +444,7 @@ impl CompiledGraph {
         let args = Self::args_of(call, env)?;
         let outs = match call.op.builtin() {
             Some(def) => dispatch::call(def, &args)?,
-            None => dispatch::call_operator(&call.op, &args, &[])?,
+            None => dispatch::call_bound(&call.op, &args)?,
         };
         if outs.len() < call.outs.len() {
             return Err(Error::Compile(format!(

@@ -93,7 +93,7 @@ fn close(a: &Tensor, b: &Tensor, opts: &OpcheckOptions) -> Result<bool> {
 }
 
 fn run(op: &std::sync::Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
-    dispatch::call_operator(op, args, &[])
+    dispatch::call_bound(op, args)
 }
 
 /// Undeclared inputs stay bitwise unchanged and no output aliases an input's storage.

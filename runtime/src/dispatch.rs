@@ -57,13 +57,27 @@ pub fn call_operator(
     kwargs: &[(String, Value)],
 ) -> Result<Vec<Tensor>> {
     let bound = bind(op.qualname(), op.schema(), args, kwargs)?;
+    call_bound(op, &bound)
+}
+
+/// Calls a registered operator with arguments already bound to its schema (one value per
+/// parameter, in order, keyword-only ones included) — how graphs and tools replay recorded calls.
+pub fn call_bound(op: &Arc<Operator>, bound: &[Value]) -> Result<Vec<Tensor>> {
+    if bound.len() != op.schema().params.len() {
+        return Err(Error::argument(
+            op.qualname(),
+            "args",
+            format!("{} bound arguments (one per parameter)", op.schema().params.len()),
+            format!("{}", bound.len()),
+        ));
+    }
     match op.builtin() {
-        Some(def) => call(def, &bound),
+        Some(def) => call(def, bound),
         None => {
             if let Some(hook) = capture::current() {
-                return hook.on_custom(op, &bound);
+                return hook.on_custom(op, bound);
             }
-            call_custom(op, &bound)
+            call_custom(op, bound)
         }
     }
 }
