@@ -67,7 +67,10 @@ pub fn call_bound(op: &Arc<Operator>, bound: &[Value]) -> Result<Vec<Tensor>> {
         return Err(Error::argument(
             op.qualname(),
             "args",
-            format!("{} bound arguments (one per parameter)", op.schema().params.len()),
+            format!(
+                "{} bound arguments (one per parameter)",
+                op.schema().params.len()
+            ),
             format!("{}", bound.len()),
         ));
     }
@@ -135,9 +138,22 @@ struct BuiltinBackward {
 
 impl BackwardFn for BuiltinBackward {
     fn apply(&self, grads: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
+        // Saved outputs are detached (keeping them attached would make a reference cycle). When
+        // the backward pass is itself recorded (`create_graph`), derivatives that read outputs
+        // need them differentiable, so the forward is recomputed from the saved inputs.
+        let recomputed;
+        let outputs: &[Tensor] = if is_grad_enabled()
+            && matches!(self.op.saved, Saved::Outputs | Saved::All)
+            && any_requires_grad(&self.args)
+        {
+            recomputed = call(self.op, &self.args)?;
+            &recomputed
+        } else {
+            &self.outputs
+        };
         (self.derivative)(&GradCtx {
             args: Args::new(self.op.name, &self.args),
-            outputs: &self.outputs,
+            outputs,
             grads,
         })
     }

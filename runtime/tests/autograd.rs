@@ -521,3 +521,30 @@ fn gradients_match_leaf_dtype_for_mixed_precision() -> R {
     assert_eq!(f.grad().unwrap().to_vec_f64()?, vec![1.5]);
     Ok(())
 }
+
+/// Derivatives written in terms of an op's output (exp, tanh, sigmoid, sqrt...) stay
+/// differentiable under `create_graph`: d²/dx² exp(x) = exp(x), d²/dx² tanh(x) = -2 tanh(x)(1 - tanh²(x)).
+#[test]
+fn second_derivatives_through_output_based_formulas() -> tensorplay_runtime::Result<()> {
+    use tensorplay_runtime::autograd::grad;
+    let x = Tensor::from_vec(vec![0.3f64, -0.7, 1.1], &[3])?.requires_grad_(true)?;
+    let y = x.exp()?.sum_all()?;
+    let g = grad(&[y], &[x.clone()], &[None], true)?[0].clone().unwrap();
+    let gg = grad(&[g.sum_all()?], &[x.clone()], &[None], false)?[0]
+        .clone()
+        .unwrap();
+    for (a, b) in gg.to_vec::<f64>()?.iter().zip(x.exp()?.to_vec::<f64>()?) {
+        assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+    }
+    let t = x.tanh()?.sum_all()?;
+    let g = grad(&[t], &[x.clone()], &[None], true)?[0].clone().unwrap();
+    let gg = grad(&[g.sum_all()?], &[x.clone()], &[None], false)?[0]
+        .clone()
+        .unwrap();
+    for (a, v) in gg.to_vec::<f64>()?.iter().zip(x.to_vec::<f64>()?) {
+        let th = v.tanh();
+        let want = -2.0 * th * (1.0 - th * th);
+        assert!((a - want).abs() < 1e-12, "{a} vs {want}");
+    }
+    Ok(())
+}
