@@ -177,7 +177,9 @@ impl fmt::Display for BufferPlan {
 }
 
 fn mismatch(msg: String) -> Error {
-    Error::Compile(format!("buffer plan: the fusion plan does not match the graph: {msg}"))
+    Error::Compile(format!(
+        "buffer plan: the fusion plan does not match the graph: {msg}"
+    ))
 }
 
 /// Plans arena slots for the intermediates of `fusion` over `g` (see the [module docs](self)).
@@ -214,8 +216,10 @@ pub fn plan(g: &Graph, fusion: &FusionPlan) -> Result<BufferPlan> {
     // Step of every op node, checking the plan covers each exactly once.
     let mut step_of: BTreeMap<NodeId, usize> = BTreeMap::new();
     let mut place = |n: NodeId, k: usize| -> Result<()> {
-        if !g.node(n).is_some_and(|node| node.as_op().is_some()) {
-            return Err(mismatch(format!("step {k} names {n}, which is not an op node")));
+        if g.node(n).is_none_or(|node| node.as_op().is_none()) {
+            return Err(mismatch(format!(
+                "step {k} names {n}, which is not an op node"
+            )));
         }
         if let Some(prev) = step_of.insert(n, k) {
             return Err(mismatch(format!(
@@ -328,19 +332,18 @@ pub fn plan(g: &Graph, fusion: &FusionPlan) -> Result<BufferPlan> {
             .map(|m| m.device)
             .ok_or_else(|| mismatch(format!("value {}.{} does not exist", v.node, v.output)))?;
         let last = last_use.get(&v).copied().unwrap_or(first).max(first);
-        let slot = match (0..slot_end.len())
-            .find(|&s| slot_end[s] < first && slot_devices[s] == device)
-        {
-            Some(s) => {
-                slot_end[s] = last;
-                s
-            }
-            None => {
-                slot_end.push(last);
-                slot_devices.push(device);
-                slot_end.len() - 1
-            }
-        };
+        let slot =
+            match (0..slot_end.len()).find(|&s| slot_end[s] < first && slot_devices[s] == device) {
+                Some(s) => {
+                    slot_end[s] = last;
+                    s
+                }
+                None => {
+                    slot_end.push(last);
+                    slot_devices.push(device);
+                    slot_end.len() - 1
+                }
+            };
         slot_of.insert(v, slot);
         values.push(PlannedValue {
             value: v,

@@ -9,6 +9,7 @@ use tensorplay_ir::graph::{Arg, Edge, Graph, Node, NodeId, NodeKind, ValueRef};
 use tensorplay_ir::shape::fmt_shape;
 
 use super::fusion::{FusionPlan, NodeStepKind, Step};
+use super::region::RegionKind;
 
 /// Printed names of a graph's nodes, numbered exactly as `Graph`'s `Display` numbers them.
 pub(crate) struct Names {
@@ -108,10 +109,7 @@ impl Names {
                         Arg::OptionalTensor { present: false } => "None".to_string(),
                         Arg::TensorList { len } => format!(
                             "[{}]",
-                            (0..*len)
-                                .map(|j| slot(i, j))
-                                .collect::<Vec<_>>()
-                                .join(", ")
+                            (0..*len).map(|j| slot(i, j)).collect::<Vec<_>>().join(", ")
                         ),
                         Arg::Attr {
                             name: Some(n),
@@ -200,11 +198,21 @@ impl FusionPlan {
                         .iteration_shape(g)
                         .map(|s| fmt_shape(&s))
                         .unwrap_or_else(|_| "[?]".to_string());
-                    let _ = writeln!(
-                        out,
-                        "step {i}: region {r}, {} over {shape}",
-                        region.kind
-                    );
+                    let what = match &region.kind {
+                        RegionKind::Pointwise => format!("pointwise over {shape}"),
+                        RegionKind::Reduction {
+                            op, dims, keepdim, ..
+                        } => format!(
+                            "reduction {} over dims {dims:?} of {shape}, keepdim={}",
+                            format!("{op:?}").to_lowercase(),
+                            if *keepdim { "True" } else { "False" }
+                        ),
+                        RegionKind::Softmax { log, .. } => format!(
+                            "{} over the last dim of {shape}",
+                            if *log { "log_softmax" } else { "softmax" }
+                        ),
+                    };
+                    let _ = writeln!(out, "step {i}: region {r}, {what}");
                     for &n in &region.nodes {
                         let _ = writeln!(out, "    {}", names.op_line(g, n));
                     }

@@ -222,14 +222,11 @@ fn classify(g: &Graph, id: NodeId, call: &OpCall, n_outputs: usize) -> Result<Cl
     };
     let input_rank = || -> Result<usize> {
         let args = g.args_of(id)?;
-        let first = args.first().ok_or_else(|| {
-            compile_err(format!("{}: expected a tensor input", g.describe(id)))
-        })?;
+        let first = args
+            .first()
+            .ok_or_else(|| compile_err(format!("{}: expected a tensor input", g.describe(id))))?;
         g.meta(*first).map(|m| m.rank()).ok_or_else(|| {
-            compile_err(format!(
-                "{}: its input is not in the graph",
-                g.describe(id)
-            ))
+            compile_err(format!("{}: its input is not in the graph", g.describe(id)))
         })
     };
     match call.class {
@@ -461,7 +458,11 @@ impl<'c, 'g> Units<'c, 'g> {
     /// Whether `nodes` (sorted by topological position) form a valid region.
     fn valid_region(&self, nodes: &[NodeId]) -> bool {
         let ctx = self.ctx;
-        let inside = |n: NodeId| nodes.binary_search_by_key(&ctx.pos(n), |&m| ctx.pos(m)).is_ok();
+        let inside = |n: NodeId| {
+            nodes
+                .binary_search_by_key(&ctx.pos(n), |&m| ctx.pos(m))
+                .is_ok()
+        };
         // A value leaves the region when something outside reads it, or nothing reads it at all
         // (it is then materialized as eager would).
         let escapes = |n: NodeId| {
@@ -514,8 +515,10 @@ impl<'c, 'g> Units<'c, 'g> {
                 }
             }
         };
+        // The reducer's own result has the reduced shape; everything else is read at `iter`.
         nodes
             .iter()
+            .filter(|&&n| Some(n) != reducer)
             .all(|&n| ctx.shape(n).is_some_and(|s| broadcasts_to(s, iter)))
     }
 
@@ -553,8 +556,7 @@ impl<'c, 'g> Units<'c, 'g> {
             if !ctx.class(r).is_some_and(Class::reducing) {
                 continue;
             }
-            loop {
-                let Some(u) = self.unit(r) else { break };
+            while let Some(u) = self.unit(r) {
                 let mut candidates: Vec<NodeId> = Vec::new();
                 for &m in self.members[u].iter().rev() {
                     for &p in &ctx.producers[m.index()] {
@@ -733,8 +735,7 @@ fn build_plan(ctx: &Ctx<'_>, units: &Units<'_, '_>) -> Result<FusionPlan> {
         for &n in &nodes {
             let users = &ctx.users[n.index()];
             let v = ValueRef::from(n);
-            if users.is_empty() || users.iter().any(|&t| !inside(t)) || graph_outputs.contains(&v)
-            {
+            if users.is_empty() || users.iter().any(|&t| !inside(t)) || graph_outputs.contains(&v) {
                 outputs.push(v);
             }
         }
@@ -750,8 +751,10 @@ fn build_plan(ctx: &Ctx<'_>, units: &Units<'_, '_>) -> Result<FusionPlan> {
     // Steps: a topological order of the units, ties broken by the first node's position.
     let key = |u: usize| ctx.pos(units.members[u][0]);
     let mut indegree: BTreeMap<usize, usize> = live_units.iter().map(|&u| (u, 0)).collect();
-    let succs: BTreeMap<usize, BTreeSet<usize>> =
-        live_units.iter().map(|&u| (u, units.unit_succ(u))).collect();
+    let succs: BTreeMap<usize, BTreeSet<usize>> = live_units
+        .iter()
+        .map(|&u| (u, units.unit_succ(u)))
+        .collect();
     for s in succs.values() {
         for v in s {
             if let Some(d) = indegree.get_mut(v) {

@@ -37,7 +37,11 @@ pub fn stage_in(stages: &[String], stage: &str) -> bool {
 
 fn stages() -> &'static [String] {
     static STAGES: OnceLock<Vec<String>> = OnceLock::new();
-    STAGES.get_or_init(|| std::env::var("TP_LOGS").map(|s| parse(&s)).unwrap_or_default())
+    STAGES.get_or_init(|| {
+        std::env::var("TP_LOGS")
+            .map(|s| parse(&s))
+            .unwrap_or_default()
+    })
 }
 
 /// True when `TP_LOGS` (read once, at the first call) names `stage` or `all`.

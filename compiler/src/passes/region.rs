@@ -95,24 +95,25 @@ impl Region {
     /// # Ok::<(), tensorplay_ir::Error>(())
     /// ```
     pub fn iteration_shape(&self, g: &Graph) -> Result<SymShape> {
-        let value = match &self.kind {
-            RegionKind::Pointwise => match self.outputs.first() {
-                Some(v) => *v,
-                None => ValueRef::from(*self.nodes.last().ok_or_else(|| {
-                    Error::Compile(format!("region {} has no nodes", self.id))
-                })?),
-            },
-            RegionKind::Reduction { reduction, .. } => {
-                *g.args_of(*reduction)?.first().ok_or_else(|| {
-                    Error::Compile(format!(
-                        "region {}: {} has no tensor input",
-                        self.id,
-                        g.describe(*reduction)
-                    ))
-                })?
-            }
-            RegionKind::Softmax { node, .. } => ValueRef::from(*node),
-        };
+        let value =
+            match &self.kind {
+                RegionKind::Pointwise => match self.outputs.first() {
+                    Some(v) => *v,
+                    None => ValueRef::from(*self.nodes.last().ok_or_else(|| {
+                        Error::Compile(format!("region {} has no nodes", self.id))
+                    })?),
+                },
+                RegionKind::Reduction { reduction, .. } => {
+                    *g.args_of(*reduction)?.first().ok_or_else(|| {
+                        Error::Compile(format!(
+                            "region {}: {} has no tensor input",
+                            self.id,
+                            g.describe(*reduction)
+                        ))
+                    })?
+                }
+                RegionKind::Softmax { node, .. } => ValueRef::from(*node),
+            };
         g.meta(value).map(|m| m.shape.clone()).ok_or_else(|| {
             Error::Compile(format!(
                 "region {}: value {}.{} is not in the graph",
