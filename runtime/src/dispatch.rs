@@ -379,9 +379,23 @@ fn check_outputs(op: &Operator, args: &[Value], outs: &[Tensor], fake: bool) -> 
         if fake {
             continue;
         }
+        // A return annotated with an alias set (`-> Tensor(a!)`) may alias the parameter in
+        // that set; every other aliasing is an error.
+        let allowed: Vec<&Tensor> = match returns.get(i).and_then(|r| r.alias.as_ref()) {
+            Some(ret_alias) => op
+                .schema()
+                .params
+                .iter()
+                .zip(args)
+                .filter(|(p, _)| p.alias.as_ref().is_some_and(|a| a.set == ret_alias.set))
+                .flat_map(|(_, v)| v.tensors())
+                .collect(),
+            None => vec![],
+        };
         if let Some(input) = args
             .iter()
             .flat_map(Value::tensors)
+            .filter(|t| !allowed.iter().any(|a| a.storage().same(t.storage())))
             .find(|t| t.storage().same(o.storage()))
         {
             return Err(Error::argument(

@@ -1183,3 +1183,38 @@ fn triton_programs_run_in_parallel_ids_once_each() -> Result<()> {
     assert!(seen.iter().all(|p| p[0] < 16 && p[1] < 8 && p[2] < 4));
     Ok(())
 }
+
+/// A schema whose return is annotated with the mutated argument's alias set may return that
+/// argument (PyTorch's in-place convention); other aliasing stays an error.
+#[test]
+fn annotated_in_place_returns_may_alias_their_argument() -> Result<()> {
+    let op = library::custom_op("lf_alias::scale_")
+        .schema("(Tensor(a!) x) -> Tensor(a!)")
+        .mutates_args(tensorplay_runtime::library::MutatesArgs::from(["x"]))
+        .build(|x: Tensor| -> Result<Tensor> {
+            let _g = tensorplay_runtime::autograd::no_grad();
+            x.mul_scalar_(2.0)
+        })?;
+    let x = Tensor::ones(&[3], DType::F32);
+    let y = op.call1(&[x.clone().into()])?;
+    assert!(y.storage().same(x.storage()));
+    assert_eq!(x.to_vec::<f32>()?, vec![2.0, 2.0, 2.0]);
+    Ok(())
+}
+
+/// `*_like` factories keep fake inputs fake (and on their device), so fake kernels can use them.
+#[test]
+fn like_factories_work_in_fake_kernels() -> Result<()> {
+    let op = library::custom_op("lf_like::zeros")
+        .arg_names(&["x"])
+        .build(|x: Tensor| -> Result<Tensor> { Ok(Tensor::zeros_like(&x)) })?;
+    op.register_fake(|x: Tensor| -> Result<Tensor> { Ok(Tensor::empty_like(&x)) })?;
+    let fx = Tensor::empty_fake(&[2, 5], DType::F16, tensorplay_runtime::Device::Cuda(0));
+    let out = op.call1(&[fx.into()])?;
+    assert!(out.is_fake());
+    assert_eq!(
+        (out.shape(), out.device()),
+        (&[2usize, 5][..], tensorplay_runtime::Device::Cuda(0))
+    );
+    Ok(())
+}

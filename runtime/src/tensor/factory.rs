@@ -298,22 +298,36 @@ impl Tensor {
     }
 
     /// Zeros with this tensor's shape and dtype.
+    /// Fake (and meta) inputs give fake results on the same device, so these are usable in fake
+    /// kernels.
     pub fn zeros_like(t: &Tensor) -> Tensor {
+        if t.is_fake() {
+            return Tensor::empty_fake(t.shape(), t.dtype(), t.device());
+        }
         Tensor::zeros(t.shape(), t.dtype())
     }
 
     /// Ones with this tensor's shape and dtype.
     pub fn ones_like(t: &Tensor) -> Tensor {
+        if t.is_fake() {
+            return Tensor::empty_fake(t.shape(), t.dtype(), t.device());
+        }
         Tensor::ones(t.shape(), t.dtype())
     }
 
     /// `value` everywhere, with this tensor's shape and dtype.
     pub fn full_like(t: &Tensor, value: impl Into<Scalar>) -> Tensor {
+        if t.is_fake() {
+            return Tensor::empty_fake(t.shape(), t.dtype(), t.device());
+        }
         Tensor::full(t.shape(), value, t.dtype())
     }
 
     /// Uninitialized, with this tensor's shape and dtype.
     pub fn empty_like(t: &Tensor) -> Tensor {
+        if t.is_fake() {
+            return Tensor::empty_fake(t.shape(), t.dtype(), t.device());
+        }
         Tensor::empty(t.shape(), t.dtype())
     }
 
