@@ -97,3 +97,8 @@ pub mod library {
     /// ```
     pub use tensorplay_macros::custom_op;
 }
+
+/// The README's code blocks, compiled and run as doc tests so the README cannot drift.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
