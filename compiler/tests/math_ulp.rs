@@ -11,6 +11,7 @@
 //! `TP_ULP_SAMPLES` sets the number of inputs per function (default
 //! 1_200_000). Run with `--nocapture` to see the worst ulp per function.
 
+use std::f32::consts::{FRAC_1_SQRT_2, FRAC_PI_2, PI, SQRT_2};
 use std::sync::Arc;
 
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -278,7 +279,11 @@ fn ulp_err(got: f32, want: f64) -> f64 {
         };
     }
     if want.is_infinite() {
-        return if got as f64 == want { 0.0 } else { f64::INFINITY };
+        return if got as f64 == want {
+            0.0
+        } else {
+            f64::INFINITY
+        };
     }
     let w32 = want as f32;
     let g = if got.is_infinite() {
@@ -324,7 +329,16 @@ fn specials() -> Vec<f32> {
         1.0 - f32::EPSILON / 2.0,
         1.0 + f32::EPSILON,
     ];
-    v.extend([88.722_83, 88.722_84, 88.72, 89.0, -87.336_55, -103.278_93, -103.972_08, -104.0]);
+    v.extend([
+        88.722_83,
+        88.722_84,
+        88.72,
+        89.0,
+        -87.336_55,
+        -103.278_93,
+        -103.972_08,
+        -104.0,
+    ]);
     v
 }
 
@@ -345,15 +359,23 @@ impl Rng {
 /// Dense region and edge points per function.
 fn region(f: MathFn) -> (f32, f32, Vec<f32>) {
     match f {
-        MathFn::Exp => (-105.0, 90.0, vec![88.722_84, -87.336_55, -103.972_08, -103.278_93, 0.0]),
-        MathFn::Log => (0.0, 4.0, vec![1.0, 0.707_106_8, 1.414_213_5, f32::MIN_POSITIVE, 0.0]),
+        MathFn::Exp => (
+            -105.0,
+            90.0,
+            vec![88.722_84, -87.336_55, -103.972_08, -103.278_93, 0.0],
+        ),
+        MathFn::Log => (
+            0.0,
+            4.0,
+            vec![1.0, FRAC_1_SQRT_2, SQRT_2, f32::MIN_POSITIVE, 0.0],
+        ),
         MathFn::Tanh => (-10.0, 10.0, vec![0.0, 0.173_286_8, 0.549_306_1, 9.01]),
         MathFn::Sigmoid => (-110.0, 30.0, vec![0.0, -87.336_55, -103.278_93, 16.635_532]),
         MathFn::Silu => (-110.0, 30.0, vec![0.0, -87.336_55, -98.0, 16.635_532]),
         MathFn::Erf => (-5.0, 5.0, vec![0.0, 1.0, -1.0, 3.95, 3.919_206_4]),
         MathFn::GeluErf => (-16.0, 8.0, vec![0.0, 0.75, -0.75, -13.0, -14.0, 15.0, 5.4]),
         MathFn::GeluTanh => (-12.0, 8.0, vec![0.0, -10.0, -9.4, -5.0, 12.0, -12.0]),
-        MathFn::Sin | MathFn::Cos => (-10.0, 10.0, vec![0.0, 3.141_592_7, 1.570_796_4]),
+        MathFn::Sin | MathFn::Cos => (-10.0, 10.0, vec![0.0, PI, FRAC_PI_2]),
     }
 }
 
@@ -511,7 +533,11 @@ fn special_values() {
         (MathFn::Tanh, 20.0, 1.0),
         (MathFn::Tanh, nan, nan),
         (MathFn::Tanh, f32::from_bits(1), f32::from_bits(1)),
-        (MathFn::Tanh, f32::from_bits(0x8000_0001), f32::from_bits(0x8000_0001)),
+        (
+            MathFn::Tanh,
+            f32::from_bits(0x8000_0001),
+            f32::from_bits(0x8000_0001),
+        ),
         (MathFn::Sigmoid, 0.0, 0.5),
         (MathFn::Sigmoid, -0.0, 0.5),
         (MathFn::Sigmoid, -inf, 0.0),
@@ -799,7 +825,11 @@ fn f64_shims_exact() {
                 _ => None,
             };
             let want = std_ref.unwrap_or_else(|| f.eval_f64(*x));
-            assert!(same(g, want), "{}_f64({x:e}) = {g:e}, want {want:e}", f.name());
+            assert!(
+                same(g, want),
+                "{}_f64({x:e}) = {g:e}, want {want:e}",
+                f.name()
+            );
         }
     }
     let ys: Vec<f64> = xs.iter().rev().copied().collect();
@@ -854,11 +884,25 @@ fn erf_f64_against_table() {
         (25.0, 1.0, 8.300_172_571_196_523e-274),
         (26.5, 1.0, 2.210_907_664_263_734_3e-307),
     ];
-    let rel = |a: f64, b: f64| if b == 0.0 { a.abs() } else { ((a - b) / b).abs() };
+    let rel = |a: f64, b: f64| {
+        if b == 0.0 {
+            a.abs()
+        } else {
+            ((a - b) / b).abs()
+        }
+    };
     for &(x, erf, erfc) in table {
-        assert!(rel(erf_f64(x), erf) < 4e-16, "erf({x}) = {:e}, want {erf:e}", erf_f64(x));
+        assert!(
+            rel(erf_f64(x), erf) < 4e-16,
+            "erf({x}) = {:e}, want {erf:e}",
+            erf_f64(x)
+        );
         assert!(rel(erf_f64(-x), -erf) < 4e-16, "erf(-{x})");
-        assert!(rel(erfc_f64(x), erfc) < 4e-15, "erfc({x}) = {:e}, want {erfc:e}", erfc_f64(x));
+        assert!(
+            rel(erfc_f64(x), erfc) < 4e-15,
+            "erfc({x}) = {:e}, want {erfc:e}",
+            erfc_f64(x)
+        );
         assert!(rel(erfc_f64(-x), 2.0 - erfc) < 4e-16, "erfc(-{x})");
     }
 }

@@ -5,7 +5,9 @@
 use cranelift_codegen::ir::Value;
 use cranelift_codegen::ir::condcodes::FloatCC;
 
-use super::coeffs::{ERF_LOGC, ERF_SMALL, EXP_Q, GELU_SMALL, GELU_TAIL, LOG_P8};
+use super::coeffs::{
+    ERF_C0_HI, ERF_C0_LO, ERF_LOGC, ERF_SMALL, EXP_Q, GELU_SMALL, GELU_TAIL, LOG_P8,
+};
 use super::emit::Em;
 use super::wide;
 
@@ -89,9 +91,9 @@ fn exp_neg(em: &mut Em, w: Value, lo: Option<Value>) -> (Value, Value) {
         None => r,
     };
     let pm1 = expm1_poly(em, r);
-    let p = em.addk(pm1, 1.0);
     let s = pow2_from_t(em, t, NEG_BIAS);
-    let mant = em.mul(p, s);
+    // 2^(n+64) e^r = s + s (e^r - 1), rounded once.
+    let mant = em.fma(s, pm1, s);
     let e = em.mulk(mant, TWO_M64);
     (mant, e)
 }
@@ -104,7 +106,6 @@ pub(super) fn exp(em: &mut Em, x: Value) -> Value {
     let x = em.clamp_hi(x, 89.0);
     let (r, t) = exp_reduce(em, x);
     let pm1 = expm1_poly(em, r);
-    let p = em.addk(pm1, 1.0);
     let b = em.bits(t);
     let ni = em.iaddk(b, -MAGIC_BITS);
     let n1 = em.sshr(ni, 1);
@@ -115,7 +116,7 @@ pub(super) fn exp(em: &mut Em, x: Value) -> Value {
     let e2 = em.iaddk(n2, 127);
     let e2 = em.shl(e2, 23);
     let s2 = em.float(e2);
-    let y = em.mul(p, s1);
+    let y = em.fma(s1, pm1, s1);
     em.mul(y, s2)
 }
 
@@ -192,8 +193,28 @@ pub(super) fn sigmoid(em: &mut Em, x: Value) -> Value {
     let neg = em.cmp(FloatCC::LessThan, x, zero);
     let one = em.f(1.0);
     let num = em.sel(neg, e, one);
+    div_one_plus(em, num, None, e)
+}
+
+/// `(nh + nl) / (1 + e)` for `e` in [0, 1] and finite `nh`: the quotient
+/// `q = nh / fl(1 + e)` is corrected by `(rem + nl - q dlo) / (1 + e)` with
+/// the exact division remainder `rem` and the exact rounding error `dlo` of
+/// `1 + e` (the reciprocal only approximated to 1/8), which leaves ~0.5 ulp
+/// plus a small fraction of the corrected errors.
+fn div_one_plus(em: &mut Em, nh: Value, nl: Option<Value>, e: Value) -> Value {
     let den = em.addk(e, 1.0);
-    em.div(num, den)
+    let dm1 = em.addk(den, -1.0); // exact (Sterbenz)
+    let dlo = em.sub(e, dm1); // exact: 1 + e = den + dlo
+    let q = em.div(nh, den);
+    let rem = em.rem_exact(q, den, nh);
+    let t = match nl {
+        Some(l) => em.add(rem, l),
+        None => rem,
+    };
+    let nq = em.neg(q);
+    let t = em.fma(nq, dlo, t);
+    let inv = em.fmakk(den, -0.5, 1.5); // 1/den within 12.5% on [1, 2]
+    em.fma(t, inv, q)
 }
 
 /// silu(x) = x * sigmoid(x); for x < 0 the factor e^x is kept scaled by
@@ -206,15 +227,15 @@ pub(super) fn silu(em: &mut Em, x: Value) -> Value {
     let (mant, e) = exp_neg(em, w, None);
     let zero = em.f(0.0);
     let neg = em.cmp(FloatCC::LessThan, x, zero);
-    let wm = em.mul(w, mant);
-    let num = em.sel(neg, wm, x);
     let one = em.f(1.0);
+    let xv = em.sel(neg, w, x);
+    let fac = em.sel(neg, mant, one);
+    let (nh, nl) = em.two_prod(xv, fac);
     let sc = em.f(TWO_M64);
     let sc = em.sel(neg, sc, one);
-    let den = em.addk(e, 1.0);
-    let q = em.div(num, den);
+    let q = div_one_plus(em, nh, Some(nl), e);
     let res = em.mul(q, sc);
-    fix_neg_inf_nan(em, x, res)
+    fix_x_times(em, x, res, 20.0)
 }
 
 /// `x == -inf ? NaN : res`.
@@ -225,9 +246,24 @@ fn fix_neg_inf_nan(em: &mut Em, x: Value, res: Value) -> Value {
     em.sel(isninf, nan, res)
 }
 
+/// Final fix-ups of `x * sigmoid(..)`-shaped results: the sign of `x` on a
+/// zero result (the quotient correction of [`div_one_plus`] loses the sign
+/// of a zero), `x` itself for `x > big` (where the result equals `x`; this
+/// also covers +inf and huge `x` overflowing the mul+add two-product), NaN
+/// for `x = -inf`.
+fn fix_x_times(em: &mut Em, x: Value, res: Value, big: f64) -> Value {
+    let sm = em.sign_mask();
+    let sx = em.and(x, sm);
+    let res = em.or(res, sx);
+    let isbig = em.cmpk(FloatCC::GreaterThan, x, big);
+    let res = em.sel(isbig, x, res);
+    fix_neg_inf_nan(em, x, res)
+}
+
 /// gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u),
 /// 2u = x (A + B x^2) with A = 2*0.7978845608, B = A*0.044715, evaluated in
 /// double-f32 (hi + lo) because e^(2u) amplifies the error of 2u by |2u|.
+/// The exponent is computed for -|x| (2u is odd in x), so it is always <= 0.
 pub(super) fn gelu_tanh(em: &mut Em, x: Value) -> Value {
     const A: f64 = 2.0 * 0.797_884_560_8;
     const B: f64 = 2.0 * 0.797_884_560_8 * 0.044_715;
@@ -235,10 +271,14 @@ pub(super) fn gelu_tanh(em: &mut Em, x: Value) -> Value {
     let a_lo = A - a_hi;
     let b_hi = B as f32 as f64;
     let b_lo = B - b_hi;
-    let xc = em.clamp_lo(x, -12.0);
-    let xc = em.clamp_hi(xc, 12.0);
+    // |x| <= 11 keeps -2|u| >= -113 (the biased exp range); beyond, the
+    // result is x (x > 0) or -0 (x < 0) either way.
+    let xv = em.clamp_lo(x, -11.0);
+    let xc = em.clamp_hi(xv, 11.0);
+    let sm = em.sign_mask();
+    let xn = em.or(xc, sm); // -|xc|
     // x^2 = x2 + e1 exactly.
-    let (x2, e1) = em.two_prod(xc, xc);
+    let (x2, e1) = em.two_prod(xn, xn);
     // B_hi * x2 = p + ep exactly.
     let bh = em.f(b_hi);
     let (p, ep) = em.two_prod(bh, x2);
@@ -250,27 +290,20 @@ pub(super) fn gelu_tanh(em: &mut Em, x: Value) -> Value {
     let c = em.fma(bh, e1, c);
     let c = em.add(c, ep);
     let tl = em.add(c, et);
-    // s = xc * (t + tl)
-    let (s, es) = em.two_prod(xc, t);
-    let sl = em.fma(xc, tl, es);
-    // w = -|s| (hi and lo flipped together)
-    let zero = em.f(0.0);
-    let neg = em.cmp(FloatCC::LessThan, s, zero);
-    let sm = em.sign_mask();
-    let w = em.or(s, sm);
-    let nsl = em.neg(sl);
-    let wl = em.sel(neg, sl, nsl);
-    let w = em.clamp_lo(w, -120.0);
+    // w = -|2u| = xn * (t + tl)
+    let (w, ew) = em.two_prod(xn, t);
+    let wl = em.fma(xn, tl, ew);
     let (mant, e) = exp_neg(em, w, Some(wl));
-    let xm = em.mul(xc, mant);
-    let num = em.sel(neg, xm, x);
+    let zero = em.f(0.0);
+    let neg = em.cmp(FloatCC::LessThan, x, zero);
     let one = em.f(1.0);
+    let fac = em.sel(neg, mant, one);
+    let (nh, nl) = em.two_prod(xv, fac);
     let sc = em.f(TWO_M64);
     let sc = em.sel(neg, sc, one);
-    let den = em.addk(e, 1.0);
-    let q = em.div(num, den);
+    let q = div_one_plus(em, nh, Some(nl), e);
     let res = em.mul(q, sc);
-    fix_neg_inf_nan(em, x, res)
+    fix_x_times(em, x, res, 11.0)
 }
 
 /// erf(x): |x| < 1: x P(x^2); 1 <= |x|: sign(x) (1 - exp(Q(|x| - 2.5))) with
@@ -279,17 +312,21 @@ pub(super) fn erf(em: &mut Em, x: Value) -> Value {
     let a = em.abs(x);
     let sgn = em.xor(x, a);
     let x2 = em.mul(x, x);
+    // x (C0_HI + (C0_LO + x^2 P(x^2))) with the leading term rounded once;
+    // C0_LO > 0 keeps the sign of a zero x.
     let ps = horner32(em, x2, &ERF_SMALL);
-    let small = em.mul(x, ps);
+    let c0lo = em.f(ERF_C0_LO as f64);
+    let corr = em.fma(x2, ps, c0lo);
+    let xc = em.mul(x, corr);
+    let small = em.fmak(x, ERF_C0_HI as f64, xc);
     let ac = em.clamp_hi(a, 3.95);
     let u = em.addk(ac, -2.5);
     let q = horner32(em, u, &ERF_LOGC);
     // exp(q), q in [-17.4, -1.8]: one-step scaling is exact here.
     let (r, t) = exp_reduce(em, q);
     let pm1 = expm1_poly(em, r);
-    let p = em.addk(pm1, 1.0);
     let s = pow2_from_t(em, t, 0);
-    let e = em.mul(p, s);
+    let e = em.fma(s, pm1, s);
     let one = em.f(1.0);
     let big = em.sub(one, e);
     let big = em.or(big, sgn);

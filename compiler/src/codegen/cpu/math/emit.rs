@@ -164,6 +164,19 @@ impl<'a, 'f> Em<'a, 'f> {
         }
     }
 
+    /// `c - a * b`, exact when the result is representable (as for the
+    /// remainder of a correctly rounded division `a ~ c / b`).
+    pub fn rem_exact(&mut self, a: Value, b: Value, c: Value) -> Value {
+        if self.fma {
+            let na = self.neg(a);
+            self.fb.ins().fma(na, b, c)
+        } else {
+            let (p, e) = self.two_prod(a, b);
+            let d = self.sub(c, p);
+            self.sub(d, e)
+        }
+    }
+
     fn split(&mut self, a: Value) -> (Value, Value) {
         let k = if self.is_f32() { 4097.0 } else { 134_217_729.0 };
         let c = self.mulk(a, k);

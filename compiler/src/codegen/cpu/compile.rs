@@ -1,0 +1,382 @@
+//! Compiling a kernel spec into native code with Cranelift, and owning that code.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use cranelift_codegen::ir::types::I64;
+use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature};
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{Linkage, Module, default_libcall_names};
+use tensorplay_ir::{Error, Result, ScalarOp};
+
+use super::args::KernelFn;
+use super::emit::{Emitter, Lanes, choose_lanes, liveness};
+use super::math::{MathCtx, MathShims};
+use crate::codegen::kernel::{Inst, KernelSpec, LoopKind, LoopLayout, StrideClass};
+use crate::passes::logging;
+
+/// Compiled kernels whose code is still mapped (for leak checks).
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Number of compiled kernels whose machine code is currently allocated. Dropping a
+/// [`CompiledKernel`] frees its code and decrements this.
+///
+/// ```
+/// use tensorplay_compiler::codegen::cpu::live_kernels;
+/// let _ = live_kernels(); // a count, shared by every thread of the process
+/// ```
+pub fn live_kernels() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// The host ISA, built once: native features, `opt_level=speed`, the IR verifier in debug
+/// builds.
+fn isa() -> Result<OwnedTargetIsa> {
+    static ISA: OnceLock<std::result::Result<OwnedTargetIsa, String>> = OnceLock::new();
+    ISA.get_or_init(|| {
+        let mut flags = settings::builder();
+        let set = |f: &mut settings::Builder, k: &str, v: &str| {
+            f.set(k, v).map_err(|e| format!("setting {k}={v}: {e}"))
+        };
+        set(&mut flags, "opt_level", "speed")?;
+        set(&mut flags, "use_colocated_libcalls", "false")?;
+        set(&mut flags, "is_pic", "false")?;
+        let verify = if cfg!(debug_assertions) {
+            "true"
+        } else {
+            "false"
+        };
+        set(&mut flags, "enable_verifier", verify)?;
+        let builder = cranelift_native::builder().map_err(|e| format!("host ISA: {e}"))?;
+        builder
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| format!("host ISA: {e}"))
+    })
+    .clone()
+    .map_err(|e| Error::Compile(format!("cpu codegen: {e}")))
+}
+
+/// Integer `pow` with eager's semantics (wrapping repeated squaring; a negative exponent gives
+/// 1 for base 1, ±1 for base -1, 0 otherwise). Called from kernels computing `pow` on integers.
+extern "C" fn tp_kernel_ipow(base: i64, exp: i64) -> i64 {
+    if exp < 0 {
+        return match base {
+            1 => 1,
+            -1 => {
+                if exp % 2 == 0 {
+                    1
+                } else {
+                    -1
+                }
+            }
+            _ => 0,
+        };
+    }
+    let mut result: i64 = 1;
+    let mut b = base;
+    let mut e = exp as u64;
+    while e != 0 {
+        if e & 1 != 0 {
+            result = result.wrapping_mul(b);
+        }
+        e >>= 1;
+        if e != 0 {
+            b = b.wrapping_mul(b);
+        }
+    }
+    result
+}
+
+const IPOW_SYMBOL: &str = "tp_kernel_ipow";
+
+/// Owns a JIT module; dropping it frees the module's code and data.
+struct JitCode(Option<JITModule>);
+
+impl Drop for JitCode {
+    fn drop(&mut self) {
+        if let Some(module) = self.0.take() {
+            // SAFETY: the only pointer into this module is the owning `CompiledKernel`'s entry,
+            // which is being dropped with it; no call can be running (launch borrows the
+            // kernel for the duration of every call).
+            unsafe { module.free_memory() };
+            LIVE.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A kernel compiled to native code for one [`KernelSpec`] and one [`LoopLayout`].
+///
+/// Launch it with [`CompiledKernel::launch`]; it serves every size (and every stride) whose
+/// launch plan has the same layout. Dropping it frees its machine code.
+///
+/// ```
+/// use tensorplay_compiler::codegen::cpu::compile;
+/// use tensorplay_compiler::codegen::kernel::{Inst, KernelSpec, LoopKind, LoopLayout, StrideClass};
+/// use tensorplay_ir::{DType, ScalarOp};
+/// use tensorplay_runtime::Tensor;
+///
+/// // out = x * x + 1
+/// let spec = KernelSpec {
+///     rank: 1, inputs: vec![DType::F32], outputs: vec![DType::F32],
+///     insts: vec![
+///         Inst::Load { input: 0 },
+///         Inst::Op { op: ScalarOp::Mul, args: vec![0, 0], compute: DType::F32, out: DType::F32 },
+///         Inst::Const { value: tensorplay_compiler::codegen::kernel::Lit::Float(1.0), dtype: DType::F32 },
+///         Inst::Op { op: ScalarOp::Add, args: vec![1, 2], compute: DType::F32, out: DType::F32 },
+///         Inst::Store { output: 0, value: 3 },
+///     ],
+///     kind: LoopKind::Pointwise,
+/// };
+/// let layout = LoopLayout { dims: 1, reduced: 0, kept_inner: false, classes: vec![StrideClass::Unit; 2] };
+/// let k = compile(&spec, &layout)?;
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?;
+/// let out = Tensor::zeros(&[3], DType::F32);
+/// k.launch(&[&x], &[&out])?;
+/// assert_eq!(out.to_vec::<f32>()?, vec![2.0, 5.0, 10.0]);
+/// assert!(k.compile_time().as_secs_f64() < 1.0);
+/// # Ok::<(), tensorplay_ir::Error>(())
+/// ```
+pub struct CompiledKernel {
+    spec: KernelSpec,
+    layout: LoopLayout,
+    entry: KernelFn,
+    compile_time: Duration,
+    vector_lanes: usize,
+    _code: JitCode,
+}
+
+// SAFETY: the JIT module is never touched after compilation except by `Drop` (which has
+// exclusive access), and the machine code it holds is immutable and reentrant: each call only
+// reads its own `KernelArgs` and the tensors they point to.
+unsafe impl Send for CompiledKernel {}
+// SAFETY: see `Send`; `&CompiledKernel` only exposes immutable data and calls into reentrant
+// code.
+unsafe impl Sync for CompiledKernel {}
+
+impl std::fmt::Debug for CompiledKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledKernel")
+            .field("layout", &self.layout.to_string())
+            .field("compile_time", &self.compile_time)
+            .field("vector_lanes", &self.vector_lanes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CompiledKernel {
+    /// The spec this kernel computes.
+    pub fn spec(&self) -> &KernelSpec {
+        &self.spec
+    }
+
+    /// The loop layout this kernel was specialised for.
+    pub fn layout(&self) -> &LoopLayout {
+        &self.layout
+    }
+
+    /// Wall time spent building and compiling the function (IR construction, Cranelift, JIT
+    /// linking).
+    pub fn compile_time(&self) -> Duration {
+        self.compile_time
+    }
+
+    /// Lanes of the main vector loop (4 for f32-class kernels, 2 for f64, 1 when the kernel
+    /// runs at scalar width).
+    pub fn vector_lanes(&self) -> usize {
+        self.vector_lanes
+    }
+
+    /// The raw entry point (for benchmarks and other launchers).
+    ///
+    /// # Safety
+    /// Calling it requires `KernelArgs` that match this kernel's spec and layout exactly: valid
+    /// pointers for every operand over the whole iteration, `layout.dims` sizes and
+    /// `operands * dims` strides. [`CompiledKernel::launch`] builds and checks them.
+    pub unsafe fn entry(&self) -> KernelFn {
+        self.entry
+    }
+}
+
+/// Checks that `layout` fits `spec` (operand count, dim counts per loop kind).
+pub(crate) fn check_layout(spec: &KernelSpec, layout: &LoopLayout) -> Result<()> {
+    let err = |msg: String| Err(Error::Compile(format!("loop layout {layout}: {msg}")));
+    let nops = spec.inputs.len() + spec.outputs.len();
+    if layout.classes.len() != nops {
+        return err(format!("{nops} operands need {nops} stride classes"));
+    }
+    if layout.dims == 0 || layout.dims > spec.rank + 2 {
+        return err(format!("1 to {} loop dims expected", spec.rank + 2));
+    }
+    match &spec.kind {
+        LoopKind::Pointwise if layout.reduced != 0 => {
+            err("pointwise kernels reduce no dims".into())
+        }
+        _ if layout.kept_inner && !matches!(spec.kind, LoopKind::Reduce { .. }) => {
+            err("only reductions have a kept inner dim".into())
+        }
+        LoopKind::Reduce { .. } if layout.reduced == 0 || layout.reduced >= layout.dims => {
+            err("a reduction needs at least one kept and one reduced dim".into())
+        }
+        LoopKind::Reduce { .. }
+            if !layout.kept_inner
+                && layout.classes[spec.inputs.len()..]
+                    .iter()
+                    .any(|&c| c != StrideClass::Zero) =>
+        {
+            err("rows-mode reduction outputs have the zero class".into())
+        }
+        LoopKind::Reduce { .. }
+            if layout.kept_inner && choose_lanes(spec, &liveness(spec)) == Lanes::Scalar =>
+        {
+            err("column mode needs a vectorized kernel".into())
+        }
+        LoopKind::Softmax { .. } if layout.reduced != 1 || layout.dims < 2 => {
+            err("softmax runs rows: one reduced dim after at least one kept dim".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+fn needs_ipow(spec: &KernelSpec) -> bool {
+    spec.insts
+        .iter()
+        .any(|i| matches!(i, Inst::Op { op: ScalarOp::Pow, compute, .. } if !compute.is_float()))
+}
+
+/// Compiles `spec` for `layout` into native code.
+///
+/// Validates both first (a malformed spec or layout is an error, never bad code). The function
+/// is `extern "C" fn(*const KernelArgs)`; see [`KernelArgs`](super::KernelArgs). With
+/// `TP_LOGS=clif` the spec, the layout, the CLIF and the compile time are printed to stderr.
+pub fn compile(spec: &KernelSpec, layout: &LoopLayout) -> Result<CompiledKernel> {
+    let t0 = Instant::now();
+    spec.validate()?;
+    check_layout(spec, layout)?;
+    let cerr =
+        |what: &str, e: &dyn std::fmt::Display| Error::Compile(format!("cpu codegen: {what}: {e}"));
+    let isa = isa()?;
+    let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
+    MathShims::register_symbols(&mut jb);
+    jb.symbol(IPOW_SYMBOL, tp_kernel_ipow as *const u8);
+    let mut module = JITModule::new(jb);
+    let code = JitCode(None);
+    let shims = MathShims::declare(&mut module).map_err(|e| cerr("declaring math shims", &e))?;
+    let math = MathCtx::for_isa(module.isa()).with_shims(shims);
+    let mut ctx = module.make_context();
+    let ptr = module.target_config().pointer_type();
+    let mut sig = Signature::new(module.isa().default_call_conv());
+    sig.params.push(AbiParam::new(ptr));
+    ctx.func.signature = sig.clone();
+    let ipow_id = if needs_ipow(spec) {
+        let mut isig = Signature::new(module.isa().default_call_conv());
+        isig.params.push(AbiParam::new(I64));
+        isig.params.push(AbiParam::new(I64));
+        isig.returns.push(AbiParam::new(I64));
+        Some(
+            module
+                .declare_function(IPOW_SYMBOL, Linkage::Import, &isig)
+                .map_err(|e| cerr("declaring the pow helper", &e))?,
+        )
+    } else {
+        None
+    };
+    let live = liveness(spec);
+    let lanes = choose_lanes(spec, &live);
+    {
+        let mut fctx = FunctionBuilderContext::new();
+        let mut fb = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+        let ipow = ipow_id.map(|id| module.declare_func_in_func(id, fb.func));
+        let entry = fb.create_block();
+        fb.append_block_params_for_function_params(entry);
+        fb.switch_to_block(entry);
+        fb.seal_block(entry);
+        let args = fb.block_params(entry)[0];
+        let zero = fb.ins().iconst(I64, 0);
+        let mut em = Emitter {
+            fb: &mut fb,
+            math: &math,
+            spec,
+            layout,
+            lanes,
+            live,
+            ipow,
+            ptrs: Vec::new(),
+            shape: Vec::new(),
+            strides: Vec::new(),
+            inner_bytes: Vec::new(),
+            start: zero,
+            end: zero,
+            partials: zero,
+        };
+        em.load_args(args);
+        em.emit_kernel()?;
+        fb.finalize(module.target_config());
+    }
+    if logging::enabled("clif") {
+        logging::log("clif", || {
+            format!(
+                "{spec}layout: {layout}\nlanes: {}\n{}",
+                lanes.count(),
+                ctx.func.display()
+            )
+        });
+    }
+    let id = module
+        .declare_function("tp_kernel", Linkage::Local, &sig)
+        .map_err(|e| cerr("declaring the kernel", &e))?;
+    let log = logging::enabled("clif");
+    ctx.set_disasm(log);
+    let define = module.define_function(id, &mut ctx);
+    if log && define.is_ok() {
+        let asm = ctx
+            .compiled_code()
+            .and_then(|c| c.vcode.clone())
+            .unwrap_or_default();
+        logging::log("clif", || format!("machine code:\n{asm}"));
+    }
+    let mut code = code;
+    LIVE.fetch_add(1, Ordering::Relaxed);
+    // From here on the module is owned (and freed on every path) by `code`.
+    let module = code.0.insert(module);
+    define.map_err(|e| cerr("compiling", &format!("{e:?}")))?;
+    module
+        .finalize_definitions()
+        .map_err(|e| cerr("linking", &e))?;
+    let raw = module.get_finalized_function(id);
+    // SAFETY: `raw` is the finalized code of a function compiled with the signature
+    // `fn(ptr)` in the platform's default C calling convention.
+    let entry: KernelFn = unsafe { std::mem::transmute::<*const u8, KernelFn>(raw) };
+    let compile_time = t0.elapsed();
+    if log {
+        logging::log("clif", || format!("compiled in {compile_time:?}"));
+    }
+    Ok(CompiledKernel {
+        spec: spec.clone(),
+        layout: layout.clone(),
+        entry,
+        compile_time,
+        vector_lanes: lanes.count() as usize,
+        _code: code,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tp_kernel_ipow;
+
+    #[test]
+    fn integer_pow_matches_eager_rules() {
+        assert_eq!(tp_kernel_ipow(2, 10), 1024);
+        assert_eq!(tp_kernel_ipow(-1, -3), -1);
+        assert_eq!(tp_kernel_ipow(-1, -4), 1);
+        assert_eq!(tp_kernel_ipow(1, -5), 1);
+        assert_eq!(tp_kernel_ipow(3, -1), 0);
+        assert_eq!(tp_kernel_ipow(0, 0), 1);
+        assert_eq!(tp_kernel_ipow(3, 41), 3i64.wrapping_pow(41));
+        assert_eq!(tp_kernel_ipow(7, 63), 7i64.wrapping_pow(63));
+    }
+}

@@ -1,0 +1,656 @@
+//! Launching compiled kernels: validating tensors against the spec, planning the loop nest
+//! (broadcast strides, dropping unit dims, merging dims that step uniformly), and splitting the
+//! work across the shared thread pool.
+
+use rayon::prelude::*;
+use smallvec::{SmallVec, smallvec};
+use tensorplay_ir::shape::{broadcast_shapes, broadcast_strides, fmt_shape};
+use tensorplay_ir::{DType, Device, Error, ReduceOp, Result};
+use tensorplay_runtime::Tensor;
+use tensorplay_runtime::parallel;
+
+use super::args::{KernelArgs, KernelFn};
+use super::compile::CompiledKernel;
+use crate::codegen::kernel::{
+    KernelSpec, LoopKind, LoopLayout, StrideClass, f32_to_bf16_bits, f32_to_f16_bits,
+};
+
+/// The op name errors of this module carry.
+const OP: &str = "compiled kernel";
+
+/// Below this much work (elements) a launch runs on the calling thread; it is also the smallest
+/// chunk handed to a pool thread.
+pub const MIN_CHUNK: usize = 1 << 16;
+
+type Strides = SmallVec<[isize; 8]>;
+
+/// Everything a kernel call needs, derived from the tensors: the layout to compile for, the
+/// loop shape and strides, the operand pointers and how much work there is.
+#[derive(Debug, Clone)]
+pub struct LaunchPlan {
+    /// The layout (the second half of the cache key).
+    pub layout: LoopLayout,
+    /// Loop dim sizes.
+    pub shape: SmallVec<[i64; 8]>,
+    /// Element strides, operand-major (`operands * dims`).
+    pub strides: Vec<i64>,
+    ptrs: SmallVec<[*mut u8; 8]>,
+    /// Pointwise: elements; reductions and softmax: rows (kept points).
+    range: usize,
+    /// Elements per unit of `range` (1 for pointwise, the row length otherwise).
+    per_unit: usize,
+}
+
+// SAFETY: the raw pointers are addresses of tensor data the caller keeps alive (and borrowed)
+// for the duration of the launch; the plan itself only carries them.
+unsafe impl Send for LaunchPlan {}
+// SAFETY: see `Send`.
+unsafe impl Sync for LaunchPlan {}
+
+impl LaunchPlan {
+    /// True when there is nothing to compute (an empty iteration space).
+    pub fn is_empty(&self) -> bool {
+        self.range == 0
+    }
+}
+
+fn check_tensor(t: &Tensor, what: String, want: DType) -> Result<*mut u8> {
+    if t.dtype() != want {
+        return Err(Error::argument(
+            OP,
+            &what,
+            format!("a {want} tensor"),
+            format!("a {} tensor", t.dtype()),
+        ));
+    }
+    if t.device() != Device::Cpu {
+        return Err(Error::device(
+            OP,
+            format!(
+                "{what} is on {}, but CPU kernels need CPU tensors",
+                t.device()
+            ),
+        ));
+    }
+    t.data_ptr_raw()
+}
+
+/// A list of loop dims: size and per-operand stride.
+type DimList = Vec<(usize, Strides)>;
+
+/// Drops unit dims and merges adjacent dims that step uniformly for every operand.
+fn coalesce(dims: DimList) -> DimList {
+    let mut out: DimList = Vec::with_capacity(dims.len());
+    for (size, st) in dims {
+        if size == 1 {
+            continue;
+        }
+        if let Some((psize, pst)) = out.last_mut()
+            && pst.iter().zip(&st).all(|(&p, &s)| p == s * size as isize)
+        {
+            *psize *= size;
+            *pst = st;
+            continue;
+        }
+        out.push((size, st));
+    }
+    out
+}
+
+/// Plans a launch of `spec` on these tensors. `iter_shape` overrides the iteration shape the
+/// planner would infer (pointwise and softmax: the output shape; reductions: the broadcast of the
+/// inputs, widened to the output's kept sizes) — needed only for reductions whose reduced sizes
+/// come from a broadcast inside the region.
+///
+/// Errors when counts, dtypes, devices, ranks or shapes do not fit the spec, for fake tensors,
+/// for outputs that overlap themselves (stride 0 along a dim of size > 1), and for `amax`/`amin`
+/// over an empty reduced space.
+pub fn plan(
+    spec: &KernelSpec,
+    inputs: &[&Tensor],
+    outputs: &[&Tensor],
+    iter_shape: Option<&[usize]>,
+) -> Result<LaunchPlan> {
+    if inputs.len() != spec.inputs.len() || outputs.len() != spec.outputs.len() {
+        return Err(Error::argument(
+            OP,
+            "inputs, outputs",
+            format!(
+                "{} inputs and {} outputs",
+                spec.inputs.len(),
+                spec.outputs.len()
+            ),
+            format!("{} inputs and {} outputs", inputs.len(), outputs.len()),
+        ));
+    }
+    let mut ptrs: SmallVec<[*mut u8; 8]> = SmallVec::new();
+    for (k, (t, &d)) in inputs.iter().zip(&spec.inputs).enumerate() {
+        ptrs.push(check_tensor(t, format!("input {k}"), d)?);
+    }
+    for (k, (t, &d)) in outputs.iter().zip(&spec.outputs).enumerate() {
+        ptrs.push(check_tensor(t, format!("output {k}"), d)?);
+    }
+    let rank = spec.rank;
+    // The iteration shape.
+    let shape: SmallVec<[usize; 8]> = match (iter_shape, &spec.kind) {
+        (Some(s), _) => s.iter().copied().collect(),
+        (None, LoopKind::Pointwise | LoopKind::Softmax { .. }) => match outputs.first() {
+            Some(o) => o.shape().iter().copied().collect(),
+            None => {
+                let mut s: SmallVec<[usize; 8]> = SmallVec::new();
+                for t in inputs {
+                    s = broadcast_shapes(OP, &s, t.shape())?.into_iter().collect();
+                }
+                s
+            }
+        },
+        (None, LoopKind::Reduce { dims, keepdim, .. }) => {
+            let mut s: SmallVec<[usize; 8]> = smallvec![1; rank];
+            for t in inputs {
+                s = broadcast_shapes(OP, &s, t.shape())?.into_iter().collect();
+            }
+            if s.len() == rank {
+                let out = outputs[0].shape();
+                let kept: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
+                let out_kept: Vec<usize> = if *keepdim {
+                    kept.iter().filter_map(|&d| out.get(d).copied()).collect()
+                } else {
+                    out.to_vec()
+                };
+                if out_kept.len() == kept.len() {
+                    for (&d, &o) in kept.iter().zip(&out_kept) {
+                        if s[d] == 1 {
+                            s[d] = o;
+                        }
+                    }
+                }
+            }
+            s
+        }
+    };
+    if shape.len() != rank {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "the kernel iterates over rank {rank}, but the tensors give the shape {}",
+                fmt_shape(&shape)
+            ),
+        ));
+    }
+    let nin = inputs.len();
+    let nops = nin + outputs.len();
+    // Strides of every operand over the iteration shape.
+    let mut op_strides: Vec<Strides> = Vec::with_capacity(nops);
+    for t in inputs {
+        op_strides.push(
+            broadcast_strides(OP, t.shape(), t.strides(), &shape)?
+                .into_iter()
+                .collect(),
+        );
+    }
+    let (kept_dims, red_dims): (Vec<usize>, Vec<usize>) = match &spec.kind {
+        LoopKind::Pointwise => ((0..rank).collect(), Vec::new()),
+        LoopKind::Reduce { dims, .. } => (
+            (0..rank).filter(|d| !dims.contains(d)).collect(),
+            dims.clone(),
+        ),
+        LoopKind::Softmax { .. } if rank == 0 => (Vec::new(), Vec::new()),
+        LoopKind::Softmax { .. } => ((0..rank - 1).collect(), vec![rank - 1]),
+    };
+    for (k, t) in outputs.iter().enumerate() {
+        let st: Strides = match &spec.kind {
+            LoopKind::Reduce { keepdim, .. } => {
+                let want: Vec<usize> = if *keepdim {
+                    (0..rank)
+                        .map(|d| if red_dims.contains(&d) { 1 } else { shape[d] })
+                        .collect()
+                } else {
+                    kept_dims.iter().map(|&d| shape[d]).collect()
+                };
+                if t.shape() != want.as_slice() {
+                    return Err(Error::shape(
+                        OP,
+                        format!(
+                            "output {k} has shape {}, expected {} (the reduction of {})",
+                            fmt_shape(t.shape()),
+                            fmt_shape(&want),
+                            fmt_shape(&shape)
+                        ),
+                    ));
+                }
+                let mut st: Strides = smallvec![0; rank];
+                for (j, &d) in kept_dims.iter().enumerate() {
+                    st[d] = if *keepdim {
+                        t.strides()[d]
+                    } else {
+                        t.strides()[j]
+                    };
+                }
+                st
+            }
+            _ => {
+                if t.shape() != shape.as_slice() {
+                    return Err(Error::shape(
+                        OP,
+                        format!(
+                            "output {k} has shape {}, expected the iteration shape {}",
+                            fmt_shape(t.shape()),
+                            fmt_shape(&shape)
+                        ),
+                    ));
+                }
+                t.strides().iter().copied().collect()
+            }
+        };
+        if let Some(d) = (0..rank).find(|&d| st[d] == 0 && shape[d] > 1 && !red_dims.contains(&d)) {
+            return Err(Error::argument(
+                OP,
+                format!("output {k}"),
+                "an output whose elements do not overlap",
+                format!("stride 0 along dim {d} of size {}", shape[d]),
+            ));
+        }
+        op_strides.push(st);
+    }
+    let group = |dims: &[usize]| -> DimList {
+        dims.iter()
+            .map(|&d| (shape[d], op_strides.iter().map(|s| s[d]).collect()))
+            .collect()
+    };
+    let pad = |mut g: DimList| -> DimList {
+        if g.is_empty() {
+            g.push((1, smallvec![0; nops]));
+        }
+        g
+    };
+    let (kept, reduced) = match &spec.kind {
+        LoopKind::Pointwise => (pad(coalesce(group(&kept_dims))), Vec::new()),
+        LoopKind::Reduce { .. } => (
+            pad(coalesce(group(&kept_dims))),
+            pad(coalesce(group(&red_dims))),
+        ),
+        LoopKind::Softmax { .. } => (pad(coalesce(group(&kept_dims))), pad(group(&red_dims))),
+    };
+    let range: usize = kept.iter().map(|d| d.0).product();
+    let per_unit: usize = reduced.iter().map(|d| d.0).product();
+    if let LoopKind::Reduce {
+        op: op @ (ReduceOp::Amax | ReduceOp::Amin),
+        ..
+    } = &spec.kind
+        && per_unit == 0
+        && range > 0
+    {
+        return Err(Error::shape(
+            if *op == ReduceOp::Amax {
+                "amax"
+            } else {
+                "amin"
+            },
+            format!(
+                "cannot reduce over an empty dim (input shape {}); the operation has no identity",
+                fmt_shape(&shape)
+            ),
+        ));
+    }
+    // Column mode: a strided reduced inner dim (for every input) next to a unit-stride kept
+    // inner dim (for some input) — `sum(dim=0)` of a row-major matrix — in a vector kernel.
+    let kept_inner = matches!(spec.kind, LoopKind::Reduce { .. }) && {
+        let (ksize, kst) = kept.last().expect("padded");
+        let (rsize, rst) = reduced.last().expect("padded");
+        *ksize >= 2
+            && *rsize >= 2
+            && (0..nin).all(|op| rst[op] != 1)
+            && (0..nin).any(|op| kst[op] == 1)
+            && super::emit::kernel_lanes(spec) > 1
+    };
+    let all: DimList = if kept_inner {
+        let (inner, outer) = kept.split_last().expect("padded");
+        outer
+            .iter()
+            .chain(&reduced)
+            .chain(std::iter::once(inner))
+            .cloned()
+            .collect()
+    } else {
+        kept.iter().chain(&reduced).cloned().collect()
+    };
+    let dims = all.len();
+    let (inner_size, inner_strides) = all.last().cloned().expect("at least one loop dim");
+    let mut classes: Vec<StrideClass> = inner_strides.iter().map(|&s| StrideClass::of(s)).collect();
+    if inner_size <= 1 {
+        classes.iter_mut().for_each(|c| *c = StrideClass::Unit);
+    }
+    if matches!(spec.kind, LoopKind::Reduce { .. }) && !kept_inner {
+        classes[nin..]
+            .iter_mut()
+            .for_each(|c| *c = StrideClass::Zero);
+    }
+    let mut strides = Vec::with_capacity(nops * dims);
+    for op in 0..nops {
+        strides.extend(all.iter().map(|d| d.1[op] as i64));
+    }
+    let range = if matches!(spec.kind, LoopKind::Pointwise) {
+        all.iter().map(|d| d.0).product()
+    } else {
+        range
+    };
+    Ok(LaunchPlan {
+        layout: LoopLayout {
+            dims,
+            reduced: reduced.len(),
+            kept_inner,
+            classes,
+        },
+        shape: all.iter().map(|d| d.0 as i64).collect(),
+        strides,
+        ptrs,
+        range,
+        per_unit: if matches!(spec.kind, LoopKind::Pointwise) {
+            1
+        } else {
+            per_unit
+        },
+    })
+}
+
+/// Kernel arguments shared by the threads of one launch.
+struct Shared(KernelArgs);
+// SAFETY: the pointers in the arguments stay valid for the whole launch (the tensors are
+// borrowed by it); each call writes only its own part of the outputs.
+unsafe impl Sync for Shared {}
+// SAFETY: see `Sync`.
+unsafe impl Send for Shared {}
+
+fn call(entry: KernelFn, args: &KernelArgs, start: usize, end: usize) {
+    let mut a = *args;
+    a.start = start as i64;
+    a.end = end as i64;
+    // SAFETY: `args` was built by `plan` for this kernel's spec and layout (checked by the
+    // callers), so every pointer is valid over the iteration and `[start, end)` lies inside it.
+    unsafe { entry(&a) };
+}
+
+/// Runs `entry` over `[0, range)`, split across the pool when there is enough work. `align`
+/// rounds chunk boundaries (vector-friendly splits for pointwise kernels).
+fn run_range(entry: KernelFn, args: &KernelArgs, range: usize, per_unit: usize, align: usize) {
+    let threads = parallel::num_threads();
+    let work = range.saturating_mul(per_unit.max(1));
+    if threads <= 1 || work < 2 * MIN_CHUNK || range < 2 {
+        call(entry, args, 0, range);
+        return;
+    }
+    let chunks = (work / MIN_CHUNK).min(threads * 4).min(range).max(1);
+    let per = range.div_ceil(chunks).next_multiple_of(align.max(1));
+    let chunks = range.div_ceil(per);
+    if chunks <= 1 {
+        call(entry, args, 0, range);
+        return;
+    }
+    let shared = Shared(*args);
+    let shared = &shared;
+    parallel::pool().install(move || {
+        (0..chunks).into_par_iter().for_each(move |c| {
+            let s = (c * per).min(range);
+            let e = ((c + 1) * per).min(range);
+            if s < e {
+                call(entry, &shared.0, s, e);
+            }
+        })
+    });
+}
+
+impl CompiledKernel {
+    /// Runs the kernel: `inputs` and `outputs` must match the spec's dtypes (and count), the
+    /// outputs the iteration shape (pointwise, softmax) or its reduction, and the tensors must
+    /// plan to this kernel's [`LoopLayout`] — any mismatch is an error, never undefined
+    /// behaviour. Inputs broadcast to the iteration shape. Work of 128K elements or more is
+    /// split across the shared pool (`TP_NUM_THREADS`). Outputs are written in place (their
+    /// version counters are not bumped: they are meant to be fresh buffers).
+    ///
+    /// ```
+    /// use tensorplay_compiler::codegen::{cache, kernel::lower};
+    /// use tensorplay_compiler::passes::region::{Region, RegionKind};
+    /// use tensorplay_ir::graph::GraphBuilder;
+    /// use tensorplay_ir::{DType, Device, OpClass, TensorMeta};
+    /// use tensorplay_runtime::Tensor;
+    ///
+    /// let m = TensorMeta::new(&[2, 3], DType::F32, Device::Cpu);
+    /// let mut b = GraphBuilder::new();
+    /// let x = b.input("x", m.clone());
+    /// let bias = b.input("bias", TensorMeta::new(&[3], DType::F32, Device::Cpu));
+    /// let y = b.op("tp::add", OpClass::Elementwise, vec![x.into(), bias.into()], vec![m])?;
+    /// b.output(&y)?;
+    /// let g = b.finish()?;
+    /// let region = Region { id: 0, kind: RegionKind::Pointwise, nodes: vec![y[0].node],
+    ///                       inputs: vec![x, bias], outputs: vec![y[0]] };
+    /// let spec = lower(&g, &region)?.spec;
+    /// let xt = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+    /// let bt = Tensor::from_vec(vec![10.0f32, 20.0, 30.0], &[3])?;
+    /// let out = Tensor::zeros(&[2, 3], DType::F32);
+    /// let k = cache::kernel_for(&spec, &[&xt, &bt], &[&out])?;
+    /// k.launch(&[&xt, &bt], &[&out])?;
+    /// assert_eq!(out.to_vec::<f32>()?, vec![11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
+    /// # Ok::<(), tensorplay_ir::Error>(())
+    /// ```
+    pub fn launch(&self, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<()> {
+        let p = plan(self.spec(), inputs, outputs, None)?;
+        self.launch_plan(&p)
+    }
+
+    /// [`CompiledKernel::launch`] with an explicit iteration shape (see [`plan`]).
+    pub fn launch_with_shape(
+        &self,
+        iter_shape: &[usize],
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+    ) -> Result<()> {
+        let p = plan(self.spec(), inputs, outputs, Some(iter_shape))?;
+        self.launch_plan(&p)
+    }
+
+    /// Runs a plan made by [`plan`] for this kernel's spec (its layout must be this kernel's).
+    pub fn launch_plan(&self, p: &LaunchPlan) -> Result<()> {
+        if p.is_empty() {
+            return Ok(());
+        }
+        if &p.layout != self.layout() {
+            return Err(Error::argument(
+                OP,
+                "inputs, outputs",
+                format!("tensors with the loop layout {}", self.layout()),
+                format!("the layout {}", p.layout),
+            ));
+        }
+        let dims = p.layout.dims;
+        if p.shape.len() != dims || p.strides.len() != dims * p.ptrs.len() {
+            return Err(Error::Compile(format!(
+                "{OP}: a launch plan for {} dims is inconsistent",
+                dims
+            )));
+        }
+        // SAFETY (for the entry calls below): `p` was built by `plan` for this spec and its
+        // layout is this kernel's.
+        let entry = unsafe { self.entry() };
+        let args = KernelArgs {
+            ptrs: p.ptrs.as_ptr(),
+            shape: p.shape.as_ptr(),
+            strides: p.strides.as_ptr(),
+            start: 0,
+            end: p.range as i64,
+            partials: std::ptr::null_mut(),
+        };
+        match &self.spec().kind {
+            LoopKind::Pointwise => run_range(entry, &args, p.range, 1, 64),
+            LoopKind::Softmax { .. } => run_range(entry, &args, p.range, p.per_unit, 1),
+            // Column mode: whole panels per thread, so each reduced point streams at least a
+            // panel's worth of contiguous memory (narrow column chunks would touch a new page per
+            // reduced point and thrash the TLB).
+            LoopKind::Reduce { .. } if p.layout.kept_inner => run_range(
+                entry,
+                &args,
+                p.range,
+                p.per_unit,
+                super::loops::PANEL as usize,
+            ),
+            LoopKind::Reduce { op, value, .. } => {
+                let threads = parallel::num_threads();
+                if p.range == 1 && threads > 1 && p.per_unit >= 4 * MIN_CHUNK {
+                    self.split_reduction(p, *op, *value, threads)?;
+                } else {
+                    run_range(entry, &args, p.range, p.per_unit, 1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One long reduction (a single output element) split across the pool: the outermost
+    /// reduced loop dim `R0` becomes `C` chunks of `q` (the kept loop dim, of size 1, takes the
+    /// chunk index) plus a remainder call; raw accumulators come back through `partials` and
+    /// are merged here in a fixed order (deterministic for a given thread count).
+    fn split_reduction(
+        &self,
+        p: &LaunchPlan,
+        op: ReduceOp,
+        value: usize,
+        threads: usize,
+    ) -> Result<()> {
+        let dims = p.layout.dims;
+        let nops = p.ptrs.len();
+        let nin = self.spec().inputs.len();
+        // Loop dim 0 is the (size-1) kept dim, dim 1 the outermost reduced dim.
+        let r0 = p.shape[1] as usize;
+        let chunks = (p.per_unit / MIN_CHUNK).min(threads * 4).min(r0);
+        let entry = unsafe { self.entry() };
+        if chunks < 2 {
+            let args = KernelArgs {
+                ptrs: p.ptrs.as_ptr(),
+                shape: p.shape.as_ptr(),
+                strides: p.strides.as_ptr(),
+                start: 0,
+                end: 1,
+                partials: std::ptr::null_mut(),
+            };
+            call(entry, &args, 0, 1);
+            return Ok(());
+        }
+        let q = r0 / chunks;
+        let rem = r0 - q * chunks;
+        let mut partials = vec![0u64; chunks + 1];
+        // Main call: kept dim = chunk index (stride q * s0 per input), reduced dim 0 = q.
+        let mut shape = p.shape.clone();
+        shape[0] = chunks as i64;
+        shape[1] = q as i64;
+        let mut strides = p.strides.clone();
+        for op in 0..nops {
+            strides[op * dims] = if op < nin {
+                q as i64 * p.strides[op * dims + 1]
+            } else {
+                0
+            };
+        }
+        let main = KernelArgs {
+            ptrs: p.ptrs.as_ptr(),
+            shape: shape.as_ptr(),
+            strides: strides.as_ptr(),
+            start: 0,
+            end: chunks as i64,
+            partials: partials.as_mut_ptr() as *mut u8,
+        };
+        run_range(entry, &main, chunks, q * (p.per_unit / r0), 1);
+        let mut used = chunks;
+        if rem > 0 {
+            let mut ptrs = p.ptrs.clone();
+            for (op, ptr) in ptrs.iter_mut().enumerate().take(nin) {
+                let off = (chunks * q) as isize * p.strides[op * dims + 1] as isize;
+                let size = self.spec().inputs[op].size() as isize;
+                *ptr = ptr.wrapping_offset(off * size);
+            }
+            let mut rshape = p.shape.clone();
+            rshape[0] = 1;
+            rshape[1] = rem as i64;
+            let tail = KernelArgs {
+                ptrs: ptrs.as_ptr(),
+                shape: rshape.as_ptr(),
+                strides: p.strides.as_ptr(),
+                start: 0,
+                end: 1,
+                partials: partials[chunks..].as_mut_ptr() as *mut u8,
+            };
+            call(entry, &tail, 0, 1);
+            used += 1;
+        }
+        let d = self
+            .spec()
+            .value_dtype(value)
+            .ok_or_else(|| Error::Compile(format!("{OP}: reduced value has no dtype")))?;
+        let out_dtype = self.spec().outputs[0];
+        let out = p.ptrs[nin];
+        let parts = &partials[..used];
+        // SAFETY: `out` points at the single output element, of `out_dtype`.
+        unsafe { write_merged(op, d, out_dtype, parts, p.per_unit, out) };
+        Ok(())
+    }
+}
+
+/// Merges raw partial accumulators (see [`KernelArgs::partials`]) of a reduction of `d` values
+/// and writes the finalized result, of `out_dtype`, to `out`.
+///
+/// # Safety
+/// `out` must be valid for writing one element of `out_dtype`.
+unsafe fn write_merged(
+    op: ReduceOp,
+    d: DType,
+    out_dtype: DType,
+    parts: &[u64],
+    count: usize,
+    out: *mut u8,
+) {
+    if d.is_float() {
+        let vals = parts.iter().map(|&b| f64::from_bits(b));
+        let v = match op {
+            ReduceOp::Sum => vals.sum::<f64>(),
+            ReduceOp::Mean => vals.sum::<f64>() * (1.0 / count as f64),
+            ReduceOp::Prod => vals.product::<f64>(),
+            ReduceOp::Amax | ReduceOp::Amin => {
+                let mut best: Option<f64> = None;
+                for x in vals {
+                    best = Some(match best {
+                        None => x,
+                        Some(b) if b.is_nan() || x.is_nan() => f64::NAN,
+                        Some(b) if (op == ReduceOp::Amax) == (x > b) => x,
+                        Some(b) => b,
+                    });
+                }
+                best.unwrap_or(f64::NAN)
+            }
+        };
+        // SAFETY: the caller guarantees `out` holds one `out_dtype` element.
+        unsafe {
+            match out_dtype {
+                DType::F64 => (out as *mut f64).write_unaligned(v),
+                DType::F32 => (out as *mut f32).write_unaligned(v as f32),
+                DType::F16 => (out as *mut u16).write_unaligned(f32_to_f16_bits(v as f32)),
+                DType::BF16 => (out as *mut u16).write_unaligned(f32_to_bf16_bits(v as f32)),
+                _ => {}
+            }
+        }
+    } else {
+        let vals = parts.iter().map(|&b| b as i64);
+        let v = match op {
+            ReduceOp::Sum | ReduceOp::Mean => vals.fold(0i64, i64::wrapping_add),
+            ReduceOp::Prod => vals.fold(1i64, i64::wrapping_mul),
+            ReduceOp::Amax => vals.max().unwrap_or(i64::MIN),
+            ReduceOp::Amin => vals.min().unwrap_or(i64::MAX),
+        };
+        // SAFETY: as above.
+        unsafe {
+            match out_dtype {
+                DType::I64 => (out as *mut i64).write_unaligned(v),
+                DType::I32 => (out as *mut i32).write_unaligned(v as i32),
+                DType::Bool => out.write(u8::from(v != 0)),
+                _ => {}
+            }
+        }
+    }
+}
