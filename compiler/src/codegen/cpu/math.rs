@@ -76,14 +76,24 @@
 //! ≥ 1.2M inputs per function (every 7159th bit pattern plus dense sweeps
 //! and edge runs) in both code paths on every test run. The reference for
 //! gelu_tanh is `x sigmoid(2u)` in f64 — the literal `0.5 x (1 + tanh(u))`
-//! cancels to 0 in f64 too for x < -5.5. Cost: x86-64 instructions of the
-//! f32x4 form with FMA, including ~20-25% constant-pool loads (a standalone
-//! function; in a loop Cranelift may keep some constants in registers).
+//! cancels to 0 in f64 too for x < -5.5. Cost: x86-64 instructions of a
+//! standalone function computing the f32x4 form with FMA, including ~6 of
+//! frame setup and ~20-25% constant-pool loads (in a loop Cranelift may keep
+//! some constants in registers); the mul+add path is up to 1.8x longer
+//! (Dekker two-products in silu / gelu_tanh).
 //!
 //! | function  | all f32, FMA | all f32, mul+add | f32x4 insts (FMA) |
 //! |-----------|--------------|------------------|-------------------|
-//! TABLE
-//! | pow       | 0.504 (1.2M pairs)  | 0.504 (1.2M pairs)  | 240        |
+//! | exp       | 1.031        | 1.006            | 45                |
+//! | log       | 0.919        | 0.899            | 59                |
+//! | tanh      | 1.966        | 2.011            | 54                |
+//! | sigmoid   | 1.497        | 1.480            | 57                |
+//! | silu      | 1.777        | 1.725            | 72                |
+//! | gelu_tanh | 2.061        | 2.004            | 108               |
+//! | erf       | 1.739        | 2.318            | 80                |
+//! | gelu_erf  | 1.609        | 1.962            | 214               |
+//! | pow       | 0.504 (1.2M pairs) | 0.504 (1.2M pairs) | 247          |
+//! | sin, cos  | 0.5 (shim per lane) | 0.5            | 4 calls           |
 //!
 //! # Example
 //!
