@@ -77,7 +77,7 @@ fn raw_data_kernel_fails_autograd_registration() -> Result<()> {
         })?;
     op.register_fake(|x: Tensor| -> Result<Tensor> { x.clone_tensor() })?;
     let (x, _) = vecs(2)?;
-    let failures = opcheck(&op, &[x.clone()], &[], no_raise())?;
+    let failures = opcheck(&op, std::slice::from_ref(&x), &[], no_raise())?;
     assert!(
         failures["test_autograd_registration"].contains("no autograd history"),
         "{failures:?}"
@@ -152,12 +152,12 @@ fn bad_options_are_errors() -> Result<()> {
         test_utils: vec!["test_nothing".into()],
         ..no_raise()
     };
-    assert!(opcheck(&op, &[x.clone()], &[], unknown).is_err());
+    assert!(opcheck(&op, std::slice::from_ref(&x), &[], unknown).is_err());
     let half = OpcheckOptions {
         atol: Some(1e-3),
         ..no_raise()
     };
-    assert!(opcheck(&op, &[x.clone()], &[], half).is_err());
+    assert!(opcheck(&op, std::slice::from_ref(&x), &[], half).is_err());
     let only_schema = OpcheckOptions {
         test_utils: vec!["test_schema".into()],
         ..no_raise()
@@ -173,7 +173,7 @@ fn keyword_arguments_and_defaults_are_bound() -> Result<()> {
         .build(|x: Tensor, s: f64| -> Result<Tensor> { x.mul_scalar(s) })?;
     op.register_fake(|x: Tensor, _s: f64| -> Result<Tensor> { x.clone_tensor() })?;
     let (x, _) = vecs(3)?;
-    let f = opcheck(&op, &[x.clone()], &[], no_raise())?;
+    let f = opcheck(&op, std::slice::from_ref(&x), &[], no_raise())?;
     assert!(f.is_empty(), "{f:?}");
     let f = opcheck(&op, &[x], &[("scale", 0.5.into())], no_raise())?;
     assert!(f.is_empty(), "{f:?}");
