@@ -126,7 +126,7 @@ pub fn launch(
     Ok(k)
 }
 
-/// [`launch`] with an explicit iteration shape (see [`plan`](super::cpu::plan)).
+/// [`launch`] with an explicit iteration shape (see [`super::cpu::plan`]).
 pub fn launch_with_shape(
     spec: &KernelSpec,
     iter_shape: &[usize],
