@@ -1,3 +1,3 @@
-pub mod cpu;
 pub mod cache;
+pub mod cpu;
 pub mod kernel;
