@@ -155,7 +155,7 @@ fn values(n: usize, dtype: DType, operand: usize, seed: u64) -> Tensor {
     match dtype {
         DType::Bool => {
             let v: Vec<bool> = (0..n)
-                .map(|i| (i + operand) % 3 == 0 || rng.below(2) == 0)
+                .map(|i| (i + operand).is_multiple_of(3) || rng.below(2) == 0)
                 .collect();
             Tensor::from_vec(v, &[n]).unwrap()
         }
@@ -206,15 +206,18 @@ enum Layout {
     Sliced,
     /// Operand 0 is `[3, n]`; operand 1 is `[n]` and operand 2 `[3, 1]`, broadcast by the op.
     Broadcast,
+    /// The first operand broadcasts: `[1, n]` against `[3, n]` (and `[3, 1]` third).
+    BroadcastFirst,
     /// Expanded views: `[1, n]`, `[3, 1]` (zero inner stride) and `[]` expanded to `[3, n]`.
     Expanded,
 }
 
-const LAYOUTS: [Layout; 5] = [
+const LAYOUTS: [Layout; 6] = [
     Layout::Contiguous,
     Layout::Transposed,
     Layout::Sliced,
     Layout::Broadcast,
+    Layout::BroadcastFirst,
     Layout::Expanded,
 ];
 
@@ -231,6 +234,11 @@ fn operand(layout: Layout, k: usize, n: usize, dtype: DType, seed: u64) -> Resul
         Layout::Broadcast => match k {
             0 => values(3 * n, dtype, k, seed).reshape(&[3, n])?,
             1 => values(n, dtype, k, seed),
+            _ => values(3, dtype, k, seed).reshape(&[3, 1])?,
+        },
+        Layout::BroadcastFirst => match k {
+            0 => values(n, dtype, k, seed).reshape(&[1, n])?,
+            1 => values(3 * n, dtype, k, seed).reshape(&[3, n])?,
             _ => values(3, dtype, k, seed).reshape(&[3, 1])?,
         },
         Layout::Expanded => match k {
@@ -662,7 +670,7 @@ fn run_op(case: &OpCase, combos: &[Vec<DType>]) -> Vec<String> {
     let mut problems = Vec::new();
     for dtypes in combos {
         for layout in LAYOUTS {
-            if case.arity == 1 && layout == Layout::Broadcast {
+            if case.arity == 1 && matches!(layout, Layout::Broadcast | Layout::BroadcastFirst) {
                 continue; // the same as Contiguous for one operand of [3, n]; Expanded covers it
             }
             let f = compiled(&case.body);
@@ -1687,6 +1695,23 @@ fn mutating_custom_op_in_the_middle() -> Result<()> {
             &|_, _| APPROX,
         ));
     }
+    // A builtin in-place op between two chains: reads before it see the old value.
+    let inplace: Body = Arc::new(|xs: &[Tensor]| {
+        let a = xs[0].mul(&xs[1])?.add_scalar(0.25)?;
+        let before = a.abs()?;
+        a.mul_scalar_(-3.0)?;
+        let after = a.add(&xs[0])?.relu()?;
+        Ok(vec![before, after, a])
+    });
+    for n in [1usize, 13, 2000] {
+        let inputs = vec![f32_input(&[n], 5), f32_input(&[n], 6)];
+        problems.extend(run_graph(
+            "builtin in-place op",
+            inplace.clone(),
+            &[inputs],
+            &|_, _| Tol::Exact,
+        ));
+    }
     // Mutating a graph input: the caller's tensor changes exactly as under eager.
     let op = scale.clone();
     let on_input: Body = Arc::new(move |xs: &[Tensor]| {
@@ -1705,7 +1730,7 @@ fn mutating_custom_op_in_the_middle() -> Result<()> {
                 problems.push(format!("mutated input n={n}: output {k}: {m}"));
             }
         }
-        if let Some(m) = compare(&xc, &xe, &Tol::Exact, &[x.clone()]) {
+        if let Some(m) = compare(&xc, &xe, &Tol::Exact, std::slice::from_ref(&x)) {
             problems.push(format!(
                 "mutated input n={n}: the input after the call: {m}"
             ));

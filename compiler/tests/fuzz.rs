@@ -1,0 +1,1931 @@
+//! Differential fuzzer: random elementwise programs, run eagerly and through `compile`, compared
+//! under the numerics contract of DESIGN.md §5b.
+//!
+//! A program is a DAG of up to 30 elementwise ops (every op the compiler lowers, Rust scalar
+//! operands, casts, `where`, `clamp`) over 1–4 inputs whose shapes broadcast (ranks 0–4, size-1
+//! and occasionally size-0 dims, sometimes an incompatible shape), of mixed dtypes, given as
+//! transposed, sliced or expanded views of fresh tensors, optionally ending in a reduction or a
+//! softmax. Input data mixes moderate values with NaN, ±inf, ±0, denormals, halves and integer
+//! extremes.
+//!
+//! The oracle is eager execution plus a running error analysis: for every value the fuzzer
+//! computes, per element, how far the compiled value may legitimately be from eager's. Exact ops
+//! (`+ - * /`, sqrt, comparisons, min/max, abs/neg, casts, selects, rounding) on exactly-known
+//! operands must be bit-identical; transcendentals add 8 ulps; f16/bf16 values are kept in f32
+//! inside a fused region (eager rounds after every op), so they carry half an ulp of the low
+//! dtype; reductions add reassociation error growing with the reduced length. Errors propagate
+//! through the ops by their Lipschitz bounds or interval images; where a discontinuous op
+//! (comparison, rounding, a cast to an integer, a truth test) meets an operand whose interval
+//! straddles its discontinuity, the element is marked unverifiable and skipped. If eager fails,
+//! the compiled call must fail too (never panic); if eager succeeds, so must the compiled call;
+//! and `CompiledGraph::interpret` must be bit-identical to eager.
+//!
+//! `TP_FUZZ_CASES` sets the number of programs (default 2000), `TP_FUZZ_SEED` the seed (a u64;
+//! the default is fixed so CI is reproducible). A failure prints the shrunk program in readable
+//! form with the seed that found it.
+
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use tensorplay_compiler::compile;
+use tensorplay_runtime::{DType, Result, Scalar, Tensor};
+
+const INF: f64 = f64::INFINITY;
+const DEFAULT_SEED: u64 = 0x7E45_0F1A_C0DE_2026;
+
+// ---- programs ----------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Un {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Reciprocal,
+    Sin,
+    Cos,
+    Tanh,
+    Sigmoid,
+    Relu,
+    GeluNone,
+    GeluTanh,
+    Silu,
+    Erf,
+    Floor,
+    Ceil,
+    Round,
+    Sign,
+    Square,
+    LogicalNot,
+    Clone,
+}
+
+const UNARY: [Un; 23] = [
+    Un::Neg,
+    Un::Abs,
+    Un::Exp,
+    Un::Log,
+    Un::Sqrt,
+    Un::Rsqrt,
+    Un::Reciprocal,
+    Un::Sin,
+    Un::Cos,
+    Un::Tanh,
+    Un::Sigmoid,
+    Un::Relu,
+    Un::GeluNone,
+    Un::GeluTanh,
+    Un::Silu,
+    Un::Erf,
+    Un::Floor,
+    Un::Ceil,
+    Un::Round,
+    Un::Sign,
+    Un::Square,
+    Un::LogicalNot,
+    Un::Clone,
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Maximum,
+    Minimum,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+    Xor,
+}
+
+const BINARY: [Bin; 16] = [
+    Bin::Add,
+    Bin::Sub,
+    Bin::Mul,
+    Bin::Div,
+    Bin::Pow,
+    Bin::Maximum,
+    Bin::Minimum,
+    Bin::Eq,
+    Bin::Ne,
+    Bin::Lt,
+    Bin::Le,
+    Bin::Gt,
+    Bin::Ge,
+    Bin::And,
+    Bin::Or,
+    Bin::Xor,
+];
+
+impl Bin {
+    fn is_compare(self) -> bool {
+        matches!(
+            self,
+            Bin::Eq | Bin::Ne | Bin::Lt | Bin::Le | Bin::Gt | Bin::Ge
+        )
+    }
+    fn is_logical(self) -> bool {
+        matches!(self, Bin::And | Bin::Or | Bin::Xor)
+    }
+}
+
+/// A Rust scalar operand (captured as a constant).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Lit {
+    F(f64),
+    I(i64),
+    B(bool),
+}
+
+impl Lit {
+    fn scalar(self) -> Scalar {
+        match self {
+            Lit::F(v) => Scalar::Float(v),
+            Lit::I(v) => Scalar::Int(v),
+            Lit::B(v) => Scalar::Bool(v),
+        }
+    }
+    fn value(self) -> f64 {
+        match self {
+            Lit::F(v) => v,
+            Lit::I(v) => v as f64,
+            Lit::B(v) => v as u8 as f64,
+        }
+    }
+}
+
+impl fmt::Display for Lit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lit::F(v) => write!(f, "{v:?}"),
+            Lit::I(v) => write!(f, "{v}"),
+            Lit::B(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+/// One op of a program; operands are value numbers (inputs first, then one value per op).
+#[derive(Debug, Clone)]
+enum Op {
+    Unary(Un, usize),
+    Binary(Bin, usize, usize),
+    /// `a op s` (or `s op a` when `rev`), `s` a Rust scalar.
+    Scalar(Bin, usize, Lit, bool),
+    /// `where(c, a, b)`; a non-bool `c` is first turned into `c > 0`.
+    Where(usize, usize, usize),
+    Clamp(usize, Option<Lit>, Option<Lit>),
+    Cast(usize, DType),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Red {
+    Sum,
+    Mean,
+    Amax,
+    Amin,
+    Prod,
+}
+
+/// What happens to the last value.
+#[derive(Debug, Clone)]
+enum Tail {
+    None,
+    /// A reduction over `dims` (raw numbers mapped into the value's rank; empty: every dim),
+    /// `bad` asking for an out-of-range dim (eager's error path).
+    Reduce {
+        red: Red,
+        dims: Vec<u8>,
+        keepdim: bool,
+        bad: bool,
+    },
+    Softmax {
+        log: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum View {
+    Contiguous,
+    /// The last two dims swapped in memory.
+    Transposed,
+    /// Every second element of a longer last dim (offset 1).
+    Sliced,
+    /// Some dims expanded from size 1 (zero strides).
+    Expanded,
+}
+
+#[derive(Debug, Clone)]
+struct InputSpec {
+    dtype: DType,
+    shape: Vec<usize>,
+    view: View,
+    seed: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Program {
+    /// Run as generated, errors included; otherwise every op eager rejects is first replaced
+    /// by a cast of its first operand to f32 (and a rejected tail dropped), so most programs
+    /// exercise the compiler rather than the error path.
+    strict: bool,
+    inputs: Vec<InputSpec>,
+    ops: Vec<Op>,
+    tail: Tail,
+    /// Extra values returned besides the last one.
+    extra_outputs: Vec<usize>,
+}
+
+fn dtype_name(d: DType) -> &'static str {
+    d.name()
+}
+
+fn un_name(u: Un) -> String {
+    format!("{u:?}").to_lowercase()
+}
+
+fn bin_name(b: Bin) -> String {
+    format!("{b:?}").to_lowercase()
+}
+
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.inputs.len();
+        let name = |v: usize| {
+            if v < n {
+                format!("x{v}")
+            } else {
+                format!("v{}", v - n)
+            }
+        };
+        writeln!(
+            f,
+            "program{} {{",
+            if self.strict { " (strict)" } else { "" }
+        )?;
+        for (i, s) in self.inputs.iter().enumerate() {
+            writeln!(
+                f,
+                "  x{i}: {}{:?} ({:?} view, data seed {:#x})",
+                dtype_name(s.dtype),
+                s.shape,
+                s.view,
+                s.seed
+            )?;
+        }
+        for (k, op) in self.ops.iter().enumerate() {
+            let rhs = match op {
+                Op::Unary(u, a) => format!("{}({})", un_name(*u), name(*a)),
+                Op::Binary(b, a, c) => format!("{}({}, {})", bin_name(*b), name(*a), name(*c)),
+                Op::Scalar(b, a, s, false) => format!("{}({}, scalar {s})", bin_name(*b), name(*a)),
+                Op::Scalar(b, a, s, true) => format!("{}(scalar {s}, {})", bin_name(*b), name(*a)),
+                Op::Where(c, a, b) => format!(
+                    "where({} (> 0 unless bool), {}, {})",
+                    name(*c),
+                    name(*a),
+                    name(*b)
+                ),
+                Op::Clamp(a, lo, hi) => format!(
+                    "clamp({}, min={}, max={})",
+                    name(*a),
+                    lo.map_or("None".into(), |l| l.to_string()),
+                    hi.map_or("None".into(), |l| l.to_string())
+                ),
+                Op::Cast(a, d) => format!("to_dtype({}, {})", name(*a), dtype_name(*d)),
+            };
+            writeln!(f, "  v{k} = {rhs}")?;
+        }
+        let last = name(n + self.ops.len() - 1);
+        match &self.tail {
+            Tail::None => {}
+            Tail::Reduce {
+                red,
+                dims,
+                keepdim,
+                bad,
+            } => writeln!(
+                f,
+                "  tail = {}({last}, raw dims {dims:?}{}, keepdim={keepdim})",
+                format!("{red:?}").to_lowercase(),
+                if *bad { " + an out-of-range dim" } else { "" }
+            )?,
+            Tail::Softmax { log } => writeln!(
+                f,
+                "  tail = {}({last}, dim=-1)",
+                if *log { "log_softmax" } else { "softmax" }
+            )?,
+        }
+        let mut outs = vec![if matches!(self.tail, Tail::None) {
+            last
+        } else {
+            "tail".into()
+        }];
+        outs.extend(self.extra_outputs.iter().map(|&v| name(v)));
+        writeln!(f, "  return ({})", outs.join(", "))?;
+        write!(f, "}}")
+    }
+}
+
+// ---- input data --------------------------------------------------------------------------------
+
+/// SplitMix64: the input data of a program is a pure function of its seeds.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn float_special(dtype: DType, k: u64) -> f64 {
+    let common = [f64::NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 0.5];
+    let typed: [f64; 4] = match dtype {
+        DType::F16 => [6e-8, -3e-5, 60000.0, -65504.0],
+        DType::BF16 => [1e-39, -1e-39, 1e38, -3e38],
+        DType::F64 => [1e-310, -5e-324, 1e300, -1e300],
+        _ => [1e-40, -1.4e-45, 1e30, -3e38],
+    };
+    let k = k as usize % (common.len() + typed.len());
+    if k < common.len() {
+        common[k]
+    } else {
+        typed[k - common.len()]
+    }
+}
+
+fn data(n: usize, dtype: DType, seed: u64) -> Result<Tensor> {
+    let mut rng = Rng(seed);
+    match dtype {
+        DType::Bool => {
+            Tensor::from_vec((0..n).map(|_| rng.below(2) == 1).collect::<Vec<_>>(), &[n])
+        }
+        DType::I32 | DType::I64 => {
+            let (min, max) = if dtype == DType::I32 {
+                (i32::MIN as i64, i32::MAX as i64)
+            } else {
+                (i64::MIN, i64::MAX)
+            };
+            let v: Vec<i64> = (0..n)
+                .map(|_| match rng.below(25) {
+                    0 => min,
+                    1 => max,
+                    2 | 3 => 0,
+                    _ => rng.below(17) as i64 - 8,
+                })
+                .collect();
+            if dtype == DType::I32 {
+                Tensor::from_vec(v.into_iter().map(|x| x as i32).collect::<Vec<_>>(), &[n])
+            } else {
+                Tensor::from_vec(v, &[n])
+            }
+        }
+        _ => {
+            let v: Vec<f64> = (0..n)
+                .map(|_| match rng.below(25) {
+                    0..=2 => float_special(dtype, rng.next()),
+                    3..=7 => (rng.below(17) as f64 - 8.0) / 2.0,
+                    _ => rng.unit() * 6.0 - 3.0,
+                })
+                .collect();
+            Tensor::from_vec(v, &[n])?.to_dtype(dtype)
+        }
+    }
+}
+
+impl InputSpec {
+    /// The input tensor: a view of a fresh tensor with this spec's shape.
+    fn build(&self) -> Result<Tensor> {
+        let shape = &self.shape;
+        let rank = shape.len();
+        let numel: usize = shape.iter().product();
+        match self.view {
+            View::Transposed if rank >= 2 => {
+                let mut base = shape.clone();
+                base.swap(rank - 1, rank - 2);
+                data(numel, self.dtype, self.seed)?
+                    .reshape(&base)?
+                    .transpose(-1, -2)
+            }
+            View::Sliced if rank >= 1 => {
+                let mut base = shape.clone();
+                let last = base[rank - 1];
+                base[rank - 1] = 2 * last + 1;
+                let n: usize = base.iter().product();
+                data(n, self.dtype, self.seed)?.reshape(&base)?.slice(
+                    -1,
+                    Some(1),
+                    Some(1 + 2 * last as i64),
+                    2,
+                )
+            }
+            View::Expanded if rank >= 1 => {
+                let mut rng = Rng(self.seed ^ 0xE);
+                let mut base: Vec<usize> = shape
+                    .iter()
+                    .map(|&d| if rng.below(2) == 0 { 1 } else { d })
+                    .collect();
+                if base == *shape
+                    && let Some(i) = shape.iter().position(|&d| d > 1)
+                {
+                    base[i] = 1;
+                }
+                let n: usize = base.iter().product();
+                data(n, self.dtype, self.seed)?
+                    .reshape(&base)?
+                    .expand(shape)
+            }
+            _ => data(numel, self.dtype, self.seed)?.reshape(shape),
+        }
+    }
+}
+
+// ---- running programs --------------------------------------------------------------------------
+
+fn unary(u: Un, x: &Tensor) -> Result<Tensor> {
+    match u {
+        Un::Neg => x.neg(),
+        Un::Abs => x.abs(),
+        Un::Exp => x.exp(),
+        Un::Log => x.log(),
+        Un::Sqrt => x.sqrt(),
+        Un::Rsqrt => x.rsqrt(),
+        Un::Reciprocal => x.reciprocal(),
+        Un::Sin => x.sin(),
+        Un::Cos => x.cos(),
+        Un::Tanh => x.tanh(),
+        Un::Sigmoid => x.sigmoid(),
+        Un::Relu => x.relu(),
+        Un::GeluNone => x.gelu("none"),
+        Un::GeluTanh => x.gelu("tanh"),
+        Un::Silu => x.silu(),
+        Un::Erf => x.erf(),
+        Un::Floor => x.floor(),
+        Un::Ceil => x.ceil(),
+        Un::Round => x.round(),
+        Un::Sign => x.sign(),
+        Un::Square => x.square(),
+        Un::LogicalNot => x.logical_not(),
+        Un::Clone => x.clone_tensor(),
+    }
+}
+
+fn binary(b: Bin, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+    match b {
+        Bin::Add => x.add(y),
+        Bin::Sub => x.sub(y),
+        Bin::Mul => x.mul(y),
+        Bin::Div => x.div(y),
+        Bin::Pow => x.pow(y),
+        Bin::Maximum => x.maximum(y),
+        Bin::Minimum => x.minimum(y),
+        Bin::Eq => x.eq(y),
+        Bin::Ne => x.ne(y),
+        Bin::Lt => x.lt(y),
+        Bin::Le => x.le(y),
+        Bin::Gt => x.gt(y),
+        Bin::Ge => x.ge(y),
+        Bin::And => x.logical_and(y),
+        Bin::Or => x.logical_or(y),
+        Bin::Xor => x.logical_xor(y),
+    }
+}
+
+/// The condition `where` uses for value `c`.
+fn condition(c: &Tensor) -> Result<Tensor> {
+    if c.dtype() == DType::Bool {
+        Ok(c.clone())
+    } else {
+        c.gt_scalar(0.0)
+    }
+}
+
+/// Maps raw dim numbers into `rank` (distinct, in `-rank..rank`), plus `rank` itself if `bad`.
+fn resolve_dims(raw: &[u8], rank: usize, bad: bool) -> Vec<i64> {
+    let mut dims: Vec<i64> = Vec::new();
+    if rank > 0 {
+        for &r in raw {
+            let d = (r as i64 % (2 * rank as i64)) - rank as i64;
+            let norm = (d + rank as i64) % rank as i64;
+            if !dims
+                .iter()
+                .any(|&x| (x + rank as i64) % rank as i64 == norm)
+            {
+                dims.push(d);
+            }
+        }
+    }
+    if bad {
+        dims.push(rank as i64);
+    }
+    dims
+}
+
+fn reduce(x: &Tensor, red: Red, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+    let all = dims.is_empty();
+    match red {
+        Red::Sum if all => x.sum_all(),
+        Red::Sum => x.sum(dims, keepdim),
+        Red::Mean if all => x.mean_all(),
+        Red::Mean => x.mean(dims, keepdim),
+        Red::Amax => x.amax(dims, keepdim),
+        Red::Amin => x.amin(dims, keepdim),
+        Red::Prod if all => x.prod_all(),
+        Red::Prod => x.prod(dims, keepdim),
+    }
+}
+
+impl Op {
+    /// The first operand.
+    fn first(&self) -> usize {
+        match *self {
+            Op::Unary(_, a)
+            | Op::Binary(_, a, _)
+            | Op::Scalar(_, a, _, _)
+            | Op::Clamp(a, _, _)
+            | Op::Cast(a, _) => a,
+            Op::Where(_, a, _) => a,
+        }
+    }
+}
+
+impl Program {
+    /// The program with every op eager rejects on `xs` replaced by a cast of its first operand
+    /// to f32, and a rejected tail dropped (strict programs are returned unchanged).
+    fn repaired(&self, xs: &[Tensor]) -> Program {
+        if self.strict {
+            return self.clone();
+        }
+        let mut p = self.clone();
+        p.tail = Tail::None;
+        for k in 0..p.ops.len() {
+            let prefix = Program {
+                ops: p.ops[..=k].to_vec(),
+                extra_outputs: vec![],
+                ..p.clone()
+            };
+            if prefix.trace(xs).is_err() {
+                p.ops[k] = Op::Cast(p.ops[k].first(), DType::F32);
+            }
+        }
+        let with_tail = Program {
+            tail: self.tail.clone(),
+            ..p.clone()
+        };
+        if with_tail.trace(xs).is_ok() {
+            with_tail
+        } else {
+            p
+        }
+    }
+}
+
+/// Every value the program computes (inputs first) and its returned tensors.
+struct Trace {
+    values: Vec<Tensor>,
+    /// The condition tensor of each `where` op (by op index).
+    conditions: Vec<Option<Tensor>>,
+    tail: Option<Tensor>,
+    outputs: Vec<Tensor>,
+}
+
+impl Program {
+    fn trace(&self, xs: &[Tensor]) -> Result<Trace> {
+        let mut values: Vec<Tensor> = xs.to_vec();
+        let mut conditions = Vec::new();
+        for op in &self.ops {
+            let mut cond = None;
+            let v = match op {
+                Op::Unary(u, a) => unary(*u, &values[*a])?,
+                Op::Binary(b, a, c) => binary(*b, &values[*a], &values[*c])?,
+                Op::Scalar(b, a, s, rev) => {
+                    let s = Tensor::wrapped_scalar(s.scalar());
+                    if *rev {
+                        binary(*b, &s, &values[*a])?
+                    } else {
+                        binary(*b, &values[*a], &s)?
+                    }
+                }
+                Op::Where(c, a, b) => {
+                    let c = condition(&values[*c])?;
+                    let r = Tensor::where_cond(&c, &values[*a], &values[*b])?;
+                    cond = Some(c);
+                    r
+                }
+                Op::Clamp(a, lo, hi) => {
+                    values[*a].clamp(lo.map(Lit::scalar), hi.map(Lit::scalar))?
+                }
+                Op::Cast(a, d) => values[*a].to_dtype(*d)?,
+            };
+            conditions.push(cond);
+            values.push(v);
+        }
+        let last = values
+            .last()
+            .cloned()
+            .expect("programs have at least one op");
+        let tail = match &self.tail {
+            Tail::None => None,
+            Tail::Reduce {
+                red,
+                dims,
+                keepdim,
+                bad,
+            } => Some(reduce(
+                &last,
+                *red,
+                &resolve_dims(dims, last.rank(), *bad),
+                *keepdim,
+            )?),
+            Tail::Softmax { log: false } => Some(last.softmax(-1)?),
+            Tail::Softmax { log: true } => Some(last.log_softmax(-1)?),
+        };
+        let mut outputs = vec![tail.clone().unwrap_or(last)];
+        outputs.extend(self.extra_outputs.iter().map(|&v| values[v].clone()));
+        Ok(Trace {
+            values,
+            conditions,
+            tail,
+            outputs,
+        })
+    }
+}
+
+// ---- the error analysis ------------------------------------------------------------------------
+
+/// The spacing of `dtype`'s values at `|v|` (subnormal spacing below the normal range).
+fn ulp(v: f64, dtype: DType) -> f64 {
+    let (p, emin) = match dtype {
+        DType::F16 => (11, -14),
+        DType::BF16 => (8, -126),
+        DType::F32 => (24, -126),
+        _ => (53, -1022),
+    };
+    let a = v.abs();
+    if !a.is_finite() {
+        return INF;
+    }
+    let e = if a < f64::MIN_POSITIVE {
+        emin
+    } else {
+        (((a.to_bits() >> 52) & 0x7ff) as i32 - 1023).max(emin)
+    };
+    let k = e - (p - 1);
+    if k >= -1022 {
+        f64::from_bits(((k + 1023) as u64) << 52)
+    } else {
+        f64::from_bits(1u64 << (k + 1074).max(0))
+    }
+}
+
+fn max_finite(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 65504.0,
+        DType::BF16 => 3.389_531_389_251_535e38,
+        DType::F32 => f32::MAX as f64,
+        _ => f64::MAX,
+    }
+}
+
+fn min_normal(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 6.103_515_625e-5,
+        DType::F64 => f64::MIN_POSITIVE,
+        _ => f32::MIN_POSITIVE as f64,
+    }
+}
+
+/// The precision compiled code holds a value of `dtype` in (f16/bf16 live in f32).
+fn internal(dtype: DType) -> DType {
+    if dtype.is_half() { DType::F32 } else { dtype }
+}
+
+/// Per element of one value: eager's value and how far the compiled value may be from it.
+#[derive(Clone)]
+struct Model {
+    shape: Vec<usize>,
+    dtype: DType,
+    /// Eager's values, row-major.
+    v: Vec<f64>,
+    /// Bound seen by consumers inside a fused region (f16/bf16: the unrounded f32 value).
+    ep: Vec<f64>,
+    /// Bound of the stored (returned) value. 0 means bit-identical (or value-equal when
+    /// `value_eq`); `INF` means unverifiable.
+    es: Vec<f64>,
+    /// Zeros may differ in sign (extrema of a reduction).
+    value_eq: bool,
+}
+
+fn values_of(t: &Tensor) -> Result<Vec<f64>> {
+    t.contiguous()?.to_vec_f64()
+}
+
+fn exact_model(t: &Tensor) -> Result<Model> {
+    let v = values_of(t)?;
+    let n = v.len();
+    Ok(Model {
+        shape: t.shape().to_vec(),
+        dtype: t.dtype(),
+        v,
+        ep: vec![0.0; n],
+        es: vec![0.0; n],
+        value_eq: false,
+    })
+}
+
+/// `src` (row-major over `from`) broadcast to `to`.
+fn bcast(src: &[f64], from: &[usize], to: &[usize]) -> Vec<f64> {
+    let n: usize = to.iter().product();
+    if from == to {
+        return src.to_vec();
+    }
+    let off = to.len() - from.len();
+    let mut strides = vec![0usize; to.len()];
+    let mut s = 1usize;
+    for i in (0..from.len()).rev() {
+        strides[off + i] = if from[i] == 1 { 0 } else { s };
+        s *= from[i];
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; to.len()];
+    for _ in 0..n {
+        out.push(src[idx.iter().zip(&strides).map(|(i, s)| i * s).sum::<usize>()]);
+        for d in (0..to.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < to[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+/// An operand broadcast to the output shape: (values, consumer bound).
+fn operand(m: &Model, to: &[usize]) -> (Vec<f64>, Vec<f64>) {
+    (bcast(&m.v, &m.shape, to), bcast(&m.ep, &m.shape, to))
+}
+
+fn is_approx_un(u: Un) -> bool {
+    matches!(
+        u,
+        Un::Exp
+            | Un::Log
+            | Un::Rsqrt
+            | Un::Reciprocal
+            | Un::Sin
+            | Un::Cos
+            | Un::Tanh
+            | Un::Sigmoid
+            | Un::GeluNone
+            | Un::GeluTanh
+            | Un::Silu
+            | Un::Erf
+    )
+}
+
+/// Ops whose result is one of their operands' values (or a value exact in the dtype), so an
+/// f16/bf16 result needs no rounding inside a region.
+fn representable_un(u: Un) -> bool {
+    matches!(
+        u,
+        Un::Neg | Un::Abs | Un::Relu | Un::Floor | Un::Ceil | Un::Round | Un::Sign | Un::Clone
+    )
+}
+
+/// How far `f(x')` can be from `f(x)` for `|x' - x| <= e` (e > 0, x finite), or `INF`.
+fn unary_spread(u: Un, x: f64, e: f64) -> f64 {
+    let m = (x.abs() - e).max(0.0); // the magnitude closest to 0 in the interval
+    let r = match u {
+        Un::Neg | Un::Abs | Un::Relu | Un::Clone => e,
+        Un::Square => 2.0 * x.abs() * e + e * e,
+        Un::Sqrt if x - e >= 0.0 => (x + e).sqrt() - (x - e).sqrt(),
+        Un::Exp => (x + e).exp() - x.exp(),
+        Un::Log if x - e > 0.0 => x.ln() - (x - e).ln(),
+        Un::Rsqrt if x - e > 0.0 => 1.0 / (x - e).sqrt() - 1.0 / x.sqrt(),
+        Un::Reciprocal if x.abs() > e => e / (x.abs() * (x.abs() - e)),
+        Un::Sin | Un::Cos => e.min(2.0),
+        // The derivatives at the point closest to 0, written with exp(-m) so that they keep
+        // their relative precision where the functions saturate (sigmoid's tiny left tail).
+        Un::Tanh => {
+            let t = (-2.0 * m).exp();
+            e * 4.0 * t / ((1.0 + t) * (1.0 + t))
+        }
+        Un::Sigmoid => {
+            let t = (-m).exp();
+            e * t / ((1.0 + t) * (1.0 + t))
+        }
+        Un::Erf => e * std::f64::consts::FRAC_2_SQRT_PI * (-m * m).exp(),
+        Un::GeluNone | Un::GeluTanh => 1.2 * e,
+        Un::Silu => 1.1 * e,
+        _ => INF,
+    };
+    if r.is_nan() { INF } else { r }
+}
+
+/// Step functions (floor, ceil, round, sign; a cast to an integer or bool): the result is known
+/// when both ends of the interval give the same bits.
+fn step_stable(f: impl Fn(f64) -> f64, x: f64, e: f64) -> bool {
+    x.is_finite()
+        && f(x - e).to_bits() == f(x + e).to_bits()
+        && f(x - e).to_bits() == f(x).to_bits()
+}
+
+fn truth_known(x: f64, e: f64) -> bool {
+    e == 0.0 || (x.is_finite() && x.abs() > e)
+}
+
+/// The known discrepancies (reported; see regression.rs `mod known`): extra tolerance for an
+/// approximate op's own result in `p` (the dtype compiled code computes in).
+fn known_extra(u: Option<Un>, p: DType, r: f64) -> f64 {
+    let tails = min_normal(p); // silu/gelu: compiled keeps results eager flushes to -0
+    match (u, p) {
+        (Some(Un::Silu), _) => tails,
+        (Some(Un::GeluNone), DType::F64) => 1e-12 * r.abs() + 1e-300,
+        (Some(Un::GeluTanh), DType::F64) => 2e-8 * r.abs() + 1e-300,
+        (Some(Un::GeluNone | Un::GeluTanh), _) => tails,
+        (Some(Un::Erf), DType::F64) => 16.0 * ulp(r, p),
+        _ => 0.0,
+    }
+}
+
+/// Finishes a float result: `spread` is how far the exact function moves over the operands'
+/// intervals (0 when every operand is exact), `approx` whether the op is an approximation,
+/// `perturbed` whether any operand carries error.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    out: &mut Model,
+    i: usize,
+    r: f64,
+    spread: f64,
+    approx: bool,
+    perturbed: bool,
+    representable: bool,
+    known: f64,
+) {
+    let d = out.dtype;
+    let p = internal(d);
+    if perturbed && !r.is_finite() {
+        out.ep[i] = INF;
+        out.es[i] = INF;
+        return;
+    }
+    let r_fin = if r.is_finite() {
+        r
+    } else {
+        max_finite(p).copysign(r)
+    };
+    let own = if approx {
+        8.0 * ulp(r_fin, p) + known
+    } else if perturbed {
+        ulp(r_fin, p)
+    } else {
+        0.0
+    };
+    let total = spread + own;
+    if total.is_nan() || total == INF {
+        out.ep[i] = INF;
+        out.es[i] = INF;
+        return;
+    }
+    let (mut ep, es) = if d.is_half() {
+        let es = if total == 0.0 {
+            0.0
+        } else {
+            total + ulp(r_fin, d)
+        };
+        let slack = if representable {
+            0.0
+        } else {
+            0.5 * ulp(r_fin, d)
+        };
+        ((total + slack).max(es), es)
+    } else {
+        (total, total)
+    };
+    // Near overflow (or at an infinity) an approximated value may meet an infinity: consumers
+    // cannot rely on it. A NaN from exact operands is a NaN in compiled code too (checked
+    // wherever it is returned), so consumers may rely on that.
+    if total > 0.0 && !r.is_nan() && (!r.is_finite() || r.abs() + total >= max_finite(d)) {
+        ep = INF;
+    }
+    if r.is_nan() {
+        ep = 0.0;
+    }
+    out.ep[i] = ep;
+    out.es[i] = es;
+}
+
+fn model_unary(u: Un, x: &Model, r: &Tensor) -> Result<Model> {
+    let mut out = exact_model(r)?;
+    let (xv, xe) = operand(x, &out.shape);
+    for i in 0..out.v.len() {
+        let (xi, ei) = (xv[i], xe[i]);
+        if ei == INF {
+            out.ep[i] = INF;
+            out.es[i] = INF;
+            continue;
+        }
+        if !out.dtype.is_float() {
+            // Integer or bool results: exact unless a step or truth test is uncertain.
+            let ok = match u {
+                Un::LogicalNot => truth_known(xi, ei),
+                _ => ei == 0.0,
+            };
+            if !ok {
+                out.ep[i] = INF;
+                out.es[i] = INF;
+            }
+            continue;
+        }
+        let perturbed = ei > 0.0;
+        let step = |f: fn(f64) -> f64| !perturbed || step_stable(f, xi, ei);
+        let spread = match u {
+            Un::Floor if !step(f64::floor) => INF,
+            Un::Ceil if !step(f64::ceil) => INF,
+            Un::Round if !step(f64::round_ties_even) => INF,
+            Un::Sign
+                if !step(|v| {
+                    if v > 0.0 {
+                        1.0
+                    } else if v < 0.0 {
+                        -1.0
+                    } else {
+                        v
+                    }
+                }) =>
+            {
+                INF
+            }
+            Un::Floor | Un::Ceil | Un::Round | Un::Sign => 0.0,
+            _ if perturbed => unary_spread(u, xi, ei),
+            _ => 0.0,
+        };
+        let stepped = matches!(u, Un::Floor | Un::Ceil | Un::Round | Un::Sign);
+        let r = out.v[i];
+        let known = known_extra(Some(u), internal(out.dtype), r);
+        finish(
+            &mut out,
+            i,
+            r,
+            spread,
+            is_approx_un(u),
+            perturbed && !stepped,
+            representable_un(u),
+            known,
+        );
+    }
+    Ok(out)
+}
+
+/// Error model of `a op b` (either may be a scalar, given as an exact one-element model).
+fn model_binary(b: Bin, x: &Model, y: &Model, r: &Tensor) -> Result<Model> {
+    let mut out = exact_model(r)?;
+    let (xv, xe) = operand(x, &out.shape);
+    let (yv, ye) = operand(y, &out.shape);
+    for i in 0..out.v.len() {
+        let (a, ea, c, ec) = (xv[i], xe[i], yv[i], ye[i]);
+        if ea == INF || ec == INF {
+            out.ep[i] = INF;
+            out.es[i] = INF;
+            continue;
+        }
+        let perturbed = ea > 0.0 || ec > 0.0;
+        if b.is_compare() {
+            if perturbed && !(a.is_finite() && c.is_finite() && (a - c).abs() > ea + ec) {
+                out.ep[i] = INF;
+                out.es[i] = INF;
+            }
+            continue;
+        }
+        if b.is_logical() {
+            if !(truth_known(a, ea) && truth_known(c, ec)) {
+                out.ep[i] = INF;
+                out.es[i] = INF;
+            }
+            continue;
+        }
+        if !out.dtype.is_float() {
+            if perturbed {
+                out.ep[i] = INF;
+                out.es[i] = INF;
+            }
+            continue;
+        }
+        let spread = if !perturbed {
+            0.0
+        } else if !(a.is_finite() && c.is_finite()) {
+            INF
+        } else {
+            match b {
+                Bin::Add | Bin::Sub => ea + ec,
+                Bin::Mul => c.abs() * ea + a.abs() * ec + ea * ec,
+                Bin::Div if c.abs() > ec => (ea + (a / c).abs() * ec) / (c.abs() - ec),
+                Bin::Maximum | Bin::Minimum => ea.max(ec),
+                Bin::Pow if a - ea > 0.0 => {
+                    let base = a.powf(c);
+                    let mut worst = 0f64;
+                    for (p, q) in [
+                        (a - ea, c - ec),
+                        (a - ea, c + ec),
+                        (a + ea, c - ec),
+                        (a + ea, c + ec),
+                    ] {
+                        worst = worst.max((p.powf(q) - base).abs());
+                    }
+                    if worst.is_finite() { worst } else { INF }
+                }
+                _ => INF,
+            }
+        };
+        let approx = b == Bin::Pow;
+        let representable = matches!(b, Bin::Maximum | Bin::Minimum);
+        let r = out.v[i];
+        finish(
+            &mut out,
+            i,
+            r,
+            spread,
+            approx,
+            perturbed,
+            representable,
+            0.0,
+        );
+    }
+    Ok(out)
+}
+
+fn model_where(c: &Model, x: &Model, y: &Model, r: &Tensor) -> Result<Model> {
+    let mut out = exact_model(r)?;
+    let (cv, ce) = operand(c, &out.shape);
+    let xe = bcast(&x.ep, &x.shape, &out.shape);
+    let ye = bcast(&y.ep, &y.shape, &out.shape);
+    for i in 0..out.v.len() {
+        let e = if ce[i] == INF {
+            INF
+        } else if cv[i] != 0.0 {
+            xe[i]
+        } else {
+            ye[i]
+        };
+        if e == INF || (!out.dtype.is_float() && e > 0.0) {
+            out.ep[i] = INF;
+            out.es[i] = INF;
+        } else if out.dtype.is_float() {
+            let r = out.v[i];
+            finish(&mut out, i, r, e, false, e > 0.0, true, 0.0);
+        }
+    }
+    Ok(out)
+}
+
+fn model_clamp(x: &Model, r: &Tensor) -> Result<Model> {
+    let mut out = exact_model(r)?;
+    let xe = bcast(&x.ep, &x.shape, &out.shape);
+    for (i, &e) in xe.iter().enumerate() {
+        if e == INF || (!out.dtype.is_float() && e > 0.0) {
+            out.ep[i] = INF;
+            out.es[i] = INF;
+        } else if out.dtype.is_float() {
+            // Clamping is 1-Lipschitz; an f16/bf16 result may be an f32 bound inside a region.
+            let r = out.v[i];
+            finish(&mut out, i, r, e, false, e > 0.0, false, 0.0);
+        }
+    }
+    Ok(out)
+}
+
+fn model_cast(x: &Model, r: &Tensor) -> Result<Model> {
+    let mut out = exact_model(r)?;
+    let to = out.dtype;
+    for i in 0..out.v.len() {
+        let (xi, e) = (x.v[i], x.ep[i]);
+        if e == INF {
+            out.ep[i] = INF;
+            out.es[i] = INF;
+            continue;
+        }
+        if e == 0.0 {
+            continue;
+        }
+        let ok = match to {
+            DType::Bool => truth_known(xi, e),
+            DType::I32 => step_stable(|v| (v as i32) as f64, xi, e),
+            DType::I64 => step_stable(|v| (v as i64) as f64, xi, e),
+            _ => true,
+        };
+        if !ok {
+            out.ep[i] = INF;
+            out.es[i] = INF;
+        } else if to.is_float() {
+            // A cast to f16/bf16 rounds explicitly in compiled code too.
+            let r = out.v[i];
+            finish(&mut out, i, r, e, false, true, true, 0.0);
+        } else {
+            out.ep[i] = 0.0;
+            out.es[i] = 0.0;
+        }
+    }
+    // Known, reported eager bug (regression.rs `known::bf16_cast_rounding`): eager's casts to
+    // bf16 round through `bf16::from_f64`, which loses the sticky bits below the f64's top 32
+    // bits, so a value just above a rounding tie may round down; compiled code rounds the f32
+    // value correctly. Allow one bf16 ulp there.
+    if to == DType::BF16 && !matches!(x.dtype, DType::BF16 | DType::Bool) {
+        for i in 0..out.v.len() {
+            if out.es[i] != INF {
+                let one = ulp(out.v[i], DType::BF16);
+                out.es[i] = out.es[i].max(one);
+                out.ep[i] = out.ep[i].max(one);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The groups of input elements (row-major indices) reduced into each output element.
+fn groups(shape: &[usize], dims: &[usize]) -> (Vec<Vec<usize>>, usize) {
+    let n: usize = shape.iter().product();
+    let kept: Vec<usize> = (0..shape.len()).filter(|d| !dims.contains(d)).collect();
+    let out_n: usize = kept.iter().map(|&d| shape[d]).product();
+    let mut g = vec![Vec::new(); out_n];
+    let mut idx = vec![0usize; shape.len()];
+    for i in 0..n {
+        let mut o = 0usize;
+        for &d in &kept {
+            o = o * shape[d] + idx[d];
+        }
+        g[o].push(i);
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    let len = dims.iter().map(|&d| shape[d]).product();
+    (g, len)
+}
+
+fn model_reduce(x: &Model, red: Red, dims: &[i64], r: &Tensor) -> Result<Model> {
+    let mut out = exact_model(r)?;
+    out.value_eq = matches!(red, Red::Amax | Red::Amin);
+    let rank = x.shape.len();
+    // A 0-d value accepts dim 0 / -1 and reduces over nothing.
+    let dims: Vec<usize> = if dims.is_empty() {
+        (0..rank).collect()
+    } else {
+        dims.iter()
+            .map(|&d| ((d + rank as i64) % rank.max(1) as i64) as usize)
+            .filter(|&d| d < rank)
+            .collect()
+    };
+    let (gs, len) = groups(&x.shape, &dims);
+    let d = out.dtype;
+    let acc = if d == DType::F64 {
+        ulp(1.0, DType::F64)
+    } else {
+        ulp(1.0, DType::F32)
+    };
+    for (o, g) in gs.iter().enumerate() {
+        if o >= out.v.len() {
+            break;
+        }
+        let es: Vec<f64> = g.iter().map(|&i| x.ep[i]).collect();
+        let vs: Vec<f64> = g.iter().map(|&i| x.v[i]).collect();
+        let r = out.v[o];
+        let unknown = es.contains(&INF);
+        let perturbed = es.iter().any(|&e| e > 0.0);
+        let bound = if unknown {
+            INF
+        } else if !d.is_float() {
+            if perturbed { INF } else { 0.0 }
+        } else {
+            let abs_sum: f64 = vs.iter().filter(|v| v.is_finite()).map(|v| v.abs()).sum();
+            let err_sum: f64 = es.iter().sum();
+            let round = 2.0 * ulp(if r.is_finite() { r } else { 0.0 }, d);
+            match red {
+                _ if perturbed && !r.is_finite() => INF,
+                Red::Amax | Red::Amin => {
+                    es.iter().fold(0f64, |a, &e| a.max(e)) + if perturbed { round } else { 0.0 }
+                }
+                Red::Sum | Red::Mean => {
+                    if abs_sum > max_finite(internal(d)) / 4.0 {
+                        INF // reassociation may overflow where eager's order does not
+                    } else {
+                        let b = err_sum + (len as f64 + 2.0) * acc * abs_sum + round;
+                        if red == Red::Mean {
+                            b / len.max(1) as f64 + round
+                        } else {
+                            b
+                        }
+                    }
+                }
+                Red::Prod => {
+                    let (emax, emin) = if d == DType::F64 {
+                        (1000.0, -1000.0)
+                    } else {
+                        (120.0, -120.0)
+                    };
+                    let up: f64 = vs
+                        .iter()
+                        .filter(|v| v.is_finite() && v.abs() > 1.0)
+                        .map(|v| v.abs().log2())
+                        .sum();
+                    let down: f64 = vs
+                        .iter()
+                        .filter(|v| v.is_finite() && v.abs() < 1.0 && **v != 0.0)
+                        .map(|v| v.abs().log2())
+                        .sum();
+                    let rel: f64 = vs
+                        .iter()
+                        .zip(&es)
+                        .map(|(v, e)| {
+                            if *e == 0.0 {
+                                0.0
+                            } else if *e >= 0.5 * v.abs() {
+                                INF
+                            } else {
+                                1.1 * e / v.abs()
+                            }
+                        })
+                        .sum();
+                    if up > emax || down < emin || rel == INF {
+                        INF
+                    } else {
+                        (rel + (len as f64 + 2.0) * acc) * r.abs() + round
+                    }
+                }
+            }
+        };
+        out.ep[o] = bound;
+        out.es[o] = bound;
+    }
+    Ok(out)
+}
+
+fn model_softmax(x: &Model, log: bool, r: &Tensor) -> Result<Model> {
+    let mut out = exact_model(r)?;
+    let d = out.dtype;
+    // A 0-d value is one row of one element.
+    let row = *x.shape.last().unwrap_or(&1);
+    if row == 0 || x.v.is_empty() || out.v.len() != x.v.len() {
+        return Ok(out);
+    }
+    let acc = if d == DType::F64 {
+        ulp(1.0, DType::F64)
+    } else {
+        ulp(1.0, DType::F32)
+    };
+    let rel = (row as f64 + 16.0) * acc;
+    for start in (0..x.v.len()).step_by(row) {
+        let es = &x.ep[start..start + row];
+        let emax = es.iter().fold(0f64, |a, &e| a.max(e));
+        for j in start..start + row {
+            let w = out.v[j];
+            let shaky = emax > 0.0
+                && (!w.is_finite() || x.v[start..start + row].iter().any(|v| !v.is_finite()));
+            let bound = if emax > 0.5 || shaky {
+                INF
+            } else if log {
+                2.0 * emax + rel * (w.abs() + 1.0) + 2.0 * ulp(w, d)
+            } else {
+                w.abs() * ((2.0 * emax).exp() - 1.0 + rel) + 2.0 * ulp(w, d)
+            };
+            out.ep[j] = bound;
+            out.es[j] = if bound.is_nan() { INF } else { bound };
+        }
+    }
+    Ok(out)
+}
+
+fn lit_model(l: Lit) -> Model {
+    Model {
+        shape: vec![],
+        dtype: DType::F64,
+        v: vec![l.value()],
+        ep: vec![0.0],
+        es: vec![0.0],
+        value_eq: false,
+    }
+}
+
+/// The error models of every value of a traced program, and of its outputs.
+fn analyse(p: &Program, t: &Trace) -> Result<Vec<Model>> {
+    let n = p.inputs.len();
+    let mut ms: Vec<Model> = t.values[..n]
+        .iter()
+        .map(exact_model)
+        .collect::<Result<_>>()?;
+    for (k, op) in p.ops.iter().enumerate() {
+        let r = &t.values[n + k];
+        let m = match op {
+            Op::Unary(u, a) => model_unary(*u, &ms[*a], r)?,
+            Op::Binary(b, a, c) => model_binary(*b, &ms[*a], &ms[*c], r)?,
+            Op::Scalar(b, a, s, rev) => {
+                let s = lit_model(*s);
+                if *rev {
+                    model_binary(*b, &s, &ms[*a], r)?
+                } else {
+                    model_binary(*b, &ms[*a], &s, r)?
+                }
+            }
+            Op::Where(c, a, b) => {
+                let cond = t.conditions[k]
+                    .as_ref()
+                    .expect("where records its condition");
+                let cm = if t.values[*c].dtype() == DType::Bool {
+                    ms[*c].clone()
+                } else {
+                    model_binary(Bin::Gt, &ms[*c], &lit_model(Lit::F(0.0)), cond)?
+                };
+                model_where(&cm, &ms[*a], &ms[*b], r)?
+            }
+            Op::Clamp(a, _, _) => model_clamp(&ms[*a], r)?,
+            Op::Cast(a, _) => model_cast(&ms[*a], r)?,
+        };
+        ms.push(m);
+    }
+    let last = ms.last().cloned().expect("programs have at least one op");
+    let head = match (&p.tail, &t.tail) {
+        (Tail::Reduce { red, dims, bad, .. }, Some(r)) => {
+            model_reduce(&last, *red, &resolve_dims(dims, last.shape.len(), *bad), r)?
+        }
+        (Tail::Softmax { log }, Some(r)) => model_softmax(&last, *log, r)?,
+        _ => last,
+    };
+    let mut outs = vec![head];
+    outs.extend(p.extra_outputs.iter().map(|&v| ms[v].clone()));
+    Ok(outs)
+}
+
+// ---- comparison --------------------------------------------------------------------------------
+
+fn close(got: f64, want: f64, bound: f64, dtype: DType) -> bool {
+    if got.is_nan() || want.is_nan() {
+        return got.is_nan() && want.is_nan();
+    }
+    if got == want {
+        return true;
+    }
+    if got.is_infinite() || want.is_infinite() {
+        let (inf, fin) = if got.is_infinite() {
+            (got, want)
+        } else {
+            (want, got)
+        };
+        return fin.is_finite()
+            && fin.signum() == inf.signum()
+            && fin.abs() + bound >= max_finite(dtype);
+    }
+    (got - want).abs() <= bound
+}
+
+fn show(v: f64, dtype: DType) -> String {
+    if dtype.is_float() {
+        format!("{v:e} ({:#x})", v.to_bits())
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Checks one output: dtype and shape exactly, values under the model's bounds.
+fn compare_output(
+    k: usize,
+    got: &Tensor,
+    want: &Tensor,
+    m: &Model,
+    inputs: &[Tensor],
+) -> std::result::Result<(), String> {
+    if got.dtype() != want.dtype() || got.shape() != want.shape() {
+        return Err(format!(
+            "output {k}: compiled gave {}{:?}, eager {}{:?}",
+            got.dtype(),
+            got.shape(),
+            want.dtype(),
+            want.shape()
+        ));
+    }
+    let dtype = want.dtype();
+    let bad: Vec<usize> = if dtype.is_float() {
+        let (g, w) = (
+            values_of(got).map_err(|e| e.to_string())?,
+            values_of(want).map_err(|e| e.to_string())?,
+        );
+        (0..w.len())
+            .filter(|&i| {
+                let b = m.es[i];
+                if b == INF {
+                    false
+                } else if b == 0.0 && !m.value_eq {
+                    !((g[i].is_nan() && w[i].is_nan()) || g[i].to_bits() == w[i].to_bits())
+                } else {
+                    !close(g[i], w[i], b, dtype)
+                }
+            })
+            .collect()
+    } else {
+        let as_i64 = |t: &Tensor| {
+            t.contiguous()
+                .and_then(|c| c.to_dtype(DType::I64))
+                .and_then(|c| c.to_vec::<i64>())
+        };
+        let (g, w) = (
+            as_i64(got).map_err(|e| e.to_string())?,
+            as_i64(want).map_err(|e| e.to_string())?,
+        );
+        (0..w.len())
+            .filter(|&i| m.es[i] != INF && g[i] != w[i])
+            .collect()
+    };
+    if bad.is_empty() {
+        return Ok(());
+    }
+    let gv = values_of(got).unwrap_or_default();
+    let mut msg = format!(
+        "output {k} ({dtype}{:?}): {} of {} elements differ",
+        want.shape(),
+        bad.len(),
+        want.numel()
+    );
+    for &i in bad.iter().take(4) {
+        let ins: Vec<String> = inputs
+            .iter()
+            .map(|t| {
+                t.broadcast_to(want.shape())
+                    .and_then(|b| values_of(&b))
+                    .map(|v| show(v[i], t.dtype()))
+                    .unwrap_or_else(|_| format!("{}{:?}", t.dtype(), t.shape()))
+            })
+            .collect();
+        msg += &format!(
+            "\n    at {i}: inputs (broadcast) [{}]: eager {} compiled {} (allowed {:e})",
+            ins.join(", "),
+            show(m.v[i], dtype),
+            show(gv.get(i).copied().unwrap_or(f64::NAN), dtype),
+            m.es[i]
+        );
+    }
+    Err(msg)
+}
+
+fn bitwise(got: &Tensor, want: &Tensor) -> bool {
+    if got.dtype() != want.dtype() || got.shape() != want.shape() {
+        return false;
+    }
+    if want.dtype().is_float() {
+        match (values_of(got), values_of(want)) {
+            (Ok(g), Ok(w)) => g
+                .iter()
+                .zip(&w)
+                .all(|(a, b)| (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits()),
+            _ => false,
+        }
+    } else {
+        let as_i64 = |t: &Tensor| {
+            t.contiguous()
+                .and_then(|c| c.to_dtype(DType::I64))
+                .and_then(|c| c.to_vec::<i64>())
+        };
+        matches!((as_i64(got), as_i64(want)), (Ok(g), Ok(w)) if g == w)
+    }
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// What the fuzzer saw (printed at the end, to judge its coverage).
+struct Stats {
+    cases: AtomicUsize,
+    eager_errors: AtomicUsize,
+    checked: AtomicUsize,
+    exact: AtomicUsize,
+    unverifiable: AtomicUsize,
+    kernels: AtomicUsize,
+}
+
+static STATS: Stats = Stats {
+    cases: AtomicUsize::new(0),
+    eager_errors: AtomicUsize::new(0),
+    checked: AtomicUsize::new(0),
+    exact: AtomicUsize::new(0),
+    unverifiable: AtomicUsize::new(0),
+    kernels: AtomicUsize::new(0),
+};
+
+fn bump(c: &AtomicUsize, n: usize) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Runs one program eagerly and compiled and checks the contract.
+fn check_program(p: &Program) -> std::result::Result<(), String> {
+    bump(&STATS.cases, 1);
+    let inputs: Vec<Tensor> = p
+        .inputs
+        .iter()
+        .map(InputSpec::build)
+        .collect::<Result<_>>()
+        .map_err(|e| format!("building the inputs failed: {e}"))?;
+    let p = &p.repaired(&inputs);
+    check_repaired(p, &inputs).map_err(|e| format!("program as run:\n{p}\n{e}"))
+}
+
+fn check_repaired(p: &Program, inputs: &[Tensor]) -> std::result::Result<(), String> {
+    let inputs = inputs.to_vec();
+    let eager = p.trace(&inputs);
+    let prog = Arc::new(p.clone());
+    let body = prog.clone();
+    let f = compile(move |xs: &[Tensor]| Ok(body.trace(xs)?.outputs));
+    let got = catch_unwind(AssertUnwindSafe(|| f.call(&inputs)))
+        .map_err(|e| format!("the compiled call panicked: {}", panic_text(e)))?;
+    let (trace, got) = match (eager, got) {
+        (Err(_), Err(_)) => {
+            bump(&STATS.eager_errors, 1);
+            return Ok(());
+        }
+        (Err(e), Ok(_)) => {
+            return Err(format!("eager fails ({e}) but the compiled call succeeded"));
+        }
+        (Ok(_), Err(e)) => return Err(format!("eager succeeds but the compiled call fails: {e}")),
+        (Ok(t), Ok(g)) => (t, g),
+    };
+    if got.len() != trace.outputs.len() {
+        return Err(format!(
+            "{} outputs compiled, {} eager",
+            got.len(),
+            trace.outputs.len()
+        ));
+    }
+    let models = analyse(p, &trace).map_err(|e| format!("error analysis failed: {e}"))?;
+    for m in &models {
+        bump(&STATS.checked, m.es.iter().filter(|&&e| e != INF).count());
+        bump(&STATS.exact, m.es.iter().filter(|&&e| e == 0.0).count());
+        bump(
+            &STATS.unverifiable,
+            m.es.iter().filter(|&&e| e == INF).count(),
+        );
+    }
+    if let Some(g) = f.latest() {
+        bump(&STATS.kernels, g.num_kernels());
+    }
+    let mut problems = Vec::new();
+    for (k, ((g, w), m)) in got.iter().zip(&trace.outputs).zip(&models).enumerate() {
+        if let Err(msg) = compare_output(k, g, w, m, &inputs) {
+            problems.push(msg);
+        }
+    }
+    // The interpreter runs the eager kernels node by node: bit-identical.
+    match f.latest() {
+        Some(g) => match catch_unwind(AssertUnwindSafe(|| g.interpret(&inputs))) {
+            Ok(Ok(outs)) => {
+                for (k, (o, w)) in outs.iter().zip(&trace.outputs).enumerate() {
+                    if !bitwise(o, w) {
+                        problems.push(format!("interpret output {k} differs from eager"));
+                    }
+                }
+            }
+            Ok(Err(e)) => problems.push(format!("interpret fails: {e}")),
+            Err(e) => problems.push(format!("interpret panicked: {}", panic_text(e))),
+        },
+        None => problems.push("no compiled graph after a successful call".into()),
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+// ---- strategies --------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+enum OpGen {
+    Unary(Un, Index),
+    Binary(Bin, Index, Index),
+    Scalar(Bin, Index, Lit, bool),
+    Where(Index, Index, Index),
+    Clamp(Index, Option<Lit>, Option<Lit>),
+    Cast(Index, DType),
+}
+
+#[derive(Debug, Clone)]
+struct InputGen {
+    dtype: DType,
+    /// Bit d set: dim d of the program shape is 1 in this input.
+    ones: u8,
+    /// Leading dims dropped (broadcast from a lower rank).
+    drop: usize,
+    /// An incompatible last dim (eager's broadcast error).
+    bad: bool,
+    view: View,
+    seed: u64,
+}
+
+fn dtype_strategy() -> impl Strategy<Value = DType> {
+    prop_oneof![
+        6 => Just(DType::F32),
+        3 => Just(DType::F64),
+        2 => Just(DType::F16),
+        2 => Just(DType::BF16),
+        2 => Just(DType::I32),
+        2 => Just(DType::I64),
+        2 => Just(DType::Bool),
+    ]
+}
+
+fn lit_strategy() -> impl Strategy<Value = Lit> {
+    prop_oneof![
+        6 => prop::sample::select(vec![0.5, -1.5, 2.0, 0.1, 3.0, -0.0, 1e-3, 7.25, -2.0, 1e30]).prop_map(Lit::F),
+        1 => prop::sample::select(vec![f64::NAN, INF, -INF]).prop_map(Lit::F),
+        4 => prop::sample::select(vec![-3i64, 0, 1, 2, 7, -1, 100_000]).prop_map(Lit::I),
+        1 => any::<bool>().prop_map(Lit::B),
+    ]
+}
+
+/// A float or integer Rust scalar.
+fn number_strategy() -> impl Strategy<Value = Lit> {
+    lit_strategy().prop_map(|l| match l {
+        Lit::B(b) => Lit::I(b as i64),
+        other => other,
+    })
+}
+
+fn op_strategy() -> impl Strategy<Value = OpGen> {
+    let un = prop::sample::select(UNARY.to_vec());
+    let bin = prop::sample::select(BINARY.to_vec());
+    prop_oneof![
+        8 => (un, any::<Index>()).prop_map(|(u, a)| OpGen::Unary(u, a)),
+        8 => (bin.clone(), any::<Index>(), any::<Index>()).prop_map(|(b, x, y)| OpGen::Binary(b, x, y)),
+        4 => (bin, any::<Index>(), lit_strategy(), prop::bool::weighted(0.2)).prop_map(|(b, x, s, r)| OpGen::Scalar(b, x, s, r)),
+        2 => (any::<Index>(), any::<Index>(), any::<Index>()).prop_map(|(c, a, b)| OpGen::Where(c, a, b)),
+        // Bool clamp bounds are left out: eager accepts them but the lowering rejects them
+        // (`tp::clamp: expected a number or None attribute, got True`), a reported bug.
+        2 => (any::<Index>(), prop::option::weighted(0.8, number_strategy()), prop::option::weighted(0.8, number_strategy()))
+            .prop_map(|(a, lo, hi)| OpGen::Clamp(a, lo, hi)),
+        2 => (any::<Index>(), dtype_strategy()).prop_map(|(a, d)| OpGen::Cast(a, d)),
+    ]
+}
+
+fn input_strategy() -> impl Strategy<Value = InputGen> {
+    let view = prop_oneof![4 => Just(View::Contiguous), 2 => Just(View::Transposed), 2 => Just(View::Sliced), 2 => Just(View::Expanded)];
+    (
+        dtype_strategy(),
+        any::<u8>(),
+        0usize..3,
+        prop::bool::weighted(0.03),
+        view,
+        any::<u64>(),
+    )
+        .prop_map(|(dtype, ones, drop, bad, view, seed)| InputGen {
+            dtype,
+            ones,
+            drop,
+            bad,
+            view,
+            seed,
+        })
+}
+
+fn tail_strategy() -> impl Strategy<Value = Tail> {
+    let red = prop::sample::select(vec![Red::Sum, Red::Mean, Red::Amax, Red::Amin, Red::Prod]);
+    prop_oneof![
+        10 => Just(Tail::None),
+        6 => (red, prop::collection::vec(any::<u8>(), 0..3), any::<bool>(), prop::bool::weighted(0.03))
+            .prop_map(|(red, dims, keepdim, bad)| Tail::Reduce { red, dims, keepdim, bad }),
+        2 => any::<bool>().prop_map(|log| Tail::Softmax { log }),
+    ]
+}
+
+/// A program shape: mostly rank 0–4 with dims 1–6 (rarely 0) and at most 64 elements; one
+/// program in 25 gets a long last dim (up to 600 elements), so vector loop bodies run many
+/// iterations and not only their tails.
+fn shape_strategy() -> impl Strategy<Value = Vec<usize>> {
+    prop_oneof![
+        24 => small_shape_strategy().boxed(),
+        1 => (prop::collection::vec(1usize..=3, 0..=1), 65usize..=600)
+            .prop_map(|(mut lead, last)| {
+                lead.push(last);
+                lead
+            })
+            .boxed(),
+    ]
+}
+
+fn small_shape_strategy() -> impl Strategy<Value = Vec<usize>> {
+    let rank =
+        prop_oneof![1 => Just(0usize), 2 => Just(1), 3 => Just(2), 3 => Just(3), 2 => Just(4)];
+    let dim = prop_oneof![30 => 1usize..=6, 1 => Just(0usize)];
+    rank.prop_flat_map(move |r| prop::collection::vec(dim.clone(), r))
+        .prop_map(|mut dims| {
+            let mut total = 1usize;
+            for d in dims.iter_mut() {
+                if total * *d > 64 {
+                    *d = (64 / total).max(1);
+                }
+                total *= (*d).max(1);
+            }
+            dims
+        })
+}
+
+/// Picks an earlier value, favouring recent ones (so programs form long chains).
+fn pick(i: &Index, n: usize) -> usize {
+    let u = i.index(1 << 20) as f64 / (1 << 20) as f64;
+    n - 1 - ((u * u * n as f64) as usize).min(n - 1)
+}
+
+fn build_program(
+    strict: bool,
+    shape: Vec<usize>,
+    ins: Vec<InputGen>,
+    gens: Vec<OpGen>,
+    tail: Tail,
+    extra: Vec<Index>,
+) -> Program {
+    let inputs: Vec<InputSpec> = ins
+        .into_iter()
+        .map(|g| {
+            let drop = g.drop.min(shape.len());
+            let mut s: Vec<usize> = shape[drop..]
+                .iter()
+                .enumerate()
+                .map(|(d, &n)| {
+                    if g.ones & (1 << (d + drop)) != 0 {
+                        1
+                    } else {
+                        n
+                    }
+                })
+                .collect();
+            if g.bad
+                && let Some(last) = s.last_mut()
+            {
+                *last = if *last >= 3 { *last - 1 } else { 4 };
+            }
+            InputSpec {
+                dtype: g.dtype,
+                shape: s,
+                view: g.view,
+                seed: g.seed,
+            }
+        })
+        .collect();
+    let n_in = inputs.len();
+    let ops: Vec<Op> = gens
+        .into_iter()
+        .enumerate()
+        .map(|(k, g)| {
+            let n = n_in + k;
+            match g {
+                OpGen::Unary(u, a) => Op::Unary(u, pick(&a, n)),
+                OpGen::Binary(b, x, y) => Op::Binary(b, pick(&x, n), pick(&y, n)),
+                OpGen::Scalar(b, x, s, r) => Op::Scalar(b, pick(&x, n), s, r),
+                OpGen::Where(c, a, b) => Op::Where(pick(&c, n), pick(&a, n), pick(&b, n)),
+                OpGen::Clamp(a, lo, hi) => Op::Clamp(pick(&a, n), lo, hi),
+                OpGen::Cast(a, d) => Op::Cast(pick(&a, n), d),
+            }
+        })
+        .collect();
+    let total = n_in + ops.len();
+    let extra_outputs = extra
+        .iter()
+        .map(|i| n_in + i.index(ops.len()))
+        .filter(|&v| v != total - 1)
+        .collect();
+    Program {
+        strict,
+        inputs,
+        ops,
+        tail,
+        extra_outputs,
+    }
+}
+
+fn program_strategy() -> impl Strategy<Value = Program> {
+    (
+        prop::bool::weighted(0.1),
+        shape_strategy(),
+        prop::collection::vec(input_strategy(), 1..=4),
+        prop::collection::vec(op_strategy(), 1..=30),
+        tail_strategy(),
+        prop::collection::vec(any::<Index>(), 0..=2),
+    )
+        .prop_map(|(strict, shape, ins, ops, tail, extra)| {
+            build_program(strict, shape, ins, ops, tail, extra)
+        })
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let s = std::env::var(name).ok()?;
+    let s = s.trim();
+    match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+fn seed_bytes(seed: u64) -> [u8; 32] {
+    let mut rng = Rng(seed);
+    let mut out = [0u8; 32];
+    for chunk in out.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next().to_le_bytes());
+    }
+    out
+}
+
+#[test]
+fn compiled_matches_eager_on_random_programs() {
+    let cases = env_u64("TP_FUZZ_CASES").unwrap_or(2000) as u32;
+    let seed = env_u64("TP_FUZZ_SEED").unwrap_or(DEFAULT_SEED);
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 8192,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new_with_rng(
+        config,
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes(seed)),
+    );
+    let result = runner.run(&program_strategy(), |p| {
+        check_program(&p).map_err(TestCaseError::fail)
+    });
+    let load = |c: &AtomicUsize| c.load(Ordering::Relaxed);
+    eprintln!(
+        "fuzz: {} programs ({} rejected by eager and the compiled call alike), {} kernels; output elements: {} checked ({} bit-exact), {} unverifiable",
+        load(&STATS.cases),
+        load(&STATS.eager_errors),
+        load(&STATS.kernels),
+        load(&STATS.checked),
+        load(&STATS.exact),
+        load(&STATS.unverifiable)
+    );
+    match result {
+        Ok(()) => {}
+        Err(TestError::Fail(why, p)) => panic!(
+            "compiled != eager (TP_FUZZ_SEED={seed:#x}, TP_FUZZ_CASES={cases}); shrunk program:\n{p}\n{why}"
+        ),
+        Err(TestError::Abort(why)) => panic!("fuzzer aborted (TP_FUZZ_SEED={seed:#x}): {why}"),
+    }
+}
+
+/// The error analysis itself: bounds are zero for exact chains, positive for transcendentals,
+/// and unverifiable exactly where a comparison's operands are too close to call.
+#[test]
+fn error_analysis_marks_what_it_can_verify() -> Result<()> {
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, -0.5, 0.0], &[4])?;
+    let xm = exact_model(&x)?;
+    let y = x.add(&x)?;
+    let ym = model_binary(Bin::Add, &xm, &xm, &y)?;
+    assert_eq!(ym.es, vec![0.0; 4]);
+    let e = x.exp()?;
+    let em = model_unary(Un::Exp, &xm, &e)?;
+    assert!(em.es.iter().all(|&b| b > 0.0 && b < 1e-5), "{:?}", em.es);
+    // exp(x) > exp(x) + tiny: too close to call; exp(x) > 0.5: decided.
+    let close_cmp = e.gt(&e)?;
+    let cm = model_binary(Bin::Gt, &em, &em, &close_cmp)?;
+    assert!(cm.es.iter().all(|&b| b == INF));
+    let half = Tensor::scalar(0.5f32);
+    let far = e.gt(&half)?;
+    let fm = model_binary(Bin::Gt, &em, &exact_model(&half)?, &far)?;
+    assert!(fm.es.iter().all(|&b| b == 0.0), "{:?}", fm.es);
+    // A sum's bound grows with the reduced length.
+    let s = e.sum_all()?;
+    let sm = model_reduce(&em, Red::Sum, &[], &s)?;
+    assert!(sm.es[0] > em.es.iter().sum::<f64>());
+    // f16 chains carry half an ulp of f16 to their consumers, and store exactly after one op.
+    let h = x.to_dtype(DType::F16)?;
+    let hm = exact_model(&h)?;
+    let hy = h.mul(&h)?;
+    let hym = model_binary(Bin::Mul, &hm, &hm, &hy)?;
+    assert_eq!(hym.es, vec![0.0; 4]);
+    assert!(hym.ep[1] > 0.0);
+    Ok(())
+}
