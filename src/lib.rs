@@ -102,3 +102,8 @@ pub mod library {
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The compiler guide's code blocks, run as doc tests.
+#[doc = include_str!("../docs/guide/compiler.md")]
+#[cfg(doctest)]
+pub struct CompilerGuideDoctests;
