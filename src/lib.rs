@@ -102,8 +102,3 @@ pub mod library {
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
-
-/// The compiler guide's code blocks, run as doc tests.
-#[doc = include_str!("../docs/guide/compiler.md")]
-#[cfg(doctest)]
-pub struct CompilerGuideDoctests;
