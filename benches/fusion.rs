@@ -5,9 +5,11 @@
 //! - `compiled`: `compile(..)` of the same closure, warmed up once, then `call` per iteration
 //!   (inputs preallocated, outputs fresh per call, as the executor makes them);
 //! - `hand_fused`: a hand-written fused Rust loop into a preallocated output — the anchors' "C
-//!   loop" analogue: plain Rust, compiled for AVX2 + FMA when the CPU has them (the anchors' C was
-//!   `-march=native`), reductions with several accumulators, a vectorizable `exp` for the
-//!   transcendental workloads, split across a rayon pool of TensorPlay's thread count.
+//!   loop" analogue: plain Rust, compiled for AVX-512 (else AVX2 + FMA) when the CPU has it (the
+//!   anchors' C was `-march=native`), reductions with several accumulators, a vectorizable `exp`
+//!   for the transcendental workloads, split across a rayon pool of TensorPlay's thread count;
+//! - `hand_fused_4lane`: the same loop built for the baseline target (SSE2, 4 f32 lanes, no FMA),
+//!   i.e. at the vector width Cranelift emits — it separates vector width from code quality.
 //!
 //! Also: plain-store copy and triad bandwidth at 2^24 (the physical limit), the compile latency
 //! of single fused kernels and of a 20-node elementwise graph, and the per-call overhead of a
@@ -92,8 +94,9 @@ fn w6(xs: &[Tensor]) -> Result<Vec<Tensor>> {
 // The hand-fused loops.
 
 /// Defines each loop twice: `$base` for the baseline x86-64 target (SSE2: 4 f32 lanes, no FMA —
-/// the vector width Cranelift emits), and `$name`, which runs the same body compiled for AVX2 +
-/// FMA (8 lanes) when the CPU has them: the Rust counterpart of the anchors' `-march=native`.
+/// the vector width Cranelift emits), and `$name`, which runs the same body compiled for the widest
+/// vectors the CPU has — AVX-512 (16 lanes) or AVX2 + FMA (8 lanes): the Rust counterpart of the
+/// anchors' `-march=native` C loop.
 macro_rules! multiversion {
     ($($(#[doc = $doc:literal])* fn $name:ident / $base:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? $body:block)*) => {$(
         $(#[doc = $doc])*
@@ -102,12 +105,18 @@ macro_rules! multiversion {
         fn $base($($arg: $ty),*) $(-> $ret)? $body
 
         $(#[doc = $doc])*
-        /// (Best target the CPU supports.)
+        /// (Widest vectors the CPU supports.)
         fn $name($($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             {
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                unsafe fn avx512($($arg: $ty),*) $(-> $ret)? { $base($($arg),*) }
                 #[target_feature(enable = "avx2,fma")]
                 unsafe fn avx2($($arg: $ty),*) $(-> $ret)? { $base($($arg),*) }
+                if std::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has the features `avx512` was compiled for.
+                    return unsafe { avx512($($arg),*) };
+                }
                 if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
                     // SAFETY: the CPU has the features `avx2` was compiled for.
                     return unsafe { avx2($($arg),*) };
@@ -555,5 +564,14 @@ fn call_overhead(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, call_overhead, compile_latency, workloads);
+/// No plots and fewer bootstrap resamples: the analysis stays a small part of the run.
+fn config() -> Criterion {
+    Criterion::default().without_plots().nresamples(20_000)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = call_overhead, compile_latency, workloads
+}
 criterion_main!(benches);

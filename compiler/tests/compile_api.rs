@@ -527,3 +527,89 @@ fn gradients_through_a_fused_reduction_and_softmax() -> Result<()> {
     ));
     Ok(())
 }
+
+// ---- layouts, views and threads ----------------------------------------------------------------
+
+#[test]
+fn one_graph_serves_every_stride_layout_of_its_inputs() -> Result<()> {
+    let body = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        Ok(vec![xs[0].mul(&xs[1])?.sub_scalar(0.5)?.abs()?])
+    };
+    let f = compile(body);
+    let a = ramp(&[4, 6], DType::F32);
+    let b = ramp(&[6, 4], DType::F32).t()?;
+    let c = ramp(&[1, 6], DType::F32).expand(&[4, 6])?;
+    let d = ramp(&[4, 12], DType::F32).slice(1, Some(1), None, 2)?;
+    for (x, y) in [(&a, &a), (&a, &b), (&b, &c), (&c, &d), (&d, &d), (&c, &c)] {
+        let got = f.call(&[x.clone(), y.clone()])?;
+        assert!(same_bits(&got[0], &body(&[x.clone(), y.clone()])?[0]));
+    }
+    assert_eq!(f.num_compiled(), 1);
+    Ok(())
+}
+
+#[test]
+fn views_of_inputs_and_of_intermediates_as_outputs() -> Result<()> {
+    let body = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        let y = xs[0].exp()?.add_scalar(1.0)?;
+        Ok(vec![
+            xs[0].t()?,
+            y.reshape(&[6, 2])?,
+            y.t()?.neg()?,
+            y.select(0, 1)?,
+        ])
+    };
+    let f = compile(body);
+    for x in [ramp(&[3, 4], DType::F32), ramp(&[4, 3], DType::F32).t()?] {
+        let got = f.call(std::slice::from_ref(&x))?;
+        let want = body(std::slice::from_ref(&x))?;
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.shape(), w.shape(), "output {k}");
+            assert!(g.allclose(w, 1e-6, 0.0)?, "output {k}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn empty_inputs_run() -> Result<()> {
+    let f = compile(|xs: &[Tensor]| {
+        Ok(vec![
+            xs[0].exp()?.add(&xs[1])?,
+            xs[0].sum(&[-1], false)?,
+            xs[1].amax(&[0], true)?,
+        ])
+    });
+    let (x, y) = (ramp(&[3, 0], DType::F32), ramp(&[3, 0], DType::F32));
+    let out = f.call(&[x, y])?;
+    assert_eq!(out[0].shape(), &[3, 0]);
+    assert_eq!(out[1].to_vec::<f32>()?, vec![0.0; 3]);
+    assert_eq!(out[2].shape(), &[1, 0]);
+    Ok(())
+}
+
+#[test]
+fn one_compiled_function_called_from_many_threads() -> Result<()> {
+    let f = std::sync::Arc::new(compile(|xs: &[Tensor]| {
+        Ok(vec![xs[0].tanh()?.mul(&xs[0])?.sum(&[-1], false)?])
+    }));
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let f = f.clone();
+            std::thread::spawn(move || -> Result<()> {
+                for n in [5usize, 64, 1000] {
+                    let x = ramp(&[3, n + t], DType::F64);
+                    let got = f.call(std::slice::from_ref(&x))?;
+                    let want = x.tanh()?.mul(&x)?.sum(&[-1], false)?;
+                    assert!(got[0].allclose(&want, 1e-12, 1e-12)?, "thread {t} n={n}");
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("no thread panics")?;
+    }
+    assert!(f.num_compiled() >= 1);
+    Ok(())
+}

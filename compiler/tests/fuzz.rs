@@ -250,10 +250,6 @@ struct Program {
     extra_outputs: Vec<usize>,
 }
 
-fn dtype_name(d: DType) -> &'static str {
-    d.name()
-}
-
 fn un_name(u: Un) -> String {
     format!("{u:?}").to_lowercase()
 }
@@ -281,7 +277,7 @@ impl fmt::Display for Program {
             writeln!(
                 f,
                 "  x{i}: {}{:?} ({:?} view, data seed {:#x})",
-                dtype_name(s.dtype),
+                s.dtype.name(),
                 s.shape,
                 s.view,
                 s.seed
@@ -305,7 +301,7 @@ impl fmt::Display for Program {
                     lo.map_or("None".into(), |l| l.to_string()),
                     hi.map_or("None".into(), |l| l.to_string())
                 ),
-                Op::Cast(a, d) => format!("to_dtype({}, {})", name(*a), dtype_name(*d)),
+                Op::Cast(a, d) => format!("to_dtype({}, {})", name(*a), d.name()),
             };
             writeln!(f, "  v{k} = {rhs}")?;
         }
@@ -818,6 +814,9 @@ fn representable_un(u: Un) -> bool {
 
 /// How far `f(x')` can be from `f(x)` for `|x' - x| <= e` (e > 0, x finite), or `INF`.
 fn unary_spread(u: Un, x: f64, e: f64) -> f64 {
+    if !x.is_finite() {
+        return INF;
+    }
     let m = (x.abs() - e).max(0.0); // the magnitude closest to 0 in the interval
     let r = match u {
         Un::Neg | Un::Abs | Un::Relu | Un::Clone => e,
@@ -926,10 +925,11 @@ fn finish(
     } else {
         (total, total)
     };
-    // Near overflow (or at an infinity) an approximated value may meet an infinity: consumers
+    // Near overflow (or at an infinity) an approximated value may meet an infinity — and an
+    // f16/bf16 value eager rounded to infinity is still finite in f32 inside a region: consumers
     // cannot rely on it. A NaN from exact operands is a NaN in compiled code too (checked
     // wherever it is returned), so consumers may rely on that.
-    if total > 0.0 && !r.is_nan() && (!r.is_finite() || r.abs() + total >= max_finite(d)) {
+    if ep > 0.0 && !r.is_nan() && (!r.is_finite() || r.abs() + ep >= max_finite(d)) {
         ep = INF;
     }
     if r.is_nan() {

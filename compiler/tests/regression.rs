@@ -16,6 +16,11 @@
 //! dtype's tolerance. An op eager rejects must be rejected by the compiled function too — with an
 //! error, never a panic. `CompiledGraph::interpret` runs the same kernels as eager and must be
 //! bit-identical to it everywhere.
+//!
+//! Discrepancies found here and reported but not yet fixed are accepted by the predicates of
+//! `mod known`, each recognising exactly the observed deviation (remove one once its cause is
+//! fixed). Debug builds run the 2^17 + 3 size on a subset of dtypes and layouts (eager kernels
+//! are ~50x slower there); release builds run all of it.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -1843,11 +1848,27 @@ fn custom_ops_traced_through_or_opaque_with_their_fake_kernel() -> Result<()> {
     let mut problems = Vec::new();
     for n in [1usize, 8, 700] {
         let inputs = vec![f32_input(&[n], 1), f32_input(&[n], 2)];
-        // tanh is a transcendental: the traced op is within ulps, and the host cumsum adds up
-        // to n of those errors.
-        let bound = 16.0 * eps(DType::F32) * n as f64 * 5.0;
-        problems.extend(run_graph("custom ops", body.clone(), &[inputs], &|e, _| {
-            Tol::Bound(vec![bound * 10.0; e.numel()])
+        // tanh is a transcendental: each `a` is within 8 ulps of 1 (|tanh| <= 1) of eager's,
+        // and the host cumsum of `a / 2` adds those errors up, plus one rounding difference
+        // per step at the running magnitude of the partial sums.
+        let e32 = eps(DType::F32);
+        let a = inputs[0]
+            .mul(&inputs[1])?
+            .tanh()?
+            .add(&inputs[0])?
+            .to_vec_f64()?;
+        let mut bounds = Vec::with_capacity(n);
+        let (mut partial, mut peak) = (0f64, 0f64);
+        for (j, v) in a.iter().enumerate() {
+            partial += v / 2.0;
+            peak = peak.max(partial.abs());
+            bounds.push(
+                (j as f64 + 1.0) * (4.0 * e32 + ulp(peak, DType::F32))
+                    + 16.0 * e32 * (v.abs() + 1.0),
+            );
+        }
+        problems.extend(run_graph("custom ops", body.clone(), &[inputs], &|_, _| {
+            Tol::Bound(bounds.clone())
         }));
     }
     // The traced op's builtins fuse; the data-reading op is opaque with its reason.
