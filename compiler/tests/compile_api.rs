@@ -613,3 +613,18 @@ fn one_compiled_function_called_from_many_threads() -> Result<()> {
     assert!(f.num_compiled() >= 1);
     Ok(())
 }
+
+/// Bool clamp bounds (valid in eager) lower like numbers.
+#[test]
+fn bool_clamp_bounds_compile() -> tensorplay_runtime::Result<()> {
+    use tensorplay_runtime::Tensor;
+    let f = tensorplay_compiler::compile(|xs: &[Tensor]| {
+        Ok(vec![xs[0].clamp(Some(false), Some(true))?])
+    });
+    let x = Tensor::from_vec(vec![-2i64, 0, 1, 5], &[4])?;
+    let want = x.clamp(Some(false), Some(true))?;
+    let got = f.call(&[x])?.remove(0);
+    assert_eq!(got.dtype(), want.dtype());
+    assert!(got.equal(&want)?);
+    Ok(())
+}

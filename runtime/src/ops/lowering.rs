@@ -23,6 +23,7 @@ fn attr_f64(op: &str, a: Option<&&Attr>) -> Result<Option<f64>> {
         None | Some(Attr::None) => Ok(None),
         Some(Attr::Float(v)) => Ok(Some(*v)),
         Some(Attr::Int(v)) => Ok(Some(*v as f64)),
+        Some(Attr::Bool(b)) => Ok(Some(f64::from(u8::from(*b)))),
         Some(other) => Err(Error::Compile(format!(
             "{op}: expected a number or None attribute, got {other}"
         ))),
