@@ -51,18 +51,18 @@ impl CompiledFn {
             .rev()
             .find(|g| g.accepts(inputs))
             .cloned();
-        let graph = match found {
-            Some(g) => g,
+        match found {
+            // The guards were just checked: run without checking them again.
+            Some(g) => g.run_accepted(inputs),
             None => {
                 let metas: Vec<TensorMeta> = inputs.iter().map(Tensor::meta).collect();
                 let f = self.f.clone();
                 let g = capture(|xs| f(xs), &metas, self.opts)?;
                 let compiled = Arc::new(CompiledGraph::new(&g)?);
                 self.entries.lock().push(compiled.clone());
-                compiled
+                compiled.run(inputs)
             }
-        };
-        graph.run(inputs)
+        }
     }
 
     /// How many graphs have been compiled (one per guard miss).

@@ -5,11 +5,17 @@
 //! computed once per distinct set of input shapes (by running the ops' meta rules on fake
 //! tensors) and cached. Guards fix what kernels were specialised for: input count, rank, dtype,
 //! device and which dims have size 1 (the broadcast pattern).
+//!
+//! A repeated call does little beyond the kernel itself: the guards are checked once,
+//! the shape cache compares the input shapes with its most recent entry before hashing, and each
+//! region keeps its last launch plan and kernel, relaunched without planning when the operands
+//! have the same shapes and strides (only the data pointers change).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use tensorplay_ir::graph::{Arg, Attr, Constant, NodeKind, OpCall};
 use tensorplay_ir::{DType, Device, Dim, Error, Graph, NodeId, Result, Shape, ValueRef};
 use tensorplay_runtime::autograd::is_grad_enabled;
@@ -18,7 +24,7 @@ use tensorplay_runtime::library::{Operator, registry};
 use tensorplay_runtime::{Scalar, Tensor, Value};
 
 use crate::codegen::cache;
-use crate::codegen::cpu::CompiledKernel;
+use crate::codegen::cpu::{CompiledKernel, LaunchPlan, plan as plan_launch};
 use crate::codegen::kernel::{LoweredRegion, lower};
 use crate::passes::{BufferPlan, FusionPlan, RegionKind, Step, buffer_plan, dce, fusion, logging};
 
@@ -46,9 +52,48 @@ struct RegionRun {
     outs: Vec<usize>,
     /// The value whose shape is the loop's iteration shape.
     iter_value: usize,
-    /// The kernel used last time (skips the cache lookup when the layout repeats).
-    last: Mutex<Option<Arc<CompiledKernel>>>,
+    /// The last launch's plan and kernel: a call whose operands have the same shapes and
+    /// strides relaunches it without planning or a kernel-cache lookup.
+    last: Mutex<Option<Arc<CachedLaunch>>>,
 }
+
+/// A region's last launch: its plan (detached from the tensors of that call) and the kernel
+/// compiled for the plan's layout.
+struct CachedLaunch {
+    plan: LaunchPlan,
+    kernel: Arc<CompiledKernel>,
+}
+
+/// The shapes of every value (dense ids) for one set of input shapes.
+struct ShapeEntry {
+    /// The input shapes (the key).
+    inputs: Vec<Shape>,
+    /// Every value's shape.
+    shapes: Vec<Shape>,
+}
+
+impl ShapeEntry {
+    /// Whether `inputs` have exactly this entry's input shapes (no allocation).
+    fn fits(&self, inputs: &[Tensor]) -> bool {
+        self.inputs.len() == inputs.len()
+            && self
+                .inputs
+                .iter()
+                .zip(inputs)
+                .all(|(s, t)| s.as_slice() == t.shape())
+    }
+}
+
+/// Per-input-shapes results of shape inference, with the most recent entry first in line (a
+/// repeated call compares its shapes with it and skips hashing).
+#[derive(Default)]
+struct ShapeCache {
+    map: HashMap<Vec<Shape>, Arc<ShapeEntry>>,
+    last: Option<Arc<ShapeEntry>>,
+}
+
+/// The value environment of one run (dense ids); inline for small graphs.
+type Env = SmallVec<[Option<Tensor>; 16]>;
 
 enum Exec {
     Node(NodeCall),
@@ -84,7 +129,7 @@ pub struct CompiledGraph {
     dies_after: Vec<Vec<usize>>,
     /// Every op node in topological order (for shape inference and the autograd path).
     calls: Vec<NodeCall>,
-    shape_cache: Mutex<HashMap<Vec<Shape>, Arc<Vec<Shape>>>>,
+    shape_cache: Mutex<ShapeCache>,
 }
 
 fn attr_value(a: &Attr) -> Value {
@@ -297,7 +342,7 @@ impl CompiledGraph {
             steps,
             dies_after,
             calls,
-            shape_cache: Mutex::new(HashMap::new()),
+            shape_cache: Mutex::new(ShapeCache::default()),
         };
         logging::log("fusion", || compiled.explain());
         Ok(compiled)
@@ -379,6 +424,17 @@ impl CompiledGraph {
         self.plan.regions.len()
     }
 
+    /// Whether `t` passes guard `g` (no allocation: this runs on every call).
+    fn guard_holds(g: &Guard, t: &Tensor) -> bool {
+        t.dtype() == g.dtype
+            && t.device() == g.device
+            && t.rank() == g.dims.len()
+            && t.shape()
+                .iter()
+                .zip(&g.dims)
+                .all(|(&s, d)| d.is_none_or(|d| d == s) && (d.is_some() || s != 1))
+    }
+
     fn check_guards(&self, inputs: &[Tensor]) -> Result<()> {
         if inputs.len() != self.guards.len() {
             return Err(Error::Compile(format!(
@@ -388,12 +444,7 @@ impl CompiledGraph {
             )));
         }
         for (i, (t, g)) in inputs.iter().zip(&self.guards).enumerate() {
-            let dims_ok = t.rank() == g.dims.len()
-                && t.shape()
-                    .iter()
-                    .zip(&g.dims)
-                    .all(|(&s, d)| d.is_none_or(|d| d == s) && (d.is_some() || s != 1));
-            if t.dtype() != g.dtype || t.device() != g.device || !dims_ok {
+            if !Self::guard_holds(g, t) {
                 let want: Vec<String> = g
                     .dims
                     .iter()
@@ -415,7 +466,11 @@ impl CompiledGraph {
 
     /// True when `inputs` pass this graph's guards.
     pub fn accepts(&self, inputs: &[Tensor]) -> bool {
-        self.check_guards(inputs).is_ok()
+        inputs.len() == self.guards.len()
+            && inputs
+                .iter()
+                .zip(&self.guards)
+                .all(|(t, g)| Self::guard_holds(g, t))
     }
 
     fn args_of(call: &NodeCall, env: &[Option<Tensor>]) -> Result<Vec<Value>> {
@@ -462,11 +517,21 @@ impl CompiledGraph {
 
     /// Shapes of every value for these input shapes (computed once per distinct input shapes by
     /// running the meta rules on fake tensors).
-    fn shapes_for(&self, inputs: &[Tensor]) -> Result<Arc<Vec<Shape>>> {
-        let key: Vec<Shape> = inputs.iter().map(|t| Shape::from(t.shape())).collect();
-        if let Some(s) = self.shape_cache.lock().get(&key) {
-            return Ok(s.clone());
-        }
+    fn shapes_for(&self, inputs: &[Tensor]) -> Result<Arc<ShapeEntry>> {
+        let key = {
+            let mut c = self.shape_cache.lock();
+            if let Some(e) = &c.last
+                && e.fits(inputs)
+            {
+                return Ok(e.clone());
+            }
+            let key: Vec<Shape> = inputs.iter().map(|t| Shape::from(t.shape())).collect();
+            if let Some(e) = c.map.get(&key).cloned() {
+                c.last = Some(e.clone());
+                return Ok(e);
+            }
+            key
+        };
         let mut env: Vec<Option<Tensor>> = vec![None; self.num_values];
         for (&i, t) in self.input_ids.iter().zip(inputs) {
             env[i] = Some(Tensor::empty_fake(t.shape(), t.dtype(), t.device()));
@@ -487,13 +552,18 @@ impl CompiledGraph {
                     .map_or_else(Shape::new, |t| Shape::from(t.shape()))
             })
             .collect();
-        let shapes = Arc::new(shapes);
-        self.shape_cache.lock().insert(key, shapes.clone());
-        Ok(shapes)
+        let entry = Arc::new(ShapeEntry {
+            inputs: key.clone(),
+            shapes,
+        });
+        let mut c = self.shape_cache.lock();
+        c.map.insert(key, entry.clone());
+        c.last = Some(entry.clone());
+        Ok(entry)
     }
 
-    fn env_with_inputs(&self, inputs: &[Tensor]) -> Vec<Option<Tensor>> {
-        let mut env: Vec<Option<Tensor>> = vec![None; self.num_values];
+    fn env_with_inputs(&self, inputs: &[Tensor]) -> Env {
+        let mut env: Env = SmallVec::from_elem(None, self.num_values);
         for (&i, t) in self.input_ids.iter().zip(inputs) {
             env[i] = Some(t.clone());
         }
@@ -518,15 +588,20 @@ impl CompiledGraph {
     /// grad), the graph is interpreted op by op through the dispatcher so autograd records it.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.check_guards(inputs)?;
+        self.run_accepted(inputs)
+    }
+
+    /// [`CompiledGraph::run`] for inputs already known to pass the guards ([`Self::accepts`]).
+    pub(crate) fn run_accepted(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         if is_grad_enabled() && inputs.iter().any(Tensor::requires_grad) {
-            return self.interpret(inputs);
+            return self.interpret_accepted(inputs);
         }
         let shapes = self.shapes_for(inputs)?;
         let mut env = self.env_with_inputs(inputs);
         for (si, step) in self.steps.iter().enumerate() {
             match step {
                 Exec::Node(call) => Self::call_node(call, &mut env)?,
-                Exec::Region(r) => self.run_region(r, &shapes, &mut env)?,
+                Exec::Region(r) => self.run_region(r, &shapes.shapes, &mut env)?,
             }
             for &v in &self.dies_after[si] {
                 env[v] = None;
@@ -541,37 +616,46 @@ impl CompiledGraph {
         shapes: &[Shape],
         env: &mut [Option<Tensor>],
     ) -> Result<()> {
-        let ins: Vec<Tensor> = r
-            .ins
-            .iter()
-            .map(|&i| {
-                env[i]
-                    .clone()
-                    .ok_or_else(|| Error::Compile(format!("region input {i} not computed")))
-            })
-            .collect::<Result<_>>()?;
-        let outs: Vec<Tensor> = r
+        let outs: SmallVec<[Tensor; 4]> = r
             .outs
             .iter()
             .map(|&o| Tensor::try_empty(&shapes[o], self.dtypes[o]))
             .collect::<Result<_>>()?;
-        let in_refs: Vec<&Tensor> = ins.iter().collect();
-        let out_refs: Vec<&Tensor> = outs.iter().collect();
-        let iter_shape = &shapes[r.iter_value];
-        let plan =
-            crate::codegen::cpu::plan(&r.lowered.spec, &in_refs, &out_refs, Some(iter_shape))?;
-        let kernel = {
-            let mut last = r.last.lock();
-            match last.as_ref() {
-                Some(k) if k.layout() == &plan.layout => k.clone(),
-                _ => {
-                    let k = cache::get_or_compile(&r.lowered.spec, &plan.layout)?;
-                    *last = Some(k.clone());
-                    k
-                }
+        // The operand references borrow `env` and `outs` until the launch is done.
+        {
+            let mut in_refs: SmallVec<[&Tensor; 8]> = SmallVec::with_capacity(r.ins.len());
+            for &i in &r.ins {
+                in_refs.push(
+                    env[i]
+                        .as_ref()
+                        .ok_or_else(|| Error::Compile(format!("region input {i} not computed")))?,
+                );
             }
-        };
-        kernel.launch_plan(&plan)?;
+            let out_refs: SmallVec<[&Tensor; 4]> = outs.iter().collect();
+            let iter_shape = Some(shapes[r.iter_value].as_slice());
+            // The lock is held only to clone the entry: concurrent runs of the graph launch in
+            // parallel.
+            let last = r.last.lock().clone();
+            let reused = match &last {
+                Some(c) => c
+                    .kernel
+                    .relaunch(&c.plan, &in_refs, &out_refs, iter_shape)?,
+                None => false,
+            };
+            if !reused {
+                let spec = &r.lowered.spec;
+                let plan = plan_launch(spec, &in_refs, &out_refs, iter_shape)?;
+                let kernel = match last {
+                    Some(c) if c.kernel.layout() == &plan.layout => c.kernel.clone(),
+                    _ => cache::get_or_compile(spec, &plan.layout)?,
+                };
+                kernel.launch_plan(&plan)?;
+                *r.last.lock() = Some(Arc::new(CachedLaunch {
+                    plan: plan.detach(),
+                    kernel,
+                }));
+            }
+        }
         for (&o, t) in r.outs.iter().zip(outs) {
             env[o] = Some(t);
         }
@@ -582,6 +666,10 @@ impl CompiledGraph {
     /// the reference the compiled path is checked against, and the path that records autograd.
     pub fn interpret(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.check_guards(inputs)?;
+        self.interpret_accepted(inputs)
+    }
+
+    fn interpret_accepted(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let mut env = self.env_with_inputs(inputs);
         for call in &self.calls {
             Self::call_node(call, &mut env)?;
@@ -592,5 +680,93 @@ impl CompiledGraph {
     /// Dense id of a graph value (for tests and tools).
     pub fn value_id(&self, v: ValueRef) -> Option<usize> {
         self.ids.get(&v).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::{CaptureOptions, capture};
+    use tensorplay_ir::TensorMeta;
+
+    fn f(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+        Ok(vec![xs[0].mul(&xs[1])?.add_scalar(1.0)?.relu()?])
+    }
+
+    fn bits(t: &Tensor) -> Vec<u32> {
+        t.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    }
+
+    /// The cached launch of the graph's only region.
+    fn cached(c: &CompiledGraph) -> Option<Arc<CachedLaunch>> {
+        c.steps.iter().find_map(|s| match s {
+            Exec::Region(r) => r.last.lock().clone(),
+            Exec::Node(_) => None,
+        })
+    }
+
+    #[test]
+    fn launch_plans_are_reused_only_for_the_same_shapes_and_strides() -> Result<()> {
+        let m = TensorMeta::new(&[6, 5], DType::F32, Device::Cpu);
+        let g = capture(f, &[m.clone(), m], CaptureOptions { dynamic: true })?;
+        let c = CompiledGraph::new(&g)?;
+        assert_eq!(c.num_kernels(), 1);
+        let base = Tensor::randn_seeded(&[12, 10], DType::F32, 1)?;
+        let y = Tensor::randn_seeded(&[6, 5], DType::F32, 2)?;
+        // Views of one shape: contiguous, two offsets with the same strides, a transpose, a
+        // step-2 slice; then another size.
+        let views = [
+            Tensor::randn_seeded(&[6, 5], DType::F32, 3)?,
+            base.narrow(0, 0, 6)?.narrow(1, 0, 5)?,
+            base.narrow(0, 3, 6)?.narrow(1, 2, 5)?,
+            base.narrow(0, 0, 5)?.narrow(1, 0, 6)?.t()?,
+            base.slice(0, Some(0), Some(12), 2)?.narrow(1, 0, 5)?,
+        ];
+        for round in 0..2 {
+            let mut previous: Option<Arc<CachedLaunch>> = None;
+            for (i, x) in views.iter().enumerate() {
+                let got = c.run(&[x.clone(), y.clone()])?;
+                let want = f(&[x.clone(), y.clone()])?;
+                assert_eq!(bits(&got[0]), bits(&want[0]), "round {round}, view {i}");
+                let now = cached(&c).expect("a launch is cached");
+                if let Some(p) = &previous {
+                    // Views 1 and 2 differ only in their storage offset: same plan.
+                    assert_eq!(Arc::ptr_eq(p, &now), i == 2, "round {round}, view {i}");
+                }
+                // Running again on the same tensors reuses the plan.
+                let again = c.run(&[x.clone(), y.clone()])?;
+                assert_eq!(bits(&again[0]), bits(&want[0]));
+                assert!(Arc::ptr_eq(&now, &cached(&c).expect("cached")));
+                previous = Some(now);
+            }
+        }
+        // Another size: a new shape entry and a new plan, then back again.
+        for n in [3usize, 6, 3] {
+            let x = Tensor::randn_seeded(&[n, 5], DType::F32, 4)?;
+            let yn = y.narrow(0, 0, n)?;
+            let got = c.run(&[x.clone(), yn.clone()])?;
+            assert_eq!(bits(&got[0]), bits(&f(&[x, yn])?[0]), "n = {n}");
+        }
+        assert_eq!(c.shape_cache.lock().map.len(), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn guards_accept_or_reject_and_errors_name_the_failing_input() -> Result<()> {
+        let m = TensorMeta::new(&[4], DType::F32, Device::Cpu);
+        let g = capture(f, &[m.clone(), m], CaptureOptions { dynamic: true })?;
+        let c = CompiledGraph::new(&g)?;
+        let x = Tensor::ones(&[4], DType::F32);
+        assert!(c.accepts(&[x.clone(), x.clone()]));
+        assert!(!c.accepts(std::slice::from_ref(&x)));
+        let i = Tensor::ones(&[4], DType::I32);
+        assert!(!c.accepts(&[x.clone(), i.clone()]));
+        let e = c.run(&[x, i]).unwrap_err().to_string();
+        assert!(e.contains("guard failed for input 1"), "{e}");
+        Ok(())
     }
 }

@@ -1786,3 +1786,295 @@ fn half_conversions_round_to_nearest_even_everywhere() -> R<()> {
     }
     Ok(())
 }
+
+// ---- pow by small constant exponents (strength reduction) ---------------------------------------
+
+/// `pow(x, c)` over `[n]` with `x` of `dtype` and the scalar constant `c`; the output dtype is
+/// eager's (`pow_scalar`'s result type).
+fn pow_const_graph(n: usize, dtype: DType, c: Constant) -> (Graph, Region, ValueRef) {
+    let out = match (&c, dtype) {
+        (Constant::Float { .. }, d) if !d.is_float() => DType::F32,
+        (Constant::Int { .. }, DType::Bool) => DType::I64,
+        (_, d) => d,
+    };
+    let mut g = G::new();
+    let xv = g.input("x", &[n], dtype);
+    let cv = g.scalar(c);
+    let p = g.op("tp::pow", vec![t(xv), t(cv)], &[n], out);
+    let (graph, region) = g.finish(&[p], RegionKind::Pointwise);
+    (graph, region, xv)
+}
+
+fn float_c(v: f64) -> Constant {
+    Constant::Float {
+        value: v,
+        dtype: DType::F64,
+    }
+}
+
+fn int_c(v: i64) -> Constant {
+    Constant::Int {
+        value: v,
+        dtype: DType::I64,
+    }
+}
+
+/// Distance from `got` to `want` in units of `dtype`'s ulp at `want` (subnormal ulps below the
+/// smallest normal).
+fn ulps_apart(got: f64, want: f64, dtype: DType) -> f64 {
+    let (digits, emin) = match dtype {
+        DType::F64 => (53, -1022),
+        DType::F32 => (24, -126),
+        DType::F16 => (11, -14),
+        DType::BF16 => (8, -126),
+        other => panic!("{other} is not a float dtype"),
+    };
+    let e = (want.abs().log2().floor() as i32).max(emin);
+    // In two steps: `powi` of a subnormal power of two alone underflows to 0.
+    let k = e - (digits - 1);
+    (got - want).abs() / (2f64.powi(k / 2) * 2f64.powi(k - k / 2))
+}
+
+/// Pow's contract: NaN, infinities and zeros (with their signs) exactly, finite values within
+/// `max_ulps` of eager.
+fn assert_pow_close(got: &Tensor, want: &Tensor, x: &Tensor, max_ulps: f64, what: &str) {
+    assert_eq!(got.dtype(), want.dtype(), "{what}: dtype");
+    let dtype = got.dtype();
+    let (g, w) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
+    let xs = x.to_vec_f64().unwrap();
+    for i in 0..g.len() {
+        let (a, b) = (g[i], w[i]);
+        let ok = if b.is_nan() {
+            a.is_nan()
+        } else if b.is_infinite() || b == 0.0 {
+            a == b && a.is_sign_negative() == b.is_sign_negative()
+        } else {
+            ulps_apart(a, b, dtype) <= max_ulps
+        };
+        assert!(ok, "{what}: x = {:e}: got {a:e}, want {b:e}", xs[i]);
+    }
+}
+
+/// Inputs for pow: the specials, values whose small powers overflow or land among the
+/// subnormals, and random normals.
+fn pow_inputs(dtype: DType) -> Tensor {
+    let extra = [
+        2f64.powi(-50),
+        -2f64.powi(-50),
+        1e-12,
+        -1.3e-13,
+        1.1e-10,
+        2.7e-20,
+        1e19,
+        -2e19,
+        1.9e12,
+        3e-3,
+        255.5,
+        -300.0,
+        f64::MIN_POSITIVE,
+        -5e-324,
+    ];
+    let s = specials(1001, DType::F64, 70).to_vec::<f64>().unwrap();
+    let v: Vec<f64> = extra.iter().copied().chain(s).collect();
+    let n = v.len();
+    Tensor::from_vec(v, &[n]).unwrap().to_dtype(dtype).unwrap()
+}
+
+#[test]
+fn pow_by_small_integer_constants_lowers_to_products() -> R<()> {
+    let _l = shared();
+    let text = |dtype: DType, c: Constant| -> R<String> {
+        let (graph, region, _) = pow_const_graph(8, dtype, c);
+        Ok(lower(&graph, &region)?.spec.to_string())
+    };
+    let head = "kernel pointwise rank=1 inputs=[f32] outputs=[f32]\n";
+    assert_eq!(
+        text(DType::F32, float_c(2.0))?,
+        format!("{head}  %0 = load in0 : f32\n  %1 = mul(%0, %0) : f32\n  store out0, %1\n")
+    );
+    assert_eq!(
+        text(DType::F32, float_c(3.0))?,
+        format!(
+            "{head}  %0 = load in0 : f32\n  %1 = mul(%0, %0) : f32\n  %2 = mul(%1, %0) : f32\n  \
+             store out0, %2\n"
+        )
+    );
+    // An integer exponent on a float tensor computes in f32 too.
+    assert_eq!(text(DType::F32, int_c(3))?, text(DType::F32, float_c(3.0))?);
+    assert_eq!(
+        text(DType::F32, float_c(4.0))?,
+        format!(
+            "{head}  %0 = load in0 : f32\n  %1 = mul(%0, %0) : f32\n  %2 = mul(%1, %1) : f32\n  \
+             store out0, %2\n"
+        )
+    );
+    // x^0 = 1 (also for NaN): the input is not even loaded.
+    assert_eq!(
+        text(DType::F32, float_c(0.0))?,
+        format!("{head}  %0 = const 1.0 : f32\n  store out0, %0\n")
+    );
+    assert_eq!(
+        text(DType::F32, float_c(-0.0))?,
+        text(DType::F32, float_c(0.0))?
+    );
+    assert_eq!(
+        text(DType::F32, float_c(1.0))?,
+        format!("{head}  %0 = load in0 : f32\n  store out0, %0\n")
+    );
+    assert_eq!(
+        text(DType::F32, float_c(-1.0))?,
+        format!(
+            "{head}  %0 = load in0 : f32\n  %1 = const 1.0 : f32\n  %2 = div(%1, %0) : f32\n  \
+             store out0, %2\n"
+        )
+    );
+    assert_eq!(
+        text(DType::F32, float_c(0.5))?,
+        format!(
+            "{head}  %0 = load in0 : f32\n  %1 = sqrt(%0) : f32\n  %2 = const 0.0 : f32\n  \
+             %3 = maximum(%1, %2) : f32\n  %4 = const -inf : f32\n  %5 = eq(%0, %4) in f32 : bool\n  \
+             %6 = const inf : f32\n  %7 = where(%5, %6, %3) : f32\n  store out0, %7\n"
+        )
+    );
+    // Other exponents keep the general pow.
+    for c in [2.5, 5.0, -2.0, 1.0 + 2f64.powi(-20), f64::NAN] {
+        assert_eq!(
+            text(DType::F32, float_c(c))?,
+            format!(
+                "{head}  %0 = load in0 : f32\n  %1 = const {} : f32\n  %2 = pow(%0, %1) : f32\n  \
+                 store out0, %2\n",
+                tensorplay_ir::graph::attr::fmt_float(c as f32 as f64)
+            ),
+            "exponent {c}"
+        );
+    }
+    // Integers multiply in their own dtype (wrapping); f16 in f16 (held in f32, rounded once).
+    assert_eq!(
+        text(DType::I32, int_c(3))?,
+        "kernel pointwise rank=1 inputs=[i32] outputs=[i32]\n  %0 = load in0 : i32\n  \
+         %1 = mul(%0, %0) : i32\n  %2 = mul(%1, %0) : i32\n  store out0, %2\n"
+    );
+    assert_eq!(
+        text(DType::Bool, int_c(2))?,
+        "kernel pointwise rank=1 inputs=[bool] outputs=[i64]\n  %0 = load in0 : bool\n  \
+         %1 = cast %0 : i64\n  %2 = mul(%1, %1) : i64\n  store out0, %2\n"
+    );
+    assert_eq!(
+        text(DType::F16, float_c(2.0))?,
+        "kernel pointwise rank=1 inputs=[f16] outputs=[f16]\n  %0 = load in0 : f16\n  \
+         %1 = mul(%0, %0) : f16\n  store out0, %1\n"
+    );
+    // A negative integer exponent on an integer tensor is not a product: general pow.
+    let (graph, region, _) = pow_const_graph(8, DType::I64, int_c(-1));
+    assert!(lower(&graph, &region)?.spec.to_string().contains("pow("));
+    Ok(())
+}
+
+#[test]
+fn pow_by_small_constants_matches_eager_on_special_values() -> R<()> {
+    let _l = shared();
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        let x = pow_inputs(dtype);
+        let n = x.numel();
+        for c in [0.0, -0.0, 1.0, 2.0, 3.0, 4.0, -1.0, 0.5, 2.5] {
+            let (graph, region, xv) = pow_const_graph(n, dtype, float_c(c));
+            let out = run(&graph, &region, &HashMap::from([(xv, x.clone())]))?;
+            let want = x.pow_scalar(c)?;
+            // Products round at most three times against pow's once; 0.5, 1 and -1 are one
+            // correctly rounded operation (eager's libm pow is within 1 ulp itself).
+            assert_pow_close(&out[0], &want, &x, 4.0, &format!("{dtype} x^{c}"));
+        }
+    }
+    // An integer tensor to a float power computes in f32.
+    let i = ints(&[1000], DType::I32, 3000, 71);
+    for c in [2.0, 3.0, -1.0, 0.5] {
+        let (graph, region, xv) = pow_const_graph(1000, DType::I32, float_c(c));
+        let out = run(&graph, &region, &HashMap::from([(xv, i.clone())]))?;
+        assert_pow_close(&out[0], &i.pow_scalar(c)?, &i, 4.0, &format!("i32 x^{c}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn integer_pow_by_constants_is_exact_and_wraps() -> R<()> {
+    let _l = shared();
+    for (dtype, range) in [
+        (DType::I32, 1i64 << 20),
+        (DType::I32, 40),
+        (DType::I64, 1 << 40),
+        (DType::I64, 3_000_000),
+        (DType::Bool, 1),
+    ] {
+        let mut x = ints(&[1003], dtype, range, 72);
+        if dtype != DType::Bool {
+            // The extremes, whose powers wrap in every way.
+            let (lo, hi) = if dtype == DType::I32 {
+                (i32::MIN as i64, i32::MAX as i64)
+            } else {
+                (i64::MIN, i64::MAX)
+            };
+            let mut v = x.to_dtype(DType::I64)?.to_vec::<i64>()?;
+            v[..6].copy_from_slice(&[lo, hi, lo + 1, -1, 0, 1]);
+            x = Tensor::from_vec(v, &[1003])?.to_dtype(dtype)?;
+        }
+        for e in [0i64, 1, 2, 3, 4, 5] {
+            let (graph, region, xv) = pow_const_graph(1003, dtype, int_c(e));
+            let out = run(&graph, &region, &HashMap::from([(xv, x.clone())]))?;
+            assert_same(
+                &out[0],
+                &x.pow_scalar(e)?,
+                &format!("{dtype} (range {range}) x^{e}"),
+            );
+        }
+        // A bool exponent is 0 or 1.
+        for b in [false, true] {
+            if dtype == DType::Bool {
+                continue; // two bool operands are rejected, like eager
+            }
+            let (graph, region, xv) = pow_const_graph(1003, dtype, Constant::Bool(b));
+            let out = run(&graph, &region, &HashMap::from([(xv, x.clone())]))?;
+            assert_same(&out[0], &x.pow_scalar(b)?, &format!("{dtype} x^{b}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn w1_gelu_tanh_with_pow_scalar_compiles_to_products_and_matches_eager() -> R<()> {
+    let _l = shared();
+    fn w1(xs: &[Tensor]) -> R<Vec<Tensor>> {
+        let x = &xs[0];
+        let inner = x
+            .add(&x.pow_scalar(3.0)?.mul_scalar(0.044715)?)?
+            .mul_scalar(0.7978845608)?;
+        Ok(vec![
+            x.mul_scalar(0.5)?.mul(&inner.tanh()?.add_scalar(1.0)?)?,
+        ])
+    }
+    let n = (1 << 17) + 3;
+    let m = meta(&[n], DType::F32);
+    let graph = tensorplay_compiler::capture::capture(
+        w1,
+        &[m],
+        tensorplay_compiler::capture::CaptureOptions::default(),
+    )?;
+    let compiled = tensorplay_compiler::tp_compile(&graph)?;
+    assert_eq!(compiled.num_kernels(), 1);
+    let spec = lower(compiled.graph(), &compiled.plan().regions[0])?.spec;
+    let text = spec.to_string();
+    assert!(
+        !text.contains("pow(") && text.contains("mul(%0, %0)"),
+        "W1 still calls pow:\n{text}"
+    );
+    let mut x = randn(&[n], DType::F32, 73)
+        .mul_scalar(3.0)?
+        .to_vec::<f32>()?;
+    x[..6].copy_from_slice(&[0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30]);
+    let x = Tensor::from_vec(x, &[n])?;
+    let got = compiled.run(std::slice::from_ref(&x))?;
+    let want = w1(std::slice::from_ref(&x))?;
+    // tanh is approximated within a few ulps; 1 + tanh cancels for large negative x, hence the
+    // absolute term.
+    assert_close(&got[0], &want[0], 1e-5, 1e-6, "W1");
+    Ok(())
+}

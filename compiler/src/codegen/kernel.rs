@@ -1271,6 +1271,11 @@ fn lower_op(
             format!("{compute} operands are not supported"),
         ));
     }
+    if op == Pow
+        && let Some(v) = lower_pow_by_constant(l, args[0], args[1], compute)
+    {
+        return check_out(l, name, v, meta_dtype);
+    }
     let ids: Vec<ValueId> = args
         .iter()
         .zip(&operand_dtypes)
@@ -1288,6 +1293,146 @@ fn lower_op(
         out,
     });
     check_out(l, name, v, meta_dtype)
+}
+
+/// A `pow` exponent that lowering replaces by cheaper exact-enough code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PowBy {
+    /// `x^0 = 1` for every `x`, NaN included (C's `pow`, eager's `int_pow`).
+    Zero,
+    /// `x^1 = x`.
+    One,
+    /// `x * x`.
+    Two,
+    /// `(x * x) * x`.
+    Three,
+    /// `(x * x) * (x * x)`.
+    Four,
+    /// `1 / x` (floats only).
+    MinusOne,
+    /// `sqrt(x)`, patched for `-0` and `-inf` (floats only).
+    Half,
+}
+
+/// Which [`PowBy`] an exponent of value `y` (already in the compute dtype) selects, if any.
+///
+/// Only exponents whose replacement matches eager's `pow` for every input qualify. Integer
+/// compute dtypes: 0..=4, whose wrapping products equal `int_pow`'s wrapping repeated squaring
+/// (multiplication modulo 2^bits is associative; i32 `int_pow` computes in i64 and truncates,
+/// which is the same residue). Negative integer exponents keep the general code (`int_pow`'s
+/// rule for them is not a product). Floats: 0..=4 as products, with at most two extra roundings
+/// (within `pow`'s ulp contract; the sign and infinity/zero/NaN cases of `pow` by an integer are
+/// exactly those of the product), `-1` as a correctly rounded division (`pow(±0, -1) = ±inf`,
+/// `pow(±inf, -1) = ±0`, like `1 / x`), `0.5` as `sqrt` (see [`lower_pow_by_constant`]).
+fn pow_by(y: Lit) -> Option<PowBy> {
+    let by = match y {
+        Lit::Int(0) => PowBy::Zero,
+        Lit::Int(1) => PowBy::One,
+        Lit::Int(2) => PowBy::Two,
+        Lit::Int(3) => PowBy::Three,
+        Lit::Int(4) => PowBy::Four,
+        // Float patterns compare with `==`, so this also takes -0 (pow(x, -0) is 1 as well).
+        Lit::Float(0.0) => PowBy::Zero,
+        Lit::Float(1.0) => PowBy::One,
+        Lit::Float(2.0) => PowBy::Two,
+        Lit::Float(3.0) => PowBy::Three,
+        Lit::Float(4.0) => PowBy::Four,
+        Lit::Float(-1.0) => PowBy::MinusOne,
+        Lit::Float(0.5) => PowBy::Half,
+        _ => return None,
+    };
+    Some(by)
+}
+
+/// Strength reduction of `pow(x, y)` when `y` is a scalar constant with one of the values of
+/// [`pow_by`]: the general `pow` costs several times a multiplication chain (and most of a
+/// kernel's compile time). Computes in `compute`, the dtype the `pow` would compute in, so
+/// f16/bf16 still round once at the store and integers wrap as eager's `int_pow` does. Returns
+/// `None` (lower the general `pow`) for any other exponent.
+///
+/// `y = 0.5` is `where(x == -inf, +inf, maximum(sqrt(x), +0))`: `sqrt` alone differs from `pow`
+/// at `-0` (`sqrt(-0) = -0`, `pow(-0, 0.5) = +0`; eager's `maximum(-0, +0)` is `+0`) and at
+/// `-inf` (`sqrt` gives NaN, `pow` gives `+inf`); negative numbers give NaN in both, and NaN
+/// propagates through `maximum`.
+fn lower_pow_by_constant(
+    l: &mut Lowerer,
+    base: Operand,
+    exponent: Operand,
+    compute: DType,
+) -> Option<ValueId> {
+    let y = match exponent {
+        Operand::Scalar(lit, _) => lit.convert(compute),
+        Operand::Value(id) => match l.insts[id] {
+            Inst::Const { value, .. } => value.convert(compute),
+            _ => return None,
+        },
+        Operand::Input(_) => return None,
+    };
+    let by = pow_by(y)?;
+    let float = compute.is_float();
+    if matches!(by, PowBy::MinusOne | PowBy::Half) && !float {
+        return None;
+    }
+    let mul = |l: &mut Lowerer, a: ValueId, b: ValueId| {
+        l.push(Inst::Op {
+            op: ScalarOp::Mul,
+            args: vec![a, b],
+            compute,
+            out: compute,
+        })
+    };
+    let v = match by {
+        PowBy::Zero => l.constant(Lit::Int(1).convert(compute), compute),
+        PowBy::One => l.coerce(base, compute),
+        PowBy::Two => {
+            let x = l.coerce(base, compute);
+            mul(l, x, x)
+        }
+        PowBy::Three => {
+            let x = l.coerce(base, compute);
+            let x2 = mul(l, x, x);
+            mul(l, x2, x)
+        }
+        PowBy::Four => {
+            let x = l.coerce(base, compute);
+            let x2 = mul(l, x, x);
+            mul(l, x2, x2)
+        }
+        PowBy::MinusOne => {
+            let x = l.coerce(base, compute);
+            let one = l.constant(Lit::Float(1.0), compute);
+            l.push(Inst::Op {
+                op: ScalarOp::Div,
+                args: vec![one, x],
+                compute,
+                out: compute,
+            })
+        }
+        PowBy::Half => {
+            let x = l.coerce(base, compute);
+            let op = |l: &mut Lowerer, op: ScalarOp, args: Vec<ValueId>| {
+                let out = if op.is_predicate() {
+                    DType::Bool
+                } else {
+                    compute
+                };
+                l.push(Inst::Op {
+                    op,
+                    args,
+                    compute,
+                    out,
+                })
+            };
+            let s = op(l, ScalarOp::Sqrt, vec![x]);
+            let zero = l.constant(Lit::Float(0.0), compute);
+            let s = op(l, ScalarOp::Maximum, vec![s, zero]);
+            let ninf = l.constant(Lit::Float(f64::NEG_INFINITY), compute);
+            let is_ninf = op(l, ScalarOp::Eq, vec![x, ninf]);
+            let inf = l.constant(Lit::Float(f64::INFINITY), compute);
+            op(l, ScalarOp::Where, vec![is_ninf, inf, s])
+        }
+    };
+    Some(v)
 }
 
 fn check_out(l: &Lowerer, name: &str, v: ValueId, meta_dtype: DType) -> Result<ValueId> {

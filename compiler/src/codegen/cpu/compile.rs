@@ -16,6 +16,7 @@ use tensorplay_ir::{Error, Result, ScalarOp};
 use super::args::KernelFn;
 use super::emit::{Emitter, Lanes, choose_lanes, liveness};
 use super::math::{MathCtx, MathShims};
+use super::staging;
 use crate::codegen::kernel::{Inst, KernelSpec, LoopKind, LoopLayout, StrideClass};
 use crate::passes::logging;
 
@@ -253,6 +254,39 @@ fn needs_ipow(spec: &KernelSpec) -> bool {
 /// is `extern "C" fn(*const KernelArgs)`; see [`KernelArgs`](super::KernelArgs). With
 /// `TP_LOGS=clif` the spec, the layout, the CLIF and the compile time are printed to stderr.
 pub fn compile(spec: &KernelSpec, layout: &LoopLayout) -> Result<CompiledKernel> {
+    compile_with(spec, layout, &CodegenOptions::default())
+}
+
+/// Choices of the CPU code generator that do not change results.
+///
+/// ```
+/// use tensorplay_compiler::codegen::cpu::CodegenOptions;
+/// let inline = CodegenOptions { bulk_math: false };
+/// assert!(!inline.bulk_math);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodegenOptions {
+    /// Hand transcendentals, `pow`, division and `sqrt` on f32 to the wide bulk kernels of
+    /// [`math::bulk`](super::math::bulk) (bit-identical to the inline code, 2–4x faster). The
+    /// default is on when the host has them ([`bulk::level`](super::math::bulk::level), which
+    /// `TP_BULK_MATH=0` turns off).
+    pub bulk_math: bool,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        CodegenOptions {
+            bulk_math: super::math::bulk::level().is_some(),
+        }
+    }
+}
+
+/// [`compile`] with explicit [`CodegenOptions`] (tests compare the staged and inline forms).
+pub fn compile_with(
+    spec: &KernelSpec,
+    layout: &LoopLayout,
+    options: &CodegenOptions,
+) -> Result<CompiledKernel> {
     let t0 = Instant::now();
     spec.validate()?;
     check_layout(spec, layout)?;
@@ -311,6 +345,11 @@ pub fn compile(spec: &KernelSpec, layout: &LoopLayout) -> Result<CompiledKernel>
             start: zero,
             end: zero,
             partials: zero,
+            call_conv: module.isa().default_call_conv(),
+            bulk: options.bulk_math,
+            reads: Vec::new(),
+            scratch_row: None,
+            slot_bytes: 0,
         };
         em.load_args(args);
         em.emit_kernel()?;
@@ -319,8 +358,11 @@ pub fn compile(spec: &KernelSpec, layout: &LoopLayout) -> Result<CompiledKernel>
     if logging::enabled("clif") {
         logging::log("clif", || {
             format!(
-                "{spec}layout: {layout}\nlanes: {}\n{}",
+                "{spec}layout: {layout}\nlanes: {}\n{}{}",
                 lanes.count(),
+                staging::plan(spec, layout, &liveness(spec), lanes, options.bulk_math)
+                    .map(|p| p.to_string())
+                    .unwrap_or_default(),
                 ctx.func.display()
             )
         });

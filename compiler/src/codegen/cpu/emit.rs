@@ -11,11 +11,13 @@
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, F32X4, F64, F64X2, I8, I16X8, I32, I32X4, I64, I64X2};
 use cranelift_codegen::ir::{Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::FunctionBuilder;
 use tensorplay_ir::{DType, Error, Result, ScalarOp};
 
 use super::args::offsets;
 use super::math::{MathCtx, MathFn, emit_pow, emit_unary};
+use super::staging::Buf;
 use crate::codegen::kernel::{Inst, KernelSpec, Lit, LoopKind, LoopLayout, StrideClass, ValueId};
 
 /// The vector shape of a kernel's main loop.
@@ -156,6 +158,16 @@ pub(super) struct Emitter<'a, 'b> {
     pub start: Value,
     pub end: Value,
     pub partials: Value,
+    /// The calling convention of calls into Rust (bulk math kernels).
+    pub call_conv: CallConv,
+    /// Whether expensive f32 math goes to the bulk kernels (see `staging`).
+    pub bulk: bool,
+    /// Staged kernels only: per instruction, the buffer an outlined value is read from.
+    pub reads: Vec<Option<Buf>>,
+    /// Staged kernels only: scratch address of the current segment's first element (slot 0).
+    pub scratch_row: Option<Value>,
+    /// Staged kernels only: bytes per scratch slot.
+    pub slot_bytes: i64,
 }
 
 impl<'a, 'b> Emitter<'a, 'b> {
@@ -684,6 +696,10 @@ impl<'a, 'b> Emitter<'a, 'b> {
         };
         for (id, inst) in spec.insts.iter().enumerate() {
             if !self.live[id] {
+                continue;
+            }
+            if let Some(buf) = self.reads.get(id).copied().flatten() {
+                env[id] = Some(self.load_staged(row, buf, i, k, vector)?);
                 continue;
             }
             let v = match inst {

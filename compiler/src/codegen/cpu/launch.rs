@@ -1,6 +1,8 @@
 //! Launching compiled kernels: validating tensors against the spec, planning the loop nest
 //! (broadcast strides, dropping unit dims, merging dims that step uniformly), and splitting the
-//! work across the shared thread pool.
+//! work across the shared thread pool. A plan depends only on the spec and the operands' shapes
+//! and strides, so callers that launch repeatedly keep it ([`LaunchPlan::detach`]) and
+//! [relaunch](CompiledKernel::relaunch) it with fresh data pointers, skipping the planning.
 
 use rayon::prelude::*;
 use smallvec::{SmallVec, smallvec};
@@ -24,6 +26,9 @@ pub const MIN_CHUNK: usize = 1 << 16;
 
 type Strides = SmallVec<[isize; 8]>;
 
+/// Operand data pointers, inputs then outputs.
+type Ptrs = SmallVec<[*mut u8; 8]>;
+
 /// Everything a kernel call needs, derived from the tensors: the layout to compile for, the
 /// loop shape and strides, the operand pointers and how much work there is.
 #[derive(Debug, Clone)]
@@ -34,11 +39,82 @@ pub struct LaunchPlan {
     pub shape: SmallVec<[i64; 8]>,
     /// Element strides, operand-major (`operands * dims`).
     pub strides: Vec<i64>,
-    ptrs: SmallVec<[*mut u8; 8]>,
+    ptrs: Ptrs,
     /// Pointwise: elements; reductions and softmax: rows (kept points).
     range: usize,
     /// Elements per unit of `range` (1 for pointwise, the row length otherwise).
     per_unit: usize,
+    /// What the geometry above was derived from besides the spec: the explicit iteration shape
+    /// (if any) and every operand's shape and strides, flattened (see [`PlanKey`]).
+    key: PlanKey,
+    /// The spec's rank and loop kind (a plan only fits kernels of the spec it was made for).
+    rank: usize,
+    kind: LoopKind,
+}
+
+/// The inputs of planning other than the spec, flattened (each list after its length, so the
+/// encoding is unambiguous): `[has_iter_shape, (len, sizes..)?, (rank, sizes.., strides..) per
+/// operand]`. Two launches with equal keys (and the same spec) plan to the same loop geometry,
+/// whatever their data pointers and storage offsets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PlanKey(SmallVec<[isize; 24]>);
+
+impl PlanKey {
+    fn new(iter_shape: Option<&[usize]>, inputs: &[&Tensor], outputs: &[&Tensor]) -> PlanKey {
+        let mut k: SmallVec<[isize; 24]> = SmallVec::new();
+        match iter_shape {
+            Some(s) => {
+                k.push(1);
+                k.push(s.len() as isize);
+                k.extend(s.iter().map(|&d| d as isize));
+            }
+            None => k.push(0),
+        }
+        for t in inputs.iter().chain(outputs) {
+            k.push(t.rank() as isize);
+            k.extend(t.shape().iter().map(|&d| d as isize));
+            k.extend_from_slice(t.strides());
+        }
+        PlanKey(k)
+    }
+
+    /// Whether these tensors would produce this key (compared in place, without building one).
+    fn matches(
+        &self,
+        iter_shape: Option<&[usize]>,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+    ) -> bool {
+        let k = self.0.as_slice();
+        let mut at = match (iter_shape, k.first()) {
+            (Some(s), Some(1)) => {
+                let n = s.len();
+                if k.len() < 2 + n
+                    || k[1] != n as isize
+                    || !k[2..2 + n].iter().zip(s).all(|(&a, &b)| a == b as isize)
+                {
+                    return false;
+                }
+                2 + n
+            }
+            (None, Some(0)) => 1,
+            _ => return false,
+        };
+        for t in inputs.iter().chain(outputs) {
+            let (shape, strides) = (t.shape(), t.strides());
+            let r = shape.len();
+            if k.len() < at + 1 + 2 * r || k[at] != r as isize {
+                return false;
+            }
+            let sizes = &k[at + 1..at + 1 + r];
+            let steps = &k[at + 1 + r..at + 1 + 2 * r];
+            if !sizes.iter().zip(shape).all(|(&a, &b)| a == b as isize) || steps != strides {
+                return false;
+            }
+            at += 1 + 2 * r;
+        }
+        at == k.len()
+    }
 }
 
 // SAFETY: the raw pointers are addresses of tensor data the caller keeps alive (and borrowed)
@@ -52,13 +128,36 @@ impl LaunchPlan {
     pub fn is_empty(&self) -> bool {
         self.range == 0
     }
+
+    /// The plan without its data pointers: what a caller keeps to launch again on tensors of
+    /// the same shapes and strides with [`CompiledKernel::relaunch`] (a detached plan cannot be
+    /// passed to [`CompiledKernel::launch_plan`], which needs the pointers).
+    pub fn detach(mut self) -> LaunchPlan {
+        self.ptrs.clear();
+        self
+    }
+
+    /// Whether tensors with these shapes and strides (and this explicit iteration shape, as
+    /// given to [`plan`]) plan to exactly this geometry: true when every shape and stride equals
+    /// the ones the plan was made from. Data pointers and storage offsets do not matter.
+    pub fn fits(
+        &self,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        iter_shape: Option<&[usize]>,
+    ) -> bool {
+        self.key.matches(iter_shape, inputs, outputs)
+    }
 }
 
-fn check_tensor(t: &Tensor, what: String, want: DType) -> Result<*mut u8> {
+/// Checks an operand's dtype and device and returns its data pointer. The argument name for
+/// the error (`input k` / `output k`) is only built on the error path: this runs on every launch.
+fn check_tensor(t: &Tensor, k: usize, output: bool, want: DType) -> Result<*mut u8> {
+    let what = || format!("{} {k}", if output { "output" } else { "input" });
     if t.dtype() != want {
         return Err(Error::argument(
             OP,
-            &what,
+            what(),
             format!("a {want} tensor"),
             format!("a {} tensor", t.dtype()),
         ));
@@ -67,12 +166,38 @@ fn check_tensor(t: &Tensor, what: String, want: DType) -> Result<*mut u8> {
         return Err(Error::device(
             OP,
             format!(
-                "{what} is on {}, but CPU kernels need CPU tensors",
+                "{} is on {}, but CPU kernels need CPU tensors",
+                what(),
                 t.device()
             ),
         ));
     }
     t.data_ptr_raw()
+}
+
+/// The operand count check and the data pointers of every operand (inputs, then outputs),
+/// their dtypes and devices checked against `spec`.
+fn bind(spec: &KernelSpec, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<Ptrs> {
+    if inputs.len() != spec.inputs.len() || outputs.len() != spec.outputs.len() {
+        return Err(Error::argument(
+            OP,
+            "inputs, outputs",
+            format!(
+                "{} inputs and {} outputs",
+                spec.inputs.len(),
+                spec.outputs.len()
+            ),
+            format!("{} inputs and {} outputs", inputs.len(), outputs.len()),
+        ));
+    }
+    let mut ptrs = Ptrs::new();
+    for (k, (t, &d)) in inputs.iter().zip(&spec.inputs).enumerate() {
+        ptrs.push(check_tensor(t, k, false, d)?);
+    }
+    for (k, (t, &d)) in outputs.iter().zip(&spec.outputs).enumerate() {
+        ptrs.push(check_tensor(t, k, true, d)?);
+    }
+    Ok(ptrs)
 }
 
 /// A list of loop dims: size and per-operand stride.
@@ -111,25 +236,7 @@ pub fn plan(
     outputs: &[&Tensor],
     iter_shape: Option<&[usize]>,
 ) -> Result<LaunchPlan> {
-    if inputs.len() != spec.inputs.len() || outputs.len() != spec.outputs.len() {
-        return Err(Error::argument(
-            OP,
-            "inputs, outputs",
-            format!(
-                "{} inputs and {} outputs",
-                spec.inputs.len(),
-                spec.outputs.len()
-            ),
-            format!("{} inputs and {} outputs", inputs.len(), outputs.len()),
-        ));
-    }
-    let mut ptrs: SmallVec<[*mut u8; 8]> = SmallVec::new();
-    for (k, (t, &d)) in inputs.iter().zip(&spec.inputs).enumerate() {
-        ptrs.push(check_tensor(t, format!("input {k}"), d)?);
-    }
-    for (k, (t, &d)) in outputs.iter().zip(&spec.outputs).enumerate() {
-        ptrs.push(check_tensor(t, format!("output {k}"), d)?);
-    }
+    let ptrs = bind(spec, inputs, outputs)?;
     let rank = spec.rank;
     // The iteration shape.
     let shape: SmallVec<[usize; 8]> = match (iter_shape, &spec.kind) {
@@ -350,6 +457,9 @@ pub fn plan(
         } else {
             per_unit
         },
+        key: PlanKey::new(iter_shape, inputs, outputs),
+        rank,
+        kind: spec.kind.clone(),
     })
 }
 
@@ -450,6 +560,39 @@ impl CompiledKernel {
 
     /// Runs a plan made by [`plan`] for this kernel's spec (its layout must be this kernel's).
     pub fn launch_plan(&self, p: &LaunchPlan) -> Result<()> {
+        self.run_plan(p, &p.ptrs)
+    }
+
+    /// Launches `p` — a plan made earlier by [`plan`] for this kernel's spec, usually
+    /// [detached](LaunchPlan::detach) and kept by the caller — on new tensors, skipping the
+    /// planning when they [fit](LaunchPlan::fits) it: same shapes and strides (and explicit
+    /// iteration shape) as the tensors the plan was made from; only the data pointers are taken
+    /// afresh (dtypes and devices are checked). Returns `Ok(false)`, having run nothing, when the
+    /// tensors do not fit (the caller plans anew), and an error for a plan of another spec or
+    /// layout.
+    pub fn relaunch(
+        &self,
+        p: &LaunchPlan,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        iter_shape: Option<&[usize]>,
+    ) -> Result<bool> {
+        if !p.fits(inputs, outputs, iter_shape) {
+            return Ok(false);
+        }
+        let spec = self.spec();
+        if p.rank != spec.rank || p.kind != spec.kind {
+            return Err(Error::Compile(format!(
+                "{OP}: a launch plan made for another kernel spec"
+            )));
+        }
+        let ptrs = bind(spec, inputs, outputs)?;
+        self.run_plan(p, &ptrs)?;
+        Ok(true)
+    }
+
+    /// Runs the geometry of `p` on the operand pointers `ptrs` (inputs, then outputs).
+    fn run_plan(&self, p: &LaunchPlan, ptrs: &[*mut u8]) -> Result<()> {
         if p.is_empty() {
             return Ok(());
         }
@@ -462,17 +605,18 @@ impl CompiledKernel {
             ));
         }
         let dims = p.layout.dims;
-        if p.shape.len() != dims || p.strides.len() != dims * p.ptrs.len() {
+        let nops = self.spec().inputs.len() + self.spec().outputs.len();
+        if p.shape.len() != dims || ptrs.len() != nops || p.strides.len() != dims * nops {
             return Err(Error::Compile(format!(
-                "{OP}: a launch plan for {} dims is inconsistent",
-                dims
+                "{OP}: a launch plan for {dims} dims is inconsistent (or detached from its \
+                 tensors: launch it with `relaunch`)"
             )));
         }
         // SAFETY (for the entry calls below): `p` was built by `plan` for this spec and its
         // layout is this kernel's.
         let entry = unsafe { self.entry() };
         let args = KernelArgs {
-            ptrs: p.ptrs.as_ptr(),
+            ptrs: ptrs.as_ptr(),
             shape: p.shape.as_ptr(),
             strides: p.strides.as_ptr(),
             start: 0,
@@ -495,7 +639,7 @@ impl CompiledKernel {
             LoopKind::Reduce { op, value, .. } => {
                 let threads = parallel::num_threads();
                 if p.range == 1 && threads > 1 && p.per_unit >= 4 * MIN_CHUNK {
-                    self.split_reduction(p, *op, *value, threads)?;
+                    self.split_reduction(p, ptrs, *op, *value, threads)?;
                 } else {
                     run_range(entry, &args, p.range, p.per_unit, 1);
                 }
@@ -511,12 +655,13 @@ impl CompiledKernel {
     fn split_reduction(
         &self,
         p: &LaunchPlan,
+        ptrs: &[*mut u8],
         op: ReduceOp,
         value: usize,
         threads: usize,
     ) -> Result<()> {
         let dims = p.layout.dims;
-        let nops = p.ptrs.len();
+        let nops = ptrs.len();
         let nin = self.spec().inputs.len();
         // Loop dim 0 is the (size-1) kept dim, dim 1 the outermost reduced dim.
         let r0 = p.shape[1] as usize;
@@ -524,7 +669,7 @@ impl CompiledKernel {
         let entry = unsafe { self.entry() };
         if chunks < 2 {
             let args = KernelArgs {
-                ptrs: p.ptrs.as_ptr(),
+                ptrs: ptrs.as_ptr(),
                 shape: p.shape.as_ptr(),
                 strides: p.strides.as_ptr(),
                 start: 0,
@@ -550,7 +695,7 @@ impl CompiledKernel {
             };
         }
         let main = KernelArgs {
-            ptrs: p.ptrs.as_ptr(),
+            ptrs: ptrs.as_ptr(),
             shape: shape.as_ptr(),
             strides: strides.as_ptr(),
             start: 0,
@@ -560,8 +705,8 @@ impl CompiledKernel {
         run_range(entry, &main, chunks, q * (p.per_unit / r0), 1);
         let mut used = chunks;
         if rem > 0 {
-            let mut ptrs = p.ptrs.clone();
-            for (op, ptr) in ptrs.iter_mut().enumerate().take(nin) {
+            let mut tail_ptrs: Ptrs = ptrs.iter().copied().collect();
+            for (op, ptr) in tail_ptrs.iter_mut().enumerate().take(nin) {
                 let off = (chunks * q) as isize * p.strides[op * dims + 1] as isize;
                 let size = self.spec().inputs[op].size() as isize;
                 *ptr = ptr.wrapping_offset(off * size);
@@ -570,7 +715,7 @@ impl CompiledKernel {
             rshape[0] = 1;
             rshape[1] = rem as i64;
             let tail = KernelArgs {
-                ptrs: ptrs.as_ptr(),
+                ptrs: tail_ptrs.as_ptr(),
                 shape: rshape.as_ptr(),
                 strides: p.strides.as_ptr(),
                 start: 0,
@@ -585,7 +730,7 @@ impl CompiledKernel {
             .value_dtype(value)
             .ok_or_else(|| Error::Compile(format!("{OP}: reduced value has no dtype")))?;
         let out_dtype = self.spec().outputs[0];
-        let out = p.ptrs[nin];
+        let out = ptrs[nin];
         let parts = &partials[..used];
         // SAFETY: `out` points at the single output element, of `out_dtype`.
         unsafe { write_merged(op, d, out_dtype, parts, p.per_unit, out) };
@@ -652,5 +797,93 @@ unsafe fn write_merged(
                 _ => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::cache;
+    use crate::codegen::kernel::Inst;
+    use tensorplay_ir::ScalarOp;
+
+    fn unary_spec(op: ScalarOp) -> KernelSpec {
+        KernelSpec {
+            rank: 1,
+            inputs: vec![DType::F64],
+            outputs: vec![DType::F64],
+            insts: vec![
+                Inst::Load { input: 0 },
+                Inst::Op {
+                    op,
+                    args: vec![0],
+                    compute: DType::F64,
+                    out: DType::F64,
+                },
+                Inst::Store {
+                    output: 0,
+                    value: 1,
+                },
+            ],
+            kind: LoopKind::Pointwise,
+        }
+    }
+
+    fn ramp(n: usize, from: f64) -> Tensor {
+        Tensor::from_vec((0..n).map(|i| from + i as f64).collect::<Vec<_>>(), &[n]).unwrap()
+    }
+
+    #[test]
+    fn a_detached_plan_relaunches_only_on_tensors_of_the_same_geometry() -> Result<()> {
+        let spec = unary_spec(ScalarOp::Neg);
+        let (a, out) = (ramp(8, 1.0), Tensor::zeros(&[8], DType::F64));
+        let p = plan(&spec, &[&a], &[&out], None)?;
+        let k = cache::get_or_compile(&spec, &p.layout)?;
+        let p = p.detach();
+        // Without its pointers the plan cannot be launched directly.
+        assert!(k.launch_plan(&p).is_err());
+
+        // Same shape and strides, other data (and a storage offset): reused, fresh pointers.
+        let big = ramp(20, 100.0);
+        let b = big.narrow(0, 5, 8)?;
+        let o = Tensor::zeros(&[8], DType::F64);
+        assert!(p.fits(&[&b], &[&o], None));
+        assert!(k.relaunch(&p, &[&b], &[&o], None)?);
+        let want: Vec<f64> = (105..113).map(|v| -(v as f64)).collect();
+        assert_eq!(o.to_vec::<f64>()?, want);
+
+        // Another stride, size or explicit iteration shape: not reused, nothing written.
+        let strided = big.slice(0, Some(0), Some(16), 2)?;
+        let o = Tensor::zeros(&[8], DType::F64);
+        assert!(!k.relaunch(&p, &[&strided], &[&o], None)?);
+        let (c, oc) = (ramp(9, 0.0), Tensor::zeros(&[9], DType::F64));
+        assert!(!k.relaunch(&p, &[&c], &[&oc], None)?);
+        assert!(!k.relaunch(&p, &[&a], &[&out], Some(&[8][..]))?);
+        assert_eq!(o.to_vec::<f64>()?, vec![0.0; 8]);
+
+        // A wrong dtype with the same geometry is an error, as for a fresh plan.
+        let f = Tensor::zeros(&[8], DType::F32);
+        assert!(k.relaunch(&p, &[&a], &[&f], None).is_err());
+        // So is a plan made for a spec of another loop kind, even with the same layout.
+        let mut foreign = p.clone();
+        foreign.kind = LoopKind::Softmax {
+            value: 1,
+            log: false,
+        };
+        assert!(k.relaunch(&foreign, &[&a], &[&out], None).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn plan_errors_name_the_operand() {
+        let spec = unary_spec(ScalarOp::Neg);
+        let a = ramp(4, 0.0);
+        let bad_in = Tensor::zeros(&[4], DType::F32);
+        let out = Tensor::zeros(&[4], DType::F64);
+        let bad_out = Tensor::zeros(&[4], DType::I64);
+        let e = plan(&spec, &[&bad_in], &[&out], None).unwrap_err();
+        assert!(e.to_string().contains("input 0"), "{e}");
+        let e = plan(&spec, &[&a], &[&bad_out], None).unwrap_err();
+        assert!(e.to_string().contains("output 0"), "{e}");
     }
 }

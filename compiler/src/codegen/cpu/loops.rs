@@ -12,6 +12,7 @@ use tensorplay_ir::{DType, Error, ReduceOp, Result};
 
 use super::emit::{Emitter, Lanes, Row};
 use super::math::{MathFn, emit_unary};
+use super::staging;
 use crate::codegen::kernel::LoopKind;
 
 /// Elements a float sum accumulates in its compute lanes before adding into the f64 total.
@@ -38,6 +39,11 @@ type MapFn<'x, 'a, 'b> = dyn FnMut(&mut Emitter<'a, 'b>, Value, i64, bool) -> Re
 
 /// The work of one row segment: `(emitter, operand bases, segment length)`.
 type SegFn<'x, 'a, 'b> = dyn FnMut(&mut Emitter<'a, 'b>, Vec<Value>, Value) -> Result<()> + 'x;
+
+/// The work of one row segment that also needs its flattened start index:
+/// `(emitter, operand bases, segment length, flattened index of its first element)`.
+type IdxSegFn<'x, 'a, 'b> =
+    dyn FnMut(&mut Emitter<'a, 'b>, Vec<Value>, Value, Value) -> Result<()> + 'x;
 
 /// The work of one row of a reduction or softmax: `(emitter, operand bases, row index)`.
 type RowFn<'x, 'a, 'b> = dyn FnMut(&mut Emitter<'a, 'b>, Vec<Value>, Value) -> Result<()> + 'x;
@@ -66,7 +72,7 @@ enum Acc {
 impl<'a, 'b> Emitter<'a, 'b> {
     /// `body(i, state)` for `i = i0, i0 + step, ...` while `i + step <= end`; returns the first `i`
     /// not run and the final state. Emitted as a guard and a do-while loop.
-    fn strip(
+    pub(super) fn strip(
         &mut self,
         i0: Value,
         end: Value,
@@ -108,7 +114,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
 
     /// Runs `step` over elements `[start, end)`: unrolled vectors, single vectors, then scalars
     /// (scalars only in a scalar kernel).
-    fn run(
+    pub(super) fn run(
         &mut self,
         start: Value,
         end: Value,
@@ -255,6 +261,10 @@ impl<'a, 'b> Emitter<'a, 'b> {
     /// Pointwise: walks the flattened element range `[start, end)` row by row (a row is the
     /// innermost loop dim; the first and last rows may be partial).
     fn pointwise(&mut self, exit: Block) -> Result<()> {
+        if let Some(plan) = staging::plan(self.spec, self.layout, &self.live, self.lanes, self.bulk)
+        {
+            return self.staged_pointwise(exit, &plan);
+        }
         let outer = self.layout.dims - 1;
         self.segments(exit, outer, &mut |e, base, n| {
             let hoisted = e.hoist(&base)?;
@@ -277,37 +287,53 @@ impl<'a, 'b> Emitter<'a, 'b> {
         outer: usize,
         per_segment: &mut SegFn<'_, 'a, 'b>,
     ) -> Result<()> {
+        let (start, end) = (self.start, self.end);
+        self.segments_between(start, end, exit, outer, &mut |e, base, n, _| {
+            per_segment(e, base, n)
+        })
+    }
+
+    /// [`Emitter::segments`] over the flattened range `[start, end)` (non-empty); `per_segment`
+    /// also gets the flattened index of the segment's first element.
+    pub(super) fn segments_between(
+        &mut self,
+        start: Value,
+        end: Value,
+        exit: Block,
+        outer: usize,
+        per_segment: &mut IdxSegFn<'_, 'a, 'b>,
+    ) -> Result<()> {
         let dims = self.layout.dims;
         let inner = self.shape[dims - 1];
         let (row0, col0) = if outer == 0 {
             let z = self.fb.ins().iconst(I64, 0);
-            (z, self.start)
+            (z, start)
         } else {
-            let r = self.fb.ins().udiv(self.start, inner);
+            let r = self.fb.ins().udiv(start, inner);
             let m = self.fb.ins().imul(r, inner);
-            (r, self.fb.ins().isub(self.start, m))
+            (r, self.fb.ins().isub(start, m))
         };
         let counters = self.decompose(row0, outer);
         let row_block = self.fb.create_block();
         for _ in 0..(2 + counters.len()) {
             self.fb.append_block_param(row_block, I64);
         }
-        let mut init = vec![self.start, col0];
+        let mut init = vec![start, col0];
         init.extend(&counters);
         self.fb.ins().jump(row_block, &args(&init));
         self.fb.switch_to_block(row_block);
         let p = self.fb.block_params(row_block).to_vec();
         let (idx, col, c) = (p[0], p[1], p[2..].to_vec());
         let left_in_row = self.fb.ins().isub(inner, col);
-        let left = self.fb.ins().isub(self.end, idx);
+        let left = self.fb.ins().isub(end, idx);
         let n = self.fb.ins().smin(left_in_row, left);
         let base = self.bases(&c, Some((dims - 1, col)));
-        per_segment(self, base, n)?;
+        per_segment(self, base, n, idx)?;
         if outer == 0 {
             self.fb.ins().jump(exit, &[]);
         } else {
             let idx2 = self.fb.ins().iadd(idx, n);
-            let more = self.fb.ins().icmp(IntCC::SignedLessThan, idx2, self.end);
+            let more = self.fb.ins().icmp(IntCC::SignedLessThan, idx2, end);
             let next = self.fb.create_block();
             self.fb.ins().brif(more, next, &[], exit, &[]);
             self.fb.switch_to_block(next);
@@ -1021,25 +1047,50 @@ impl<'a, 'b> Emitter<'a, 'b> {
             None
         };
         let out_dtype = self.spec.outputs[0];
-        let keep_e = !log && !out_dtype.is_half();
+        let bulk_exp = self.softmax_bulk_exp();
+        // Whether pass 2 leaves exp(x - max) in the output row for pass 3 to scale.
+        let keep_e = !log && (bulk_exp.is_some() || !out_dtype.is_half());
         // Pass 2: sum of exp(x - max) in blocks, with an f64 total.
         let total0 = self.fb.ins().f64const(0.0);
-        let mut exp_at = |e: &mut Emitter<'a, 'b>, i: Value, k: i64, vec: bool| -> Result<Value> {
-            let env = e.eval(&row, i, k, vec, false)?;
-            let x = env[value].ok_or_else(|| internal("softmax value not evaluated"))?;
-            let mm = if vec {
-                m_vec.ok_or_else(|| internal("no vector max"))?
-            } else {
-                m
+        let total = if let Some(exp_addr) = bulk_exp {
+            // With a bulk exp, the (contiguous f32) output row holds x - max, then
+            // exp(x - max) in place, then the sum reads it back.
+            self.run(zero, n, Vec::new(), &mut |e, i, k, vec, _, _| {
+                let env = e.eval(&row, i, k, vec, false)?;
+                let x = env[value].ok_or_else(|| internal("softmax value not evaluated"))?;
+                let mm = if vec {
+                    m_vec.ok_or_else(|| internal("no vector max"))?
+                } else {
+                    m
+                };
+                let t = e.fb.ins().fsub(x, mm);
+                e.store_output(&row, 0, i, k, vec, t)
+            })?;
+            let out_op = self.spec.inputs.len();
+            self.call_bulk_in_place(exp_addr, row.base[out_op], n);
+            let mut exp_at = |e: &mut Emitter<'a, 'b>, i: Value, k: i64, vec: bool| {
+                e.load_operand(&row, out_op, DType::F32, i, k, vec)
             };
-            let t = e.fb.ins().fsub(x, mm);
-            let ex = emit_unary(e.fb, e.math, MathFn::Exp, t);
-            if keep_e {
-                e.store_output(&row, 0, i, k, vec, ex)?;
-            }
-            Ok(ex)
+            self.block_sum(Acc::FloatSum, value, &row, n, d, total0, Some(&mut exp_at))?
+        } else {
+            let mut exp_at =
+                |e: &mut Emitter<'a, 'b>, i: Value, k: i64, vec: bool| -> Result<Value> {
+                    let env = e.eval(&row, i, k, vec, false)?;
+                    let x = env[value].ok_or_else(|| internal("softmax value not evaluated"))?;
+                    let mm = if vec {
+                        m_vec.ok_or_else(|| internal("no vector max"))?
+                    } else {
+                        m
+                    };
+                    let t = e.fb.ins().fsub(x, mm);
+                    let ex = emit_unary(e.fb, e.math, MathFn::Exp, t);
+                    if keep_e {
+                        e.store_output(&row, 0, i, k, vec, ex)?;
+                    }
+                    Ok(ex)
+                };
+            self.block_sum(Acc::FloatSum, value, &row, n, d, total0, Some(&mut exp_at))?
         };
-        let total = self.block_sum(Acc::FloatSum, value, &row, n, d, total0, Some(&mut exp_at))?;
         let s = if sty == F32 {
             self.fb.ins().fdemote(F32, total)
         } else {

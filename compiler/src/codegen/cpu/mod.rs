@@ -4,7 +4,8 @@ mod emit;
 mod launch;
 mod loops;
 pub mod math;
+mod staging;
 
 pub use args::{KernelArgs, KernelFn};
-pub use compile::{CompiledKernel, compile, live_kernels};
+pub use compile::{CodegenOptions, CompiledKernel, compile, compile_with, live_kernels};
 pub use launch::{LaunchPlan, MIN_CHUNK, plan};

@@ -2,14 +2,12 @@
 //! straight-line CLIF (compute everything, then select), written once against
 //! [`Em`] and therefore identical for the scalar and the vector form.
 
-use cranelift_codegen::ir::Value;
 use cranelift_codegen::ir::condcodes::FloatCC;
 
+use super::arith::Arith;
 use super::coeffs::{
     ERF_C0_HI, ERF_C0_LO, ERF_LOGC, ERF_SMALL, EXP_Q, GELU_SMALL, GELU_TAIL, LOG_P8,
 };
-use super::emit::Em;
-use super::wide;
 
 /// log2(e), rounded to f32 by `Em::f`.
 const LOG2E: f64 = std::f64::consts::LOG2_E;
@@ -33,22 +31,15 @@ const NAN_BITS: u64 = 0x7FC0_0000;
 const NEG_BIAS: i64 = 64;
 const TWO_M64: f64 = 5.421_010_862_427_522e-20; // 2^-64
 
-fn f32s(c: &[f32]) -> Vec<f64> {
-    c.iter().map(|&v| v as f64).collect()
-}
-
-fn horner32(em: &mut Em, x: Value, c: &[f32]) -> Value {
-    em.horner(x, &f32s(c))
-}
-
 /// Range reduction for exp: `x = n ln2 + r`, `|r| <= ln2/2 (+tiny)`.
 /// Returns `(r, t)` where `t = MAGIC + n` carries `n` in its low bits.
 /// `x` must be finite-clamped to |x| < 2^21 (NaN is fine).
-fn exp_reduce(em: &mut Em, x: Value) -> (Value, Value) {
+#[inline(always)]
+fn exp_reduce<A: Arith>(em: &mut A, x: A::V) -> (A::V, A::V) {
     let t = em.fmakk(x, LOG2E, MAGIC);
     let magic = em.f(MAGIC);
     let n = em.sub(t, magic);
-    let r = if em.fma {
+    let r = if em.has_fma() {
         let k1 = em.f(-LN2_HI_FMA);
         let r = em.fma(n, k1, x);
         let k2 = em.f(-LN2_LO_FMA);
@@ -63,15 +54,17 @@ fn exp_reduce(em: &mut Em, x: Value) -> (Value, Value) {
 }
 
 /// `e^r - 1` for |r| <= 0.3468: `r + r^2 q(r)` (degree 6 overall).
-fn expm1_poly(em: &mut Em, r: Value) -> Value {
-    let q = horner32(em, r, &EXP_Q);
+#[inline(always)]
+fn expm1_poly<A: Arith>(em: &mut A, r: A::V) -> A::V {
+    let q = em.horner32(r, &EXP_Q);
     let r2 = em.mul(r, r);
     em.fma(r2, q, r)
 }
 
 /// `2^(n + bias)` built from the bits of `t = MAGIC + n`; needs
 /// `-126 <= n + bias <= 127`.
-fn pow2_from_t(em: &mut Em, t: Value, bias: i64) -> Value {
+#[inline(always)]
+fn pow2_from_t<A: Arith>(em: &mut A, t: A::V, bias: i64) -> A::V {
     let b = em.bits(t);
     // (MAGIC_BITS + n) << 23 == n << 23 (mod 2^32): the low 9 bits of MAGIC_BITS are 0.
     let s = em.shl(b, 23);
@@ -84,7 +77,8 @@ fn pow2_from_t(em: &mut Em, t: Value, bias: i64) -> Value {
 /// and round into the subnormal range only once. `lo` is an optional
 /// low-order correction added to the reduced argument.
 /// `w` must already be clamped to `[-120, 0]` (NaN allowed).
-fn exp_neg(em: &mut Em, w: Value, lo: Option<Value>) -> (Value, Value) {
+#[inline(always)]
+fn exp_neg<A: Arith>(em: &mut A, w: A::V, lo: Option<A::V>) -> (A::V, A::V) {
     let (r, t) = exp_reduce(em, w);
     let r = match lo {
         Some(l) => em.add(r, l),
@@ -101,7 +95,8 @@ fn exp_neg(em: &mut Em, w: Value, lo: Option<Value>) -> (Value, Value) {
 /// exp(x): clamp to [-104, 89], reduce, degree-6 polynomial, scale by 2^n in
 /// two exact steps (2^floor(n/2) then 2^ceil(n/2)) so that both overflow and
 /// subnormal results come out correctly rounded from the scaled mantissa.
-pub(super) fn exp(em: &mut Em, x: Value) -> Value {
+#[inline(always)]
+pub(super) fn exp<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let x = em.clamp_lo(x, -104.0);
     let x = em.clamp_hi(x, 89.0);
     let (r, t) = exp_reduce(em, x);
@@ -123,7 +118,8 @@ pub(super) fn exp(em: &mut Em, x: Value) -> Value {
 /// log(x): subnormals pre-scaled by 2^23; `x = 2^k m` with m in
 /// [sqrt(1/2), sqrt(2)); `log(m) = f + f^2 P(f)`, f = m - 1 (exact);
 /// `k ln2` added with a Cody-Waite split. Specials by selects.
-pub(super) fn log(em: &mut Em, x: Value) -> Value {
+#[inline(always)]
+pub(super) fn log<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let den = em.cmpk(FloatCC::LessThan, x, f32::MIN_POSITIVE as f64);
     let xs = em.mulk(x, 8_388_608.0); // 2^23
     let xs = em.sel(den, xs, x);
@@ -139,10 +135,10 @@ pub(super) fn log(em: &mut Em, x: Value) -> Value {
     let zero = em.f(0.0);
     let adj = em.sel(den, adj, zero);
     let kf = em.sub(kf, adj);
-    let p = horner32(em, f, &LOG_P8);
+    let p = em.horner32(f, &LOG_P8);
     let f2 = em.mul(f, f);
     let lp = em.fma(f2, p, f);
-    let res = if em.fma {
+    let res = if em.has_fma() {
         let lo = em.fmak(kf, LN2_LO_FMA, lp);
         em.fmak(kf, LN2_HI_FMA, lo)
     } else {
@@ -165,7 +161,8 @@ pub(super) fn log(em: &mut Em, x: Value) -> Value {
 /// tanh(x) = sign(x) * |em1| / (2 + em1), em1 = expm1(-2|x|) computed as
 /// `2^n (p - 1) + (2^n - 1)`, which is accurate for all |x| (no cancellation
 /// for small |x|, em1 -> -1 for large |x|).
-pub(super) fn tanh(em: &mut Em, x: Value) -> Value {
+#[inline(always)]
+pub(super) fn tanh<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let a = em.abs(x);
     let sgn = em.xor(x, a);
     let y = em.mulk(a, -2.0);
@@ -184,7 +181,8 @@ pub(super) fn tanh(em: &mut Em, x: Value) -> Value {
 }
 
 /// sigmoid(x) = (x < 0 ? e : 1) / (1 + e), e = exp(-|x|).
-pub(super) fn sigmoid(em: &mut Em, x: Value) -> Value {
+#[inline(always)]
+pub(super) fn sigmoid<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let sm = em.sign_mask();
     let w = em.or(x, sm);
     let w = em.clamp_lo(w, -120.0);
@@ -201,7 +199,8 @@ pub(super) fn sigmoid(em: &mut Em, x: Value) -> Value {
 /// the exact division remainder `rem` and the exact rounding error `dlo` of
 /// `1 + e` (the reciprocal only approximated to 1/8), which leaves ~0.5 ulp
 /// plus a small fraction of the corrected errors.
-fn div_one_plus(em: &mut Em, nh: Value, nl: Option<Value>, e: Value) -> Value {
+#[inline(always)]
+fn div_one_plus<A: Arith>(em: &mut A, nh: A::V, nl: Option<A::V>, e: A::V) -> A::V {
     let den = em.addk(e, 1.0);
     let dm1 = em.addk(den, -1.0); // exact (Sterbenz)
     let dlo = em.sub(e, dm1); // exact: 1 + e = den + dlo
@@ -220,7 +219,8 @@ fn div_one_plus(em: &mut Em, nh: Value, nl: Option<Value>, e: Value) -> Value {
 /// silu(x) = x * sigmoid(x); for x < 0 the factor e^x is kept scaled by
 /// 2^64 until the last multiply so subnormal results round once.
 /// silu(-inf) = NaN (as `x * sigmoid(x)` gives in f64 and in eager).
-pub(super) fn silu(em: &mut Em, x: Value) -> Value {
+#[inline(always)]
+pub(super) fn silu<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let sm = em.sign_mask();
     let w = em.or(x, sm);
     let w = em.clamp_lo(w, -120.0);
@@ -239,7 +239,8 @@ pub(super) fn silu(em: &mut Em, x: Value) -> Value {
 }
 
 /// `x == -inf ? NaN : res`.
-fn fix_neg_inf_nan(em: &mut Em, x: Value, res: Value) -> Value {
+#[inline(always)]
+fn fix_neg_inf_nan<A: Arith>(em: &mut A, x: A::V, res: A::V) -> A::V {
     let ninf = em.f(f64::NEG_INFINITY);
     let isninf = em.cmp(FloatCC::Equal, x, ninf);
     let nan = em.fbits(NAN_BITS);
@@ -251,7 +252,8 @@ fn fix_neg_inf_nan(em: &mut Em, x: Value, res: Value) -> Value {
 /// of a zero), `x` itself for `x > big` (where the result equals `x`; this
 /// also covers +inf and huge `x` overflowing the mul+add two-product), NaN
 /// for `x = -inf`.
-fn fix_x_times(em: &mut Em, x: Value, res: Value, big: f64) -> Value {
+#[inline(always)]
+fn fix_x_times<A: Arith>(em: &mut A, x: A::V, res: A::V, big: f64) -> A::V {
     let sm = em.sign_mask();
     let sx = em.and(x, sm);
     let res = em.or(res, sx);
@@ -264,7 +266,8 @@ fn fix_x_times(em: &mut Em, x: Value, res: Value, big: f64) -> Value {
 /// 2u = x (A + B x^2) with A = 2*0.7978845608, B = A*0.044715, evaluated in
 /// double-f32 (hi + lo) because e^(2u) amplifies the error of 2u by |2u|.
 /// The exponent is computed for -|x| (2u is odd in x), so it is always <= 0.
-pub(super) fn gelu_tanh(em: &mut Em, x: Value) -> Value {
+#[inline(always)]
+pub(super) fn gelu_tanh<A: Arith>(em: &mut A, x: A::V) -> A::V {
     const A: f64 = 2.0 * 0.797_884_560_8;
     const B: f64 = 2.0 * 0.797_884_560_8 * 0.044_715;
     let a_hi = A as f32 as f64;
@@ -308,20 +311,21 @@ pub(super) fn gelu_tanh(em: &mut Em, x: Value) -> Value {
 
 /// erf(x): |x| < 1: x P(x^2); 1 <= |x|: sign(x) (1 - exp(Q(|x| - 2.5))) with
 /// Q ~ log(erfc), |x| clamped to 3.95 (erf rounds to ±1 beyond).
-pub(super) fn erf(em: &mut Em, x: Value) -> Value {
+#[inline(always)]
+pub(super) fn erf<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let a = em.abs(x);
     let sgn = em.xor(x, a);
     let x2 = em.mul(x, x);
     // x (C0_HI + (C0_LO + x^2 P(x^2))) with the leading term rounded once;
     // C0_LO > 0 keeps the sign of a zero x.
-    let ps = horner32(em, x2, &ERF_SMALL);
+    let ps = em.horner32(x2, &ERF_SMALL);
     let c0lo = em.f(ERF_C0_LO as f64);
     let corr = em.fma(x2, ps, c0lo);
     let xc = em.mul(x, corr);
     let small = em.fmak(x, ERF_C0_HI as f64, xc);
     let ac = em.clamp_hi(a, 3.95);
     let u = em.addk(ac, -2.5);
-    let q = horner32(em, u, &ERF_LOGC);
+    let q = em.horner32(u, &ERF_LOGC);
     // exp(q), q in [-17.4, -1.8]: one-step scaling is exact here.
     let (r, t) = exp_reduce(em, q);
     let pm1 = expm1_poly(em, r);
@@ -339,33 +343,35 @@ pub(super) fn erf(em: &mut Em, x: Value) -> Value {
 /// a = min(|x|, 15), t = 1/(1 + 0.3a): Phi(-a) = t/4 exp(-a^2/2 + Q(t)),
 /// Phi(a) = 1 - Phi(-a), multiplied by x (by -a for x < 0) before the single
 /// rounding to f32. gelu_erf(-inf) = NaN (as in eager).
-pub(super) fn gelu_erf(em: &mut Em, x: Value) -> Value {
+#[inline(always)]
+pub(super) fn gelu_erf<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let a = em.abs(x);
     // small
     let x2 = em.mul(x, x);
-    let ps = horner32(em, x2, &GELU_SMALL);
+    let ps = em.horner32(x2, &GELU_SMALL);
     let half = em.f(0.5);
     let phi_s = em.fma(x, ps, half);
     let rs = em.mul(x, phi_s);
     // tail, in f64 lanes
-    let tail = wide::map_f64(em.fb, em.fma, &[x], &|w, v| gelu_erf_tail64(w, v[0]));
+    let tail = em.widen([x], |w, v| gelu_erf_tail64(w, v[0]));
     let small_m = em.cmpk(FloatCC::LessThan, a, 0.75);
     let res = em.sel(small_m, rs, tail);
     fix_neg_inf_nan(em, x, res)
 }
 
 /// The |x| >= 0.75 part of gelu_erf in f64 lanes.
-fn gelu_erf_tail64(em: &mut Em, x: Value) -> Value {
+#[inline(always)]
+fn gelu_erf_tail64<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let a = em.abs(x);
     let ac = em.clamp_hi(a, 15.0);
     let one = em.f(1.0);
     let d = em.fmak(ac, 0.3, one);
     let t = em.div(one, d);
-    let q = horner32(em, t, &GELU_TAIL);
+    let q = em.horner32(t, &GELU_TAIL);
     let h = em.mul(ac, ac); // exact in f64
     let arg = em.fmak(h, -0.5, q);
     let y = em.mulk(arg, LOG2E);
-    let e = wide::exp2_core64(em, y);
+    let e = super::wide::exp2_core64(em, y);
     let t4 = em.mulk(t, 0.25);
     let phin = em.mul(t4, e);
     let nac = em.neg(ac);

@@ -4,12 +4,9 @@
 //! the C99 Annex F special cases are decided in the f32 domain by selects.
 
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::types::{F32, F32X4};
-use cranelift_codegen::ir::{InstBuilder, Type, Value};
-use cranelift_frontend::FunctionBuilder;
 
+use super::arith::Arith;
 use super::coeffs::POW_LOG2;
-use super::emit::Em;
 use super::wide;
 
 /// (1023 << 52) - bits(sqrt(1/2)): `(bits(x) + this) >> 52 == k + 1023` where
@@ -18,9 +15,10 @@ const LOG_OFF: i64 = 0x3FF0_0000_0000_0000 - 0x3FE6_A09E_667F_3BCD;
 const ONE_BITS: i64 = 0x3FF0_0000_0000_0000;
 const TWO52_BITS: i64 = 0x4330_0000_0000_0000;
 
-/// `2^(y log2(ax))` for `ax >= 0` in f64 lanes (`em.ty` is `F64` or `F64X2`),
-/// ignoring signs and special cases except for what falls out naturally.
-fn core64(em: &mut Em, ax: Value, y: Value) -> Value {
+/// `2^(y log2(ax))` for `ax >= 0` in f64 lanes, ignoring signs and special
+/// cases except for what falls out naturally.
+#[inline(always)]
+fn core64<A: Arith>(em: &mut A, ax: A::V, y: A::V) -> A::V {
     let bits = em.bits(ax);
     let kb = em.iaddk(bits, LOG_OFF);
     let kb = em.ushr(kb, 52); // k + 1023 (>= 0 for every promoted f32)
@@ -30,7 +28,7 @@ fn core64(em: &mut Em, ax: Value, y: Value) -> Value {
     let m = em.float(mb);
     let f = em.addk(m, -1.0);
     let two52 = em.i(TWO52_BITS);
-    let kf = em.or(kb, two52);
+    let kf = em.ior(kb, two52);
     let kf = em.float(kf);
     let kf = em.addk(kf, -(4_503_599_627_370_496.0 + 1023.0));
     let d = em.addk(f, 2.0);
@@ -52,12 +50,11 @@ fn core64(em: &mut Em, ax: Value, y: Value) -> Value {
     wide::exp2_core64(em, z)
 }
 
-/// pow for `ty` = `F32` or `F32X4`.
-pub(super) fn pow_f32(fb: &mut FunctionBuilder, ty: Type, fma: bool, x: Value, y: Value) -> Value {
-    debug_assert!(ty == F32 || ty == F32X4);
-    let ax = fb.ins().fabs(x);
-    let core = wide::map_f64(fb, fma, &[ax, y], &|em, v| core64(em, v[0], v[1]));
-    let em = &mut Em::new(fb, ty, fma);
+/// pow on f32 lanes.
+#[inline(always)]
+pub(super) fn pow_f32<A: Arith>(em: &mut A, x: A::V, y: A::V) -> A::V {
+    let ax = em.abs(x);
+    let core = em.widen([ax, y], |w, v| core64(w, v[0], v[1]));
     const T23: f64 = 8_388_608.0;
     let ay = em.abs(y);
     // Integer / odd-integer classification of y.

@@ -6,8 +6,8 @@ use cranelift_codegen::ir::types::{F32, F32X4, F64, F64X2, I8X16};
 use cranelift_codegen::ir::{ConstantData, Endianness, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
+use super::arith::Arith;
 use super::coeffs::POW_EXP2;
-use super::emit::Em;
 
 /// 1.5 * 2^52: adding it rounds an f64 of magnitude < 2^51 to an integer.
 const MAGIC52: f64 = 6_755_399_441_055_744.0;
@@ -16,7 +16,8 @@ const ONE_BITS: i64 = 0x3FF0_0000_0000_0000;
 /// `2^z` in f64 lanes for `z` in [-1000, 1000] (NaN propagates), relative
 /// error ~2^-34: `n = round(z)`, `r = z - n` exact, degree-7 polynomial,
 /// exponent add.
-pub(super) fn exp2_core64(em: &mut Em, z: Value) -> Value {
+#[inline(always)]
+pub(super) fn exp2_core64<A: Arith>(em: &mut A, z: A::V) -> A::V {
     let magic = em.f(MAGIC52);
     let t = em.add(z, magic);
     let nf = em.sub(t, magic);
@@ -65,26 +66,33 @@ fn demote_combine(fb: &mut FunctionBuilder, lo: Value, hi: Value) -> Value {
     shuffle_bytes(fb, a, b, mask, F32X4)
 }
 
-/// Runs `body` on the f64 promotion of `args` (all `F32` or all `F32X4`) and
-/// rounds its result back to the f32 type.
-pub(super) fn map_f64(
+/// The f64 promotion of `args` (all `F32` or all `F32X4`): one group of
+/// `f64` values for scalars, two groups of `f64x2` halves for vectors, and
+/// the f64 type.
+pub(super) fn promote<const N: usize>(
     fb: &mut FunctionBuilder,
-    fma: bool,
-    args: &[Value],
-    body: &dyn Fn(&mut Em, &[Value]) -> Value,
-) -> Value {
-    let ty = fb.func.dfg.value_type(args[0]);
+    ty: Type,
+    args: [Value; N],
+) -> (Vec<[Value; N]>, Type) {
     if ty.is_vector() {
         debug_assert_eq!(ty, F32X4);
-        let (lo, hi): (Vec<Value>, Vec<Value>) =
-            args.iter().map(|&a| promote_halves(fb, a)).unzip();
-        let r0 = body(&mut Em::new(fb, F64X2, fma), &lo);
-        let r1 = body(&mut Em::new(fb, F64X2, fma), &hi);
-        demote_combine(fb, r0, r1)
+        let mut lo = args;
+        let mut hi = args;
+        for k in 0..N {
+            (lo[k], hi[k]) = promote_halves(fb, args[k]);
+        }
+        (vec![lo, hi], F64X2)
     } else {
         debug_assert_eq!(ty, F32);
-        let wide: Vec<Value> = args.iter().map(|&a| fb.ins().fpromote(F64, a)).collect();
-        let r = body(&mut Em::new(fb, F64, fma), &wide);
-        fb.ins().fdemote(F32, r)
+        (vec![args.map(|a| fb.ins().fpromote(F64, a))], F64)
+    }
+}
+
+/// Rounds the results of [`promote`]'s groups back to one value of `ty`.
+pub(super) fn demote(fb: &mut FunctionBuilder, ty: Type, results: &[Value]) -> Value {
+    if ty.is_vector() {
+        demote_combine(fb, results[0], results[1])
+    } else {
+        fb.ins().fdemote(F32, results[0])
     }
 }

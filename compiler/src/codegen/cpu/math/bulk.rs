@@ -1,0 +1,660 @@
+//! Bulk math kernels: precompiled AVX-512 / AVX2+FMA loops that apply one
+//! expensive f32 operation to a whole buffer.
+//!
+//! # Why
+//!
+//! Cranelift's x86-64 back end only emits 128-bit vectors, so the inline
+//! `f32x4` math of [`emit_unary`](super::emit_unary) runs at a quarter (or
+//! half) of the width the CPU offers. Fused kernels therefore stage the
+//! argument of an expensive operation into a small L1-resident scratch tile
+//! (≤ 256 elements) and call one of these kernels over the tile: the loop
+//! runs at 16 (AVX-512) or 8 (AVX2) lanes, and the cost of the call and the
+//! tile round trip is amortized over the tile.
+//!
+//! # Levels
+//!
+//! - [`Level::Avx512`]: AVX-512 F + DQ + VL + BW (and FMA), 16 lanes;
+//! - [`Level::Avx2`]: AVX2 + FMA, 8 lanes.
+//!
+//! [`level`] picks the host's best level once (`None` on other hosts and
+//! architectures, or when `TP_BULK_MATH=0` is set — then callers keep their
+//! inline `f32x4` code). [`unary_at`] / [`binary_at`] give a kernel of a
+//! given level whenever the host supports it (they ignore `TP_BULK_MATH`, so
+//! tests and benchmarks can always reach both).
+//!
+//! # Accuracy contract
+//!
+//! Every kernel of `Math(Exp | Log | Tanh | Sigmoid | Erf | GeluErf |
+//! GeluTanh | Silu)`, `Sqrt`, `Div` and `Pow` returns, for every input, the
+//! same bits as the inline CLIF code of [`emit_unary`](super::emit_unary) /
+//! [`emit_pow`](super::emit_pow) (FMA form) and of CLIF `sqrt` / `fdiv`,
+//! at every level and for every length and alignment; the only freedom is
+//! the payload and sign of a NaN result (a NaN stays a NaN). This holds by
+//! construction: each approximation is written once, generic over the
+//! `Arith` vocabulary (see `math/arith.rs`), and instantiated both for the CLIF emitter and for a
+//! Rust f32 lane whose operations are the same IEEE operations (always with a
+//! fused `fma`). So the accuracy tables in [`super`] apply unchanged.
+//!
+//! `Math(Sin)` / `Math(Cos)` have no bulk kernel (`None`): their inline f32
+//! form calls the correctly rounded f64 shim per lane.
+//!
+//! # How the loops are built
+//!
+//! Each kernel is a `#[target_feature]` function around one generic driver:
+//! blocks of 4 vectors are copied to a stack array, the algorithm runs on
+//! each lane in a loop that LLVM vectorizes (all operations are inlined,
+//! branch-free, lane-independent), and the results are copied out. The last
+//! `n % lanes` elements go through the same one-vector block, zero-padded, so
+//! the remainder is computed by the same vector instructions as the body.
+//! In-place use is safe because a block is read completely before it is
+//! written.
+
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
+use std::sync::OnceLock;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{F32, F32X4};
+use cranelift_codegen::ir::{AbiParam, InstBuilder, MemFlagsData, Value};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{Linkage, Module};
+use tensorplay_ir::{Error, Result};
+
+use super::approx;
+use super::arith::S32;
+use super::pow;
+use super::{MathCtx, MathFn, MathShims, emit_pow, emit_unary};
+
+/// `out[i] = f(x[i])` for `i < n`. `x == out` (in place) is allowed; otherwise no overlap.
+pub type UnaryFn = unsafe extern "C" fn(x: *const f32, out: *mut f32, n: usize);
+/// `out[i] = f(a[i], b[i])` for `i < n`. `out` may equal `a` or `b`.
+pub type BinaryFn = unsafe extern "C" fn(a: *const f32, b: *const f32, out: *mut f32, n: usize);
+
+/// An operation that may have bulk kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BulkOp {
+    /// A unary math function (as [`emit_unary`](super::emit_unary)).
+    Math(MathFn),
+    /// IEEE square root (unary).
+    Sqrt,
+    /// IEEE division `a / b` (binary).
+    Div,
+    /// `pow(a, b)` with C99 / PyTorch semantics (binary, as
+    /// [`emit_pow`](super::emit_pow)).
+    Pow,
+}
+
+impl BulkOp {
+    /// Number of operands: 1 for `Math(_)` and `Sqrt`, 2 for `Div` and `Pow`.
+    ///
+    /// ```
+    /// use tensorplay_compiler::codegen::cpu::math::bulk::BulkOp;
+    /// assert_eq!(BulkOp::Sqrt.arity(), 1);
+    /// assert_eq!(BulkOp::Pow.arity(), 2);
+    /// ```
+    pub fn arity(self) -> usize {
+        match self {
+            BulkOp::Math(_) | BulkOp::Sqrt => 1,
+            BulkOp::Div | BulkOp::Pow => 2,
+        }
+    }
+
+    /// Lower-case name (`"exp"`, `"sqrt"`, `"div"`, `"pow"`, ...).
+    ///
+    /// ```
+    /// use tensorplay_compiler::codegen::cpu::math::{MathFn, bulk::BulkOp};
+    /// assert_eq!(BulkOp::Math(MathFn::GeluTanh).name(), "gelu_tanh");
+    /// assert_eq!(BulkOp::Div.name(), "div");
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            BulkOp::Math(f) => f.name(),
+            BulkOp::Sqrt => "sqrt",
+            BulkOp::Div => "div",
+            BulkOp::Pow => "pow",
+        }
+    }
+}
+
+/// Instruction-set level of a bulk kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Level {
+    /// AVX-512 F + DQ + VL + BW with FMA: 16 f32 lanes.
+    Avx512,
+    /// AVX2 + FMA: 8 f32 lanes.
+    Avx2,
+}
+
+impl Level {
+    /// Both levels, best first.
+    pub const ALL: [Level; 2] = [Level::Avx512, Level::Avx2];
+
+    /// f32 lanes per vector.
+    pub fn lanes(self) -> usize {
+        match self {
+            Level::Avx512 => 16,
+            Level::Avx2 => 8,
+        }
+    }
+
+    /// Whether the host CPU can run kernels of this level (ignores
+    /// `TP_BULK_MATH`).
+    pub fn is_supported(self) -> bool {
+        host_supports(self)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn host_supports(level: Level) -> bool {
+    let avx2 =
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    match level {
+        Level::Avx2 => avx2,
+        Level::Avx512 => {
+            avx2 && std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn host_supports(_level: Level) -> bool {
+    false
+}
+
+/// Whether a `TP_BULK_MATH` value enables bulk kernels: `0`, `false`, `off`
+/// and `no` (any case, surrounding spaces ignored) disable them; anything
+/// else, and an unset variable, leaves them on.
+///
+/// ```
+/// use tensorplay_compiler::codegen::cpu::math::bulk::env_enables;
+/// assert!(env_enables(None));
+/// assert!(env_enables(Some("1")));
+/// assert!(!env_enables(Some("0")));
+/// assert!(!env_enables(Some(" Off ")));
+/// ```
+pub fn env_enables(value: Option<&str>) -> bool {
+    match value {
+        None => true,
+        Some(v) => !matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "0" | "false" | "off" | "no"
+        ),
+    }
+}
+
+/// The host's best level, detected once: AVX-512 F+DQ+VL+BW (with FMA) →
+/// [`Level::Avx512`], AVX2+FMA → [`Level::Avx2`], otherwise (and on other
+/// architectures, and when `TP_BULK_MATH` disables them, see
+/// [`env_enables`]) `None` — callers then keep their inline `f32x4` code.
+pub fn level() -> Option<Level> {
+    static LEVEL: OnceLock<Option<Level>> = OnceLock::new();
+    *LEVEL.get_or_init(|| {
+        let var = std::env::var("TP_BULK_MATH").ok();
+        if !env_enables(var.as_deref()) {
+            return None;
+        }
+        Level::ALL.into_iter().find(|l| l.is_supported())
+    })
+}
+
+/// The unary kernel of `op` at the host's best [`level`]; `None` when bulk
+/// kernels are unavailable or `op` is not a unary op with a kernel.
+pub fn unary(op: BulkOp) -> Option<UnaryFn> {
+    unary_at(op, level()?)
+}
+
+/// The binary kernel of `op` at the host's best [`level`]; `None` when bulk
+/// kernels are unavailable or `op` is not a binary op.
+pub fn binary(op: BulkOp) -> Option<BinaryFn> {
+    binary_at(op, level()?)
+}
+
+/// The unary kernel of `op` at `level`, if the host supports that level
+/// (regardless of `TP_BULK_MATH`) and `op` is unary with a kernel.
+pub fn unary_at(op: BulkOp, level: Level) -> Option<UnaryFn> {
+    if !level.is_supported() {
+        return None;
+    }
+    imp::unary(op, level)
+}
+
+/// The binary kernel of `op` at `level`, if the host supports that level
+/// (regardless of `TP_BULK_MATH`) and `op` is binary.
+pub fn binary_at(op: BulkOp, level: Level) -> Option<BinaryFn> {
+    if !level.is_supported() {
+        return None;
+    }
+    imp::binary(op, level)
+}
+
+// ---------------------------------------------------------------------------
+// The inline baseline.
+
+/// The inline CLIF form of a [`BulkOp`] ([`emit_unary`] / [`emit_pow`],
+/// CLIF `sqrt` / `fdiv`), JIT-compiled as a standalone loop with the bulk
+/// kernels' signature: an `f32x4` body and a scalar tail, FMA iff the host
+/// ISA has it. It is the baseline the bulk kernels are benchmarked and
+/// tested against (same bits, see the module docs), and works for every op,
+/// on every host Cranelift supports.
+pub struct InlineLoop {
+    module: Option<JITModule>,
+    code: *const u8,
+    arity: usize,
+}
+
+impl std::fmt::Debug for InlineLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InlineLoop")
+            .field("code", &self.code)
+            .field("arity", &self.arity)
+            .finish()
+    }
+}
+
+impl Drop for InlineLoop {
+    fn drop(&mut self) {
+        if let Some(m) = self.module.take() {
+            // SAFETY: the code is only reachable through `self`, which is
+            // going away (callers may not keep the pointers past it).
+            unsafe { m.free_memory() };
+        }
+    }
+}
+
+impl InlineLoop {
+    /// JIT-compiles the inline loop of `op` for the host.
+    ///
+    /// # Errors
+    /// [`Error::Compile`] when the host ISA is unsupported or Cranelift
+    /// rejects the function.
+    ///
+    /// ```
+    /// use tensorplay_compiler::codegen::cpu::math::{MathFn, bulk::{BulkOp, InlineLoop}};
+    /// let k = InlineLoop::compile(BulkOp::Math(MathFn::Exp)).unwrap();
+    /// let f = k.unary().unwrap();
+    /// let x = [0.0f32, 1.0, -1.0, 2.0, 3.0];
+    /// let mut y = [0.0f32; 5];
+    /// // SAFETY: both buffers hold 5 elements; `k` is alive.
+    /// unsafe { f(x.as_ptr(), y.as_mut_ptr(), 5) };
+    /// assert_eq!(y[0], 1.0);
+    /// assert!((y[1] - std::f32::consts::E).abs() < 1e-6);
+    /// ```
+    pub fn compile(op: BulkOp) -> Result<InlineLoop> {
+        let err = |what: &str, e: &dyn std::fmt::Display| {
+            Error::Compile(format!("inline math loop for {}: {what}: {e}", op.name()))
+        };
+        let mut flags = settings::builder();
+        flags
+            .set("opt_level", "speed")
+            .map_err(|e| err("settings", &e))?;
+        let isa = cranelift_native::builder()
+            .map_err(|e| err("host ISA", &e))?
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| err("host ISA", &e))?;
+        let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        MathShims::register_symbols(&mut jb);
+        let mut module = JITModule::new(jb);
+        let shims = MathShims::declare(&mut module).map_err(|e| err("shims", &e))?;
+        let math = MathCtx::for_isa(module.isa()).with_shims(shims);
+        let inputs = op.arity();
+        let ptr = module.target_config().pointer_type();
+        let mut ctx = module.make_context();
+        for _ in 0..inputs + 2 {
+            ctx.func.signature.params.push(AbiParam::new(ptr));
+        }
+        let mut fctx = FunctionBuilderContext::new();
+        let mut fb = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+        let entry = fb.create_block();
+        let heads = [fb.create_block(), fb.create_block()];
+        let bodies = [fb.create_block(), fb.create_block()];
+        let exit = fb.create_block();
+        for b in heads.iter().chain(&bodies) {
+            fb.append_block_param(*b, ptr);
+        }
+        fb.append_block_params_for_function_params(entry);
+        fb.switch_to_block(entry);
+        let params = fb.block_params(entry).to_vec();
+        let (srcs, dst, n) = (&params[..inputs], params[inputs], params[inputs + 1]);
+        let zero = fb.ins().iconst(ptr, 0);
+        fb.ins().jump(heads[0], &[zero.into()]);
+        let mem = MemFlagsData::new();
+        for (k, ty) in [F32X4, F32].into_iter().enumerate() {
+            let lanes = ty.lane_count() as i64;
+            fb.switch_to_block(heads[k]);
+            let i = fb.block_params(heads[k])[0];
+            let next = fb.ins().iadd_imm_s(i, lanes);
+            let ok = fb.ins().icmp(IntCC::UnsignedLessThanOrEqual, next, n);
+            if k == 0 {
+                fb.ins()
+                    .brif(ok, bodies[0], &[i.into()], heads[1], &[i.into()]);
+            } else {
+                fb.ins().brif(ok, bodies[1], &[i.into()], exit, &[]);
+            }
+            fb.switch_to_block(bodies[k]);
+            let i = fb.block_params(bodies[k])[0];
+            let off = fb.ins().imul_imm_s(i, 4);
+            let xs: Vec<Value> = srcs
+                .iter()
+                .map(|&s| {
+                    let a = fb.ins().iadd(s, off);
+                    fb.ins().load(ty, mem, a, 0)
+                })
+                .collect();
+            let y = match op {
+                BulkOp::Math(f) => emit_unary(&mut fb, &math, f, xs[0]),
+                BulkOp::Sqrt => fb.ins().sqrt(xs[0]),
+                BulkOp::Div => fb.ins().fdiv(xs[0], xs[1]),
+                BulkOp::Pow => emit_pow(&mut fb, &math, xs[0], xs[1]),
+            };
+            let a = fb.ins().iadd(dst, off);
+            fb.ins().store(mem, y, a, 0);
+            let next = fb.ins().iadd_imm_s(i, lanes);
+            fb.ins().jump(heads[k], &[next.into()]);
+        }
+        fb.switch_to_block(exit);
+        fb.ins().return_(&[]);
+        fb.seal_all_blocks();
+        fb.finalize(module.target_config());
+        let id = module
+            .declare_function("inline_loop", Linkage::Local, &ctx.func.signature)
+            .map_err(|e| err("declare", &e))?;
+        module
+            .define_function(id, &mut ctx)
+            .map_err(|e| err("define", &e))?;
+        module
+            .finalize_definitions()
+            .map_err(|e| err("finalize", &e))?;
+        let code = module.get_finalized_function(id);
+        Ok(InlineLoop {
+            module: Some(module),
+            code,
+            arity: inputs,
+        })
+    }
+
+    /// The loop as a [`UnaryFn`] (`None` for a binary op). Valid while
+    /// `self` lives.
+    pub fn unary(&self) -> Option<UnaryFn> {
+        // SAFETY: compiled with the signature fn(*const f32, *mut f32, usize)
+        // and the host's default (C) calling convention.
+        (self.arity == 1).then(|| unsafe { std::mem::transmute::<*const u8, UnaryFn>(self.code) })
+    }
+
+    /// The loop as a [`BinaryFn`] (`None` for a unary op). Valid while
+    /// `self` lives.
+    pub fn binary(&self) -> Option<BinaryFn> {
+        // SAFETY: compiled with the signature
+        // fn(*const f32, *const f32, *mut f32, usize), C calling convention.
+        (self.arity == 2).then(|| unsafe { std::mem::transmute::<*const u8, BinaryFn>(self.code) })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The per-lane operations.
+
+/// A unary operation on one f32 lane (inlined into the vectorized loop).
+trait Unary {
+    fn eval(x: f32) -> f32;
+}
+
+/// A binary operation on one f32 lane.
+trait Binary {
+    fn eval(a: f32, b: f32) -> f32;
+}
+
+macro_rules! unary_ops {
+    ($($name:ident => $f:path),* $(,)?) => {$(
+        struct $name;
+        impl Unary for $name {
+            #[inline(always)]
+            fn eval(x: f32) -> f32 {
+                $f(&mut S32, x)
+            }
+        }
+    )*};
+}
+
+unary_ops!(
+    ExpOp => approx::exp,
+    LogOp => approx::log,
+    TanhOp => approx::tanh,
+    SigmoidOp => approx::sigmoid,
+    ErfOp => approx::erf,
+    GeluErfOp => approx::gelu_erf,
+    GeluTanhOp => approx::gelu_tanh,
+    SiluOp => approx::silu,
+);
+
+struct SqrtOp;
+impl Unary for SqrtOp {
+    #[inline(always)]
+    fn eval(x: f32) -> f32 {
+        x.sqrt()
+    }
+}
+
+struct DivOp;
+impl Binary for DivOp {
+    #[inline(always)]
+    fn eval(a: f32, b: f32) -> f32 {
+        a / b
+    }
+}
+
+struct PowOp;
+impl Binary for PowOp {
+    #[inline(always)]
+    fn eval(a: f32, b: f32) -> f32 {
+        pow::pow_f32(&mut S32, a, b)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Drivers.
+
+/// Applies `O` to `len <= B` elements through a `B`-lane stack block.
+///
+/// # Safety
+/// `x` readable and `out` writable for `len` elements.
+#[inline(always)]
+unsafe fn block1<O: Unary, const B: usize>(x: *const f32, out: *mut f32, len: usize) {
+    let mut a = [0.0f32; B];
+    // SAFETY: the caller guarantees `len` readable elements; `len <= B`.
+    unsafe { std::ptr::copy_nonoverlapping(x, a.as_mut_ptr(), len) };
+    let mut r = [0.0f32; B];
+    for (r, &a) in r.iter_mut().zip(&a) {
+        *r = O::eval(a);
+    }
+    // SAFETY: the caller guarantees `len` writable elements.
+    unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), out, len) };
+}
+
+/// Keeps LLVM from vectorizing a block loop *across* blocks (with the lane
+/// loop fully unrolled inside, it would otherwise do so at a narrow width
+/// instead of vectorizing the lanes of each block). An empty `asm!` costs
+/// nothing at run time.
+#[inline(always)]
+fn block_boundary() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: an empty instruction sequence.
+    unsafe {
+        std::arch::asm!("", options(nomem, nostack, preserves_flags))
+    };
+}
+
+/// Blocks of `B` (several vectors), then of `L` (one vector), then one
+/// zero-padded block of `L` for the remainder.
+///
+/// # Safety
+/// `x` readable and `out` writable for `n` elements.
+#[inline(always)]
+unsafe fn run1<O: Unary, const B: usize, const L: usize>(x: *const f32, out: *mut f32, n: usize) {
+    let mut i = 0;
+    // SAFETY (all blocks): `i + len <= n`.
+    unsafe {
+        while n - i >= B {
+            block1::<O, B>(x.add(i), out.add(i), B);
+            block_boundary();
+            i += B;
+        }
+        while n - i >= L {
+            block1::<O, L>(x.add(i), out.add(i), L);
+            block_boundary();
+            i += L;
+        }
+        if i < n {
+            block1::<O, L>(x.add(i), out.add(i), n - i);
+        }
+    }
+}
+
+/// Binary counterpart of [`block1`].
+///
+/// # Safety
+/// `a`, `b` readable and `out` writable for `len` elements.
+#[inline(always)]
+unsafe fn block2<O: Binary, const B: usize>(
+    a: *const f32,
+    b: *const f32,
+    out: *mut f32,
+    len: usize,
+) {
+    let mut x = [0.0f32; B];
+    let mut y = [0.0f32; B];
+    // SAFETY: the caller guarantees `len` readable elements; `len <= B`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(a, x.as_mut_ptr(), len);
+        std::ptr::copy_nonoverlapping(b, y.as_mut_ptr(), len);
+    }
+    let mut r = [0.0f32; B];
+    for ((r, &x), &y) in r.iter_mut().zip(&x).zip(&y) {
+        *r = O::eval(x, y);
+    }
+    // SAFETY: the caller guarantees `len` writable elements.
+    unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), out, len) };
+}
+
+/// Binary counterpart of [`run1`].
+///
+/// # Safety
+/// `a`, `b` readable and `out` writable for `n` elements.
+#[inline(always)]
+unsafe fn run2<O: Binary, const B: usize, const L: usize>(
+    a: *const f32,
+    b: *const f32,
+    out: *mut f32,
+    n: usize,
+) {
+    let mut i = 0;
+    // SAFETY (all blocks): `i + len <= n`.
+    unsafe {
+        while n - i >= B {
+            block2::<O, B>(a.add(i), b.add(i), out.add(i), B);
+            block_boundary();
+            i += B;
+        }
+        while n - i >= L {
+            block2::<O, L>(a.add(i), b.add(i), out.add(i), L);
+            block_boundary();
+            i += L;
+        }
+        if i < n {
+            block2::<O, L>(a.add(i), b.add(i), out.add(i), n - i);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod imp {
+    use super::*;
+
+    /// # Safety
+    /// The host must support [`Level::Avx512`]; pointers as [`UnaryFn`].
+    #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx512bw,avx2,fma")]
+    unsafe extern "C" fn u512<O: Unary>(x: *const f32, out: *mut f32, n: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { run1::<O, 64, 16>(x, out, n) }
+    }
+
+    /// # Safety
+    /// The host must support [`Level::Avx2`]; pointers as [`UnaryFn`].
+    #[target_feature(enable = "avx2,fma")]
+    unsafe extern "C" fn u256<O: Unary>(x: *const f32, out: *mut f32, n: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { run1::<O, 32, 8>(x, out, n) }
+    }
+
+    /// # Safety
+    /// The host must support [`Level::Avx512`]; pointers as [`BinaryFn`].
+    #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx512bw,avx2,fma")]
+    unsafe extern "C" fn b512<O: Binary>(a: *const f32, b: *const f32, out: *mut f32, n: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { run2::<O, 64, 16>(a, b, out, n) }
+    }
+
+    /// # Safety
+    /// The host must support [`Level::Avx2`]; pointers as [`BinaryFn`].
+    #[target_feature(enable = "avx2,fma")]
+    unsafe extern "C" fn b256<O: Binary>(a: *const f32, b: *const f32, out: *mut f32, n: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { run2::<O, 32, 8>(a, b, out, n) }
+    }
+
+    fn u<O: Unary>(level: Level) -> UnaryFn {
+        match level {
+            Level::Avx512 => u512::<O>,
+            Level::Avx2 => u256::<O>,
+        }
+    }
+
+    fn b<O: Binary>(level: Level) -> BinaryFn {
+        match level {
+            Level::Avx512 => b512::<O>,
+            Level::Avx2 => b256::<O>,
+        }
+    }
+
+    pub(super) fn unary(op: BulkOp, level: Level) -> Option<UnaryFn> {
+        Some(match op {
+            BulkOp::Math(f) => match f {
+                MathFn::Exp => u::<ExpOp>(level),
+                MathFn::Log => u::<LogOp>(level),
+                MathFn::Tanh => u::<TanhOp>(level),
+                MathFn::Sigmoid => u::<SigmoidOp>(level),
+                MathFn::Erf => u::<ErfOp>(level),
+                MathFn::GeluErf => u::<GeluErfOp>(level),
+                MathFn::GeluTanh => u::<GeluTanhOp>(level),
+                MathFn::Silu => u::<SiluOp>(level),
+                MathFn::Sin | MathFn::Cos => return None,
+            },
+            BulkOp::Sqrt => u::<SqrtOp>(level),
+            BulkOp::Div | BulkOp::Pow => return None,
+        })
+    }
+
+    pub(super) fn binary(op: BulkOp, level: Level) -> Option<BinaryFn> {
+        Some(match op {
+            BulkOp::Div => b::<DivOp>(level),
+            BulkOp::Pow => b::<PowOp>(level),
+            BulkOp::Math(_) | BulkOp::Sqrt => return None,
+        })
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod imp {
+    use super::*;
+
+    pub(super) fn unary(_op: BulkOp, _level: Level) -> Option<UnaryFn> {
+        None
+    }
+
+    pub(super) fn binary(_op: BulkOp, _level: Level) -> Option<BinaryFn> {
+        None
+    }
+}

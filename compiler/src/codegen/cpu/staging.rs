@@ -1,0 +1,492 @@
+//! Staged pointwise kernels: handing a kernel's expensive f32 math to the wide bulk kernels of
+//! [`super::math::bulk`].
+//!
+//! Cranelift emits 4-lane vectors on x86-64, so a transcendental evaluated inline costs tens of
+//! 4-lane instructions per vector, while a bulk kernel runs the same algorithm (bit-identical
+//! results) 16 or 8 lanes wide. A *staged* kernel walks its element range in tiles of at most
+//! [`StagePlan::tile`] elements. Per tile, stage 0 evaluates what the first bulk calls need and
+//! stores their arguments to scratch slots on the stack; the bulk calls then run over the whole
+//! tile; stage 1 reads their results back from the slots, and so on. Every store to an output
+//! happens in the first stage where its value exists. Cheap values that a later stage needs again
+//! are recomputed there (their loads hit L1) rather than kept in more slots.
+//!
+//! Outlined are the transcendental functions, the general `pow`, and also division and `sqrt`:
+//! their 4-lane forms are throughput-bound on the divider, and the bulk forms give identical
+//! (correctly rounded) results at two to four times the rate, which pays for the scratch round
+//! trip (W6 measured 13.5 → 16 GB/s).
+//!
+//! When the kernel iterates a single loop dim, tiles are contiguous runs of every unit-stride
+//! operand, so a bulk call reads an f32 input straight from the tensor and writes a result that
+//! is stored unchanged to an f32 output straight into it.
+
+use cranelift_codegen::ir::types::{F32, F32X4, I64};
+use cranelift_codegen::ir::{
+    AbiParam, Block, BlockArg, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind,
+    Value,
+};
+use tensorplay_ir::{DType, Error, Result, ScalarOp};
+
+use super::emit::{Emitter, Lanes, Row};
+use super::math::MathFn;
+use super::math::bulk::{self, BulkOp};
+use crate::codegen::kernel::{Inst, KernelSpec, LoopKind, LoopLayout, StrideClass, ValueId};
+
+/// Largest tile, in elements.
+const MAX_TILE: i64 = 512;
+
+/// Scratch budget per kernel invocation (f32 elements over all slots): 16 KiB, half of L1.
+const SCRATCH_ELEMS: i64 = 4096;
+
+/// More slots than this and the kernel is not staged (tiles would get too short).
+const MAX_SLOTS: usize = 32;
+
+/// Where a bulk call reads an argument or writes its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Buf {
+    /// Scratch slot `k`: `tile` f32 values on the stack.
+    Slot(usize),
+    /// Operand `op` itself (inputs, then outputs): only for unit-stride f32 operands of a
+    /// one-dim layout, where a tile is one contiguous run.
+    Operand(usize),
+}
+
+/// One call of a bulk kernel over a tile.
+#[derive(Debug, Clone)]
+pub(super) struct BulkCall {
+    /// The instruction it computes.
+    pub inst: ValueId,
+    /// The bulk operation.
+    pub op: BulkOp,
+    /// The address of the host's bulk kernel for `op`.
+    pub addr: usize,
+    /// Argument buffers, in order.
+    pub args: Vec<Buf>,
+    /// Result buffer.
+    pub out: Buf,
+}
+
+/// How a pointwise kernel is split into stages around bulk calls.
+#[derive(Debug, Clone)]
+pub(super) struct StagePlan {
+    /// Per stage: the instructions evaluated (stores included only in their stage).
+    pub live: Vec<Vec<bool>>,
+    /// Per stage: values stored to a scratch slot after they are evaluated.
+    pub spills: Vec<Vec<(ValueId, usize)>>,
+    /// Per stage: the bulk calls made after the stage's walk over the tile.
+    pub calls: Vec<Vec<BulkCall>>,
+    /// Per instruction: the buffer an outlined value is read from in later stages.
+    pub reads: Vec<Option<Buf>>,
+    /// Number of scratch slots.
+    pub slots: usize,
+    /// Elements per tile (a multiple of 16).
+    pub tile: i64,
+}
+
+/// The bulk operation computing `op` in `compute`, when the host has a bulk kernel for it.
+fn bulk_op(op: ScalarOp, compute: DType) -> Option<BulkOp> {
+    if !matches!(compute, DType::F32 | DType::F16 | DType::BF16) {
+        return None;
+    }
+    let b = match op {
+        ScalarOp::Exp => BulkOp::Math(MathFn::Exp),
+        ScalarOp::Log => BulkOp::Math(MathFn::Log),
+        ScalarOp::Tanh => BulkOp::Math(MathFn::Tanh),
+        ScalarOp::Sigmoid => BulkOp::Math(MathFn::Sigmoid),
+        ScalarOp::Erf => BulkOp::Math(MathFn::Erf),
+        ScalarOp::GeluErf => BulkOp::Math(MathFn::GeluErf),
+        ScalarOp::GeluTanh => BulkOp::Math(MathFn::GeluTanh),
+        ScalarOp::Silu => BulkOp::Math(MathFn::Silu),
+        ScalarOp::Sin => BulkOp::Math(MathFn::Sin),
+        ScalarOp::Cos => BulkOp::Math(MathFn::Cos),
+        ScalarOp::Pow => BulkOp::Pow,
+        ScalarOp::Sqrt => BulkOp::Sqrt,
+        ScalarOp::Div => BulkOp::Div,
+        _ => return None,
+    };
+    bulk_addr(b).map(|_| b)
+}
+
+/// The address of the host's bulk kernel for `op`.
+fn bulk_addr(op: BulkOp) -> Option<usize> {
+    match op.arity() {
+        1 => bulk::unary(op).map(|f| f as usize),
+        2 => bulk::binary(op).map(|f| f as usize),
+        _ => None,
+    }
+}
+
+/// The stage plan for a pointwise `spec` with `layout` and liveness `live`, or `None` when the
+/// kernel has nothing to outline (or is not a vector f32 kernel, or `bulk` is off).
+pub(super) fn plan(
+    spec: &KernelSpec,
+    layout: &LoopLayout,
+    live: &[bool],
+    lanes: Lanes,
+    bulk: bool,
+) -> Option<StagePlan> {
+    if !bulk || lanes != Lanes::F32x4 || !matches!(spec.kind, LoopKind::Pointwise) {
+        return None;
+    }
+    let n = spec.insts.len();
+    let outlined: Vec<Option<BulkOp>> = spec
+        .insts
+        .iter()
+        .enumerate()
+        .map(|(id, inst)| match inst {
+            Inst::Op { op, compute, .. } if live[id] => bulk_op(*op, *compute),
+            _ => None,
+        })
+        .collect();
+    if outlined.iter().all(Option::is_none) {
+        return None;
+    }
+    // Level: how many bulk calls must run before a value exists.
+    let mut level = vec![0usize; n];
+    for (id, inst) in spec.insts.iter().enumerate() {
+        level[id] = match inst {
+            Inst::Load { .. } | Inst::Const { .. } => 0,
+            Inst::Op { args, .. } => {
+                args.iter().map(|&a| level[a]).max().unwrap_or(0)
+                    + usize::from(outlined[id].is_some())
+            }
+            Inst::Cast { arg, .. } => level[*arg],
+            Inst::Store { value, .. } => level[*value],
+        };
+    }
+    let last = (0..n).filter(|&i| live[i]).map(|i| level[i]).max()?;
+    let direct = layout.dims == 1;
+    let n_in = spec.inputs.len();
+    // An input a bulk call can read in place.
+    let direct_input = |v: ValueId| match spec.insts[v] {
+        Inst::Load { input }
+            if direct
+                && spec.inputs[input] == DType::F32
+                && layout.classes[input] == StrideClass::Unit =>
+        {
+            Some(Buf::Operand(input))
+        }
+        _ => None,
+    };
+    let mut slots = 0usize;
+    let mut new_slot = || {
+        slots += 1;
+        slots - 1
+    };
+    let mut reads: Vec<Option<Buf>> = vec![None; n];
+    let mut done_stores = vec![false; n];
+    let mut spilled: Vec<Option<usize>> = vec![None; n];
+    let mut spills: Vec<Vec<(ValueId, usize)>> = vec![Vec::new(); last + 1];
+    let mut calls: Vec<Vec<BulkCall>> = vec![Vec::new(); last + 1];
+    for (u, op) in outlined.iter().enumerate() {
+        let Some(op) = *op else { continue };
+        let Inst::Op { args, .. } = &spec.insts[u] else {
+            continue;
+        };
+        let stage = level[u] - 1;
+        let mut bufs = Vec::with_capacity(args.len());
+        for &a in args {
+            let buf = if let Some(b) = reads[a] {
+                b
+            } else if let Some(b) = direct_input(a) {
+                b
+            } else if let Some(k) = spilled[a] {
+                Buf::Slot(k)
+            } else {
+                let k = new_slot();
+                spilled[a] = Some(k);
+                spills[stage].push((a, k));
+                Buf::Slot(k)
+            };
+            bufs.push(buf);
+        }
+        // A result stored unchanged to a contiguous f32 output goes straight there.
+        let to_output = spec
+            .insts
+            .iter()
+            .enumerate()
+            .find_map(|(s, inst)| match inst {
+                Inst::Store { output, value }
+                    if *value == u
+                        && direct
+                        && spec.outputs[*output] == DType::F32
+                        && spec.value_dtype(u) == Some(DType::F32)
+                        && layout.classes[n_in + output] == StrideClass::Unit =>
+                {
+                    Some((s, n_in + output))
+                }
+                _ => None,
+            });
+        let out = match to_output {
+            Some((s, op)) => {
+                done_stores[s] = true;
+                Buf::Operand(op)
+            }
+            None => Buf::Slot(new_slot()),
+        };
+        reads[u] = Some(out);
+        let addr = bulk_addr(op)?;
+        calls[stage].push(BulkCall {
+            inst: u,
+            op,
+            addr,
+            args: bufs,
+            out,
+        });
+    }
+    if slots > MAX_SLOTS {
+        return None;
+    }
+    // Per stage: what must be evaluated, backwards from its roots.
+    let mut stage_live = Vec::with_capacity(last + 1);
+    for (s, stage_spills) in spills.iter().enumerate() {
+        let mut need = vec![false; n];
+        for (id, inst) in spec.insts.iter().enumerate() {
+            if let Inst::Store { .. } = inst
+                && live[id]
+                && level[id] == s
+                && !done_stores[id]
+            {
+                need[id] = true;
+            }
+        }
+        for &(v, _) in stage_spills {
+            need[v] = true;
+        }
+        for id in (0..n).rev() {
+            if !need[id] {
+                continue;
+            }
+            match &spec.insts[id] {
+                Inst::Op { .. } if reads[id].is_some() => {}
+                Inst::Op { args, .. } => args.iter().for_each(|&a| need[a] = true),
+                Inst::Cast { arg, .. } => need[*arg] = true,
+                Inst::Store { value, .. } => need[*value] = true,
+                Inst::Load { .. } | Inst::Const { .. } => {}
+            }
+        }
+        stage_live.push(need);
+    }
+    let tile = if slots == 0 {
+        MAX_TILE
+    } else {
+        (SCRATCH_ELEMS / slots as i64 / 16 * 16).clamp(64, MAX_TILE)
+    };
+    Some(StagePlan {
+        live: stage_live,
+        spills,
+        calls,
+        reads,
+        slots,
+        tile,
+    })
+}
+
+impl std::fmt::Display for Buf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Buf::Slot(k) => write!(f, "slot{k}"),
+            Buf::Operand(op) => write!(f, "operand{op}"),
+        }
+    }
+}
+
+/// The plan as text, one line per stage (`TP_LOGS=clif`).
+impl std::fmt::Display for StagePlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "staged: tile={} slots={}", self.tile, self.slots)?;
+        for (s, live) in self.live.iter().enumerate() {
+            write!(
+                f,
+                "  stage {s}: {} insts",
+                live.iter().filter(|&&l| l).count()
+            )?;
+            for (v, k) in &self.spills[s] {
+                write!(f, ", %{v} -> slot{k}")?;
+            }
+            for c in &self.calls[s] {
+                let args: Vec<String> = c.args.iter().map(|b| b.to_string()).collect();
+                write!(
+                    f,
+                    "; %{} = bulk {}({}) -> {}",
+                    c.inst,
+                    c.op.name(),
+                    args.join(", "),
+                    c.out
+                )?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
+
+fn internal(msg: impl Into<String>) -> Error {
+    Error::Compile(format!("cpu codegen: {}", msg.into()))
+}
+
+fn args(vals: &[Value]) -> Vec<BlockArg> {
+    vals.iter().map(|&v| BlockArg::Value(v)).collect()
+}
+
+impl<'a, 'b> Emitter<'a, 'b> {
+    /// The address of element `i + k` of scratch slot `slot` in the current segment.
+    fn slot_addr(&mut self, slot: usize, i: Value, k: i64) -> Result<(Value, i32)> {
+        let row = self
+            .scratch_row
+            .ok_or_else(|| internal("scratch read outside a staged kernel"))?;
+        let off = self.fb.ins().ishl_imm_s(i, 2);
+        let addr = self.fb.ins().iadd(row, off);
+        Ok((addr, (slot as i64 * self.slot_bytes + k * 4) as i32))
+    }
+
+    /// Loads an outlined value (f32) at element `i + k` of the segment from `buf`.
+    pub(super) fn load_staged(
+        &mut self,
+        row: &Row,
+        buf: Buf,
+        i: Value,
+        k: i64,
+        vector: bool,
+    ) -> Result<Value> {
+        match buf {
+            Buf::Operand(op) => self.load_operand(row, op, DType::F32, i, k, vector),
+            Buf::Slot(slot) => {
+                let (addr, off) = self.slot_addr(slot, i, k)?;
+                let ty = if vector { F32X4 } else { F32 };
+                Ok(self.fb.ins().load(ty, MemFlagsData::trusted(), addr, off))
+            }
+        }
+    }
+
+    /// Pointwise kernel in stages around bulk calls (see the module docs).
+    pub(super) fn staged_pointwise(&mut self, exit: Block, plan: &StagePlan) -> Result<()> {
+        let full_live = std::mem::take(&mut self.live);
+        self.reads = plan.reads.clone();
+        self.slot_bytes = plan.tile * 4;
+        let scratch = if plan.slots > 0 {
+            let bytes = plan.slots as i64 * self.slot_bytes;
+            let ss = self.fb.create_sized_stack_slot(StackSlotData::new(
+                StackSlotKind::ExplicitSlot,
+                u32::try_from(bytes).map_err(|_| internal("scratch too large"))?,
+                6,
+            ));
+            Some(self.fb.ins().stack_addr(I64, ss, 0))
+        } else {
+            None
+        };
+        let mut unary_sig = Signature::new(self.call_conv);
+        unary_sig.params.extend([AbiParam::new(I64); 3]);
+        let mut binary_sig = Signature::new(self.call_conv);
+        binary_sig.params.extend([AbiParam::new(I64); 4]);
+        let unary_ref = self.fb.import_signature(unary_sig);
+        let binary_ref = self.fb.import_signature(binary_sig);
+
+        let tile_block = self.fb.create_block();
+        self.fb.append_block_param(tile_block, I64);
+        self.fb.ins().jump(tile_block, &args(&[self.start]));
+        self.fb.switch_to_block(tile_block);
+        let t0 = self.fb.block_params(tile_block)[0];
+        let t_next = self.fb.ins().iadd_imm_s(t0, plan.tile);
+        let t1 = self.fb.ins().smin(t_next, self.end);
+        let count = self.fb.ins().isub(t1, t0);
+        let outer = self.layout.dims - 1;
+        for s in 0..plan.live.len() {
+            self.live = plan.live[s].clone();
+            if self.live.iter().any(|&l| l) {
+                let after = self.fb.create_block();
+                let spills = plan.spills[s].clone();
+                self.segments_between(t0, t1, after, outer, &mut |e, base, n, idx| {
+                    e.scratch_row = match scratch {
+                        Some(sc) => {
+                            let rel = e.fb.ins().isub(idx, t0);
+                            let off = e.fb.ins().ishl_imm_s(rel, 2);
+                            Some(e.fb.ins().iadd(sc, off))
+                        }
+                        None => None,
+                    };
+                    let hoisted = e.hoist(&base)?;
+                    let row = Row { base, hoisted };
+                    let zero = e.fb.ins().iconst(I64, 0);
+                    e.run(zero, n, Vec::new(), &mut |e, i, k, vector, _, _| {
+                        let env = e.eval(&row, i, k, vector, true)?;
+                        for &(v, slot) in &spills {
+                            let x =
+                                env[v].ok_or_else(|| internal("spilled value not evaluated"))?;
+                            let (addr, off) = e.slot_addr(slot, i, k)?;
+                            e.fb.ins().store(MemFlagsData::trusted(), x, addr, off);
+                        }
+                        Ok(())
+                    })?;
+                    Ok(())
+                })?;
+                self.fb.switch_to_block(after);
+                self.fb.seal_block(after);
+            }
+            for call in &plan.calls[s] {
+                let mut call_args = Vec::with_capacity(call.args.len() + 2);
+                for &b in call.args.iter().chain(std::iter::once(&call.out)) {
+                    call_args.push(self.tile_ptr(b, scratch, t0)?);
+                }
+                call_args.push(count);
+                let sig = if call.args.len() == 1 {
+                    unary_ref
+                } else {
+                    binary_ref
+                };
+                let callee = self.fb.ins().iconst(I64, call.addr as i64);
+                self.fb.ins().call_indirect(sig, callee, &call_args);
+            }
+        }
+        let more = self.fb.ins().icmp(
+            cranelift_codegen::ir::condcodes::IntCC::SignedLessThan,
+            t1,
+            self.end,
+        );
+        self.fb
+            .ins()
+            .brif(more, tile_block, &args(&[t1]), exit, &[]);
+        self.fb.seal_block(tile_block);
+        self.live = full_live;
+        self.reads.clear();
+        self.scratch_row = None;
+        Ok(())
+    }
+
+    /// The address of the tile starting at flattened element `t0` in buffer `b`.
+    fn tile_ptr(&mut self, b: Buf, scratch: Option<Value>, t0: Value) -> Result<Value> {
+        Ok(match b {
+            Buf::Slot(k) => {
+                let sc = scratch.ok_or_else(|| internal("slot without scratch"))?;
+                self.fb.ins().iadd_imm_s(sc, k as i64 * self.slot_bytes)
+            }
+            Buf::Operand(op) => {
+                // One loop dim, unit stride, f32: element t0 is at ptr + 4 * t0.
+                let off = self.fb.ins().ishl_imm_s(t0, 2);
+                self.fb.ins().iadd(self.ptrs[op], off)
+            }
+        })
+    }
+
+    /// Whether the host has a bulk `exp` this softmax kernel can use: f32 output with unit
+    /// stride (the output row is the scratch) in a vector kernel.
+    pub(super) fn softmax_bulk_exp(&self) -> Option<usize> {
+        let out = self.spec.inputs.len();
+        if !self.bulk
+            || self.lanes != Lanes::F32x4
+            || self.spec.outputs[0] != DType::F32
+            || self.layout.classes[out] != StrideClass::Unit
+        {
+            return None;
+        }
+        bulk_addr(BulkOp::Math(MathFn::Exp))
+    }
+
+    /// Calls the bulk kernel at `addr` (`fn(x, out, n)`) in place on `ptr[0..n]`.
+    pub(super) fn call_bulk_in_place(&mut self, addr: usize, ptr: Value, n: Value) {
+        let mut sig = Signature::new(self.call_conv);
+        sig.params.extend([AbiParam::new(I64); 3]);
+        let sig_ref = self.fb.import_signature(sig);
+        let callee = self.fb.ins().iconst(I64, addr as i64);
+        self.fb.ins().call_indirect(sig_ref, callee, &[ptr, ptr, n]);
+    }
+}

@@ -1,0 +1,725 @@
+//! Bulk math kernels (`codegen::cpu::math::bulk`) against the inline CLIF
+//! math: for every op and every level the host supports, the bulk result must
+//! have the same bits as the JIT-compiled inline code (`f32x4` body, scalar
+//! tail, FMA form) for ≥ 1M inputs per op (specials, runs of consecutive bit
+//! patterns at the edges, every k-th bit pattern, a dense sweep of the
+//! interesting region), for every length 0..70, unaligned pointers and in
+//! place use; and be within 4 ulp of the f64 reference (0.5 ulp for sqrt and
+//! div). A NaN must stay a NaN; its payload and sign are free.
+//!
+//! On a host without AVX2+FMA every test passes after printing a note.
+//! `TP_ULP_SAMPLES` sets the number of inputs per op (default 1_200_000).
+
+use std::sync::Arc;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{F32, F32X4};
+use cranelift_codegen::ir::{AbiParam, InstBuilder, MemFlagsData, Value};
+use cranelift_codegen::isa::TargetIsa;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{Linkage, Module, default_libcall_names};
+use tensorplay_compiler::codegen::cpu::math::bulk::{
+    self, BinaryFn, BulkOp, Level, UnaryFn, env_enables,
+};
+use tensorplay_compiler::codegen::cpu::math::{
+    MathCtx, MathFn, MathShims, emit_pow, emit_unary, erf_f64, erfc_f64, isa_has_fma,
+};
+
+const MAX_ULP: f64 = 4.0;
+
+/// The ops with bit-identical bulk kernels.
+const UNARY_OPS: [BulkOp; 9] = [
+    BulkOp::Math(MathFn::Exp),
+    BulkOp::Math(MathFn::Log),
+    BulkOp::Math(MathFn::Tanh),
+    BulkOp::Math(MathFn::Sigmoid),
+    BulkOp::Math(MathFn::Erf),
+    BulkOp::Math(MathFn::GeluErf),
+    BulkOp::Math(MathFn::GeluTanh),
+    BulkOp::Math(MathFn::Silu),
+    BulkOp::Sqrt,
+];
+const BINARY_OPS: [BulkOp; 2] = [BulkOp::Div, BulkOp::Pow];
+
+fn isa() -> Arc<dyn TargetIsa> {
+    let mut flags = settings::builder();
+    flags.set("opt_level", "speed").unwrap();
+    cranelift_native::builder()
+        .unwrap()
+        .finish(settings::Flags::new(flags))
+        .unwrap()
+}
+
+/// The levels to test; prints a note when there are none.
+fn levels() -> Vec<Level> {
+    let v: Vec<Level> = Level::ALL
+        .into_iter()
+        .filter(|l| l.is_supported())
+        .collect();
+    if v.is_empty() {
+        eprintln!("note: host has neither AVX-512 nor AVX2+FMA; bulk kernels not tested");
+    }
+    v
+}
+
+fn samples() -> usize {
+    std::env::var("TP_ULP_SAMPLES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_200_000)
+}
+
+// ---------------------------------------------------------------------------
+// The inline reference: a JIT'd loop `fn(in0, [in1,] out, n)` with an f32x4
+// body and a scalar tail, as in math_ulp.rs.
+
+struct Kernel {
+    _module: JITModule,
+    code: *const u8,
+    inputs: usize,
+}
+
+type Body<'a> = &'a dyn Fn(&mut FunctionBuilder, &MathCtx, &[Value]) -> Value;
+
+impl Kernel {
+    fn build(inputs: usize, body: Body) -> Kernel {
+        let isa = isa();
+        assert!(isa_has_fma(&*isa), "bulk levels imply FMA");
+        let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
+        MathShims::register_symbols(&mut jb);
+        let mut module = JITModule::new(jb);
+        let shims = MathShims::declare(&mut module).unwrap();
+        let math = MathCtx::new(true).with_shims(shims);
+        let ptr = module.target_config().pointer_type();
+        let mut ctx = module.make_context();
+        for _ in 0..inputs + 2 {
+            ctx.func.signature.params.push(AbiParam::new(ptr));
+        }
+        let mut fctx = FunctionBuilderContext::new();
+        let mut fb = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+        let entry = fb.create_block();
+        let heads = [fb.create_block(), fb.create_block()];
+        let bodies = [fb.create_block(), fb.create_block()];
+        let exit = fb.create_block();
+        for b in heads.iter().chain(&bodies) {
+            fb.append_block_param(*b, ptr);
+        }
+        fb.append_block_params_for_function_params(entry);
+        fb.switch_to_block(entry);
+        let params = fb.block_params(entry).to_vec();
+        let (srcs, dst, n) = (&params[..inputs], params[inputs], params[inputs + 1]);
+        let zero = fb.ins().iconst(ptr, 0);
+        fb.ins().jump(heads[0], &[zero.into()]);
+        let flags = MemFlagsData::new();
+        for (k, ty) in [F32X4, F32].into_iter().enumerate() {
+            let lanes = ty.lane_count() as i64;
+            let after = if k == 0 { heads[1] } else { exit };
+            fb.switch_to_block(heads[k]);
+            let i = fb.block_params(heads[k])[0];
+            let next = fb.ins().iadd_imm_s(i, lanes);
+            let ok = fb.ins().icmp(IntCC::UnsignedLessThanOrEqual, next, n);
+            let args: &[_] = if k == 0 { &[i.into()] } else { &[] };
+            fb.ins().brif(ok, bodies[k], &[i.into()], after, args);
+            fb.switch_to_block(bodies[k]);
+            let i = fb.block_params(bodies[k])[0];
+            let off = fb.ins().imul_imm_s(i, 4);
+            let xs: Vec<Value> = srcs
+                .iter()
+                .map(|&s| {
+                    let a = fb.ins().iadd(s, off);
+                    fb.ins().load(ty, flags, a, 0)
+                })
+                .collect();
+            let y = body(&mut fb, &math, &xs);
+            let a = fb.ins().iadd(dst, off);
+            fb.ins().store(flags, y, a, 0);
+            let next = fb.ins().iadd_imm_s(i, lanes);
+            fb.ins().jump(heads[k], &[next.into()]);
+        }
+        fb.switch_to_block(exit);
+        fb.ins().return_(&[]);
+        fb.seal_all_blocks();
+        fb.finalize(module.target_config());
+        let id = module
+            .declare_function("kernel", Linkage::Local, &ctx.func.signature)
+            .unwrap();
+        module.define_function(id, &mut ctx).unwrap();
+        module.finalize_definitions().unwrap();
+        let code = module.get_finalized_function(id);
+        Kernel {
+            _module: module,
+            code,
+            inputs,
+        }
+    }
+
+    /// The inline CLIF form of `op`.
+    fn inline(op: BulkOp) -> Kernel {
+        match op {
+            BulkOp::Math(f) => Kernel::build(1, &|fb, m, x| emit_unary(fb, m, f, x[0])),
+            BulkOp::Sqrt => Kernel::build(1, &|fb, _, x| fb.ins().sqrt(x[0])),
+            BulkOp::Div => Kernel::build(2, &|fb, _, x| fb.ins().fdiv(x[0], x[1])),
+            BulkOp::Pow => Kernel::build(2, &|fb, m, x| emit_pow(fb, m, x[0], x[1])),
+        }
+    }
+
+    fn run(&self, args: &[&[f32]]) -> Vec<f32> {
+        assert_eq!(self.inputs, args.len());
+        let n = args[0].len();
+        let mut out = vec![0.0f32; n];
+        if self.inputs == 1 {
+            // SAFETY: built with signature fn(*const f32, *mut f32, usize).
+            let f: extern "C" fn(*const f32, *mut f32, usize) =
+                unsafe { std::mem::transmute(self.code) };
+            f(args[0].as_ptr(), out.as_mut_ptr(), n);
+        } else {
+            assert_eq!(args[1].len(), n);
+            // SAFETY: built with signature fn(*const f32, *const f32, *mut f32, usize).
+            let f: extern "C" fn(*const f32, *const f32, *mut f32, usize) =
+                unsafe { std::mem::transmute(self.code) };
+            f(args[0].as_ptr(), args[1].as_ptr(), out.as_mut_ptr(), n);
+        }
+        out
+    }
+}
+
+/// A bulk kernel of either arity.
+#[derive(Clone, Copy)]
+enum Bulk {
+    U(UnaryFn),
+    B(BinaryFn),
+}
+
+impl Bulk {
+    fn get(op: BulkOp, level: Level) -> Bulk {
+        match op.arity() {
+            1 => Bulk::U(bulk::unary_at(op, level).expect("unary kernel")),
+            _ => Bulk::B(bulk::binary_at(op, level).expect("binary kernel")),
+        }
+    }
+
+    fn run(self, args: &[&[f32]]) -> Vec<f32> {
+        let n = args[0].len();
+        let mut out = vec![0.0f32; n];
+        // SAFETY: every slice holds n elements; out does not overlap them.
+        unsafe {
+            match self {
+                Bulk::U(f) => f(args[0].as_ptr(), out.as_mut_ptr(), n),
+                Bulk::B(f) => f(args[0].as_ptr(), args[1].as_ptr(), out.as_mut_ptr(), n),
+            }
+        }
+        out
+    }
+}
+
+fn same(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+// ---------------------------------------------------------------------------
+// References and the ulp metric (as in math_ulp.rs).
+
+fn sigmoid64(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+fn reference(op: BulkOp, x: f64, y: f64) -> f64 {
+    match op {
+        BulkOp::Math(f) => match f {
+            MathFn::GeluErf => {
+                if x >= 0.0 {
+                    0.5 * x * (1.0 + erf_f64(x * std::f64::consts::FRAC_1_SQRT_2))
+                } else {
+                    0.5 * x * erfc_f64(-x * std::f64::consts::FRAC_1_SQRT_2)
+                }
+            }
+            MathFn::GeluTanh => x * sigmoid64(2.0 * 0.797_884_560_8 * (x + 0.044_715 * x * x * x)),
+            MathFn::Sigmoid => sigmoid64(x),
+            MathFn::Silu => x * sigmoid64(x),
+            _ => f.eval_f64(x),
+        },
+        BulkOp::Sqrt => x.sqrt(),
+        BulkOp::Div => x / y,
+        BulkOp::Pow => x.powf(y),
+    }
+}
+
+/// Spacing of f32 numbers at the magnitude of `v` (2^-149 for subnormals).
+fn ulp_at(v: f64) -> f64 {
+    let a = v.abs();
+    if a < f32::MIN_POSITIVE as f64 {
+        return 2f64.powi(-149);
+    }
+    let e = ((a.to_bits() >> 52) as i32 - 1023).max(-126);
+    2f64.powi(e - 23)
+}
+
+/// Error of `got` against the exact `want`, in ulp of f32 at `want`.
+fn ulp_err(got: f32, want: f64) -> f64 {
+    if want.is_nan() || got.is_nan() {
+        return if want.is_nan() && got.is_nan() {
+            0.0
+        } else {
+            f64::INFINITY
+        };
+    }
+    if want == 0.0 && got == 0.0 {
+        return if want.is_sign_negative() == got.is_sign_negative() {
+            0.0
+        } else {
+            f64::INFINITY
+        };
+    }
+    if want.is_infinite() {
+        return if got as f64 == want {
+            0.0
+        } else {
+            f64::INFINITY
+        };
+    }
+    let g = if got.is_infinite() {
+        if want as f32 == got {
+            return 0.0;
+        }
+        2f64.powi(128).copysign(got as f64)
+    } else {
+        got as f64
+    };
+    (g - want).abs() / ulp_at(want)
+}
+
+// ---------------------------------------------------------------------------
+// Inputs.
+
+fn specials() -> Vec<f32> {
+    let mut v = vec![
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7F80_0001),
+        f32::from_bits(0xFFC0_1234),
+        f32::MIN_POSITIVE,
+        -f32::MIN_POSITIVE,
+        f32::from_bits(1),
+        f32::from_bits(0x8000_0001),
+        f32::from_bits(0x007F_FFFF),
+        f32::from_bits(0x807F_FFFF),
+        f32::MAX,
+        f32::MIN,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        2.0,
+        -2.0,
+        f32::EPSILON,
+        1.0 - f32::EPSILON / 2.0,
+        1.0 + f32::EPSILON,
+        8_388_608.0,
+        16_777_216.0,
+        3.0,
+        -3.0,
+        2.5,
+        -2.5,
+    ];
+    v.extend([
+        88.722_83,
+        88.722_84,
+        89.0,
+        -87.336_55,
+        -103.278_93,
+        -103.972_08,
+        -104.0,
+        -120.0,
+        0.75,
+        3.95,
+        11.0,
+        -11.0,
+        20.0,
+        15.0,
+        -18.0,
+        9.01,
+    ]);
+    v
+}
+
+/// A tiny deterministic generator (xorshift64*).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Dense region and edge points per unary op.
+fn region(op: BulkOp) -> (f32, f32, Vec<f32>) {
+    match op {
+        BulkOp::Math(MathFn::Exp) => (-105.0, 90.0, vec![88.722_84, -87.336_55, -103.972_08]),
+        BulkOp::Math(MathFn::Log) => (0.0, 4.0, vec![1.0, 0.707_106_77, f32::MIN_POSITIVE]),
+        BulkOp::Math(MathFn::Tanh) => (-10.0, 10.0, vec![0.173_286_8, 0.549_306_1, 9.01]),
+        BulkOp::Math(MathFn::Sigmoid) => (-110.0, 30.0, vec![-87.336_55, -103.278_93, 16.6]),
+        BulkOp::Math(MathFn::Silu) => (-110.0, 30.0, vec![-87.336_55, -98.0, 20.0]),
+        BulkOp::Math(MathFn::Erf) => (-5.0, 5.0, vec![1.0, 3.95, 3.919_206_4]),
+        BulkOp::Math(MathFn::GeluErf) => (-16.0, 8.0, vec![0.75, -13.0, 15.0, 5.4]),
+        BulkOp::Math(MathFn::GeluTanh) => (-12.0, 8.0, vec![-10.0, -9.4, -5.0, 11.0]),
+        _ => (0.0, 1e6, vec![1.0, f32::MIN_POSITIVE, f32::MAX]),
+    }
+}
+
+/// Unary inputs: specials, runs of 2000 consecutive bit patterns around 0
+/// and each edge (both signs), every k-th bit pattern, a dense sweep.
+fn unary_inputs(op: BulkOp, total: usize) -> Vec<f32> {
+    let mut v = specials();
+    let (lo, hi, mut edges) = region(op);
+    edges.push(0.0);
+    for e in edges {
+        for s in [e, -e] {
+            let b = s.to_bits() as i64;
+            for d in -2000..2000 {
+                let bb = b + d;
+                if (0..=u32::MAX as i64).contains(&bb) {
+                    v.push(f32::from_bits(bb as u32));
+                }
+            }
+        }
+    }
+    let stride = ((1u64 << 32) / (total as u64 / 2).max(1)) | 1;
+    let mut b = 0u64;
+    while b < (1u64 << 32) {
+        v.push(f32::from_bits(b as u32));
+        b += stride;
+    }
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ op.name().len() as u64);
+    while v.len() < total {
+        v.push((lo as f64 + (hi as f64 - lo as f64) * rng.unit()) as f32);
+    }
+    v
+}
+
+/// Binary inputs: all pairs of specials, then a mix of random bit patterns,
+/// moderate exponents, negative bases with integer exponents, bases near 1
+/// with large exponents and results near overflow / underflow (for pow);
+/// random bits and quotients near the range limits (for div).
+fn binary_inputs(op: BulkOp, total: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    let (mut xs, mut ys) = (Vec::with_capacity(total), Vec::with_capacity(total));
+    let sp = specials();
+    for &x in &sp {
+        for &y in &sp {
+            xs.push(x);
+            ys.push(y);
+        }
+    }
+    while xs.len() < total {
+        let kind = rng.next() % 6;
+        let bits = |r: &mut Rng| f32::from_bits(r.next() as u32);
+        let (x, y) = match (op, kind) {
+            (_, 0) => (bits(&mut rng), bits(&mut rng)),
+            (BulkOp::Div, _) => {
+                let x = bits(&mut rng);
+                let s = 2f64.powf((rng.unit() - 0.5) * 60.0) as f32;
+                (x, if kind == 1 { x * s } else { bits(&mut rng) })
+            }
+            (_, 1) => (bits(&mut rng), ((rng.unit() - 0.5) * 8.0) as f32),
+            (_, 2) => (
+                -f32::from_bits((rng.next() as u32) & 0x7FFF_FFFF),
+                ((rng.next() % 81) as i32 - 40) as f32,
+            ),
+            (_, 3) => (
+                (0.5 + 1.5 * rng.unit()) as f32,
+                ((rng.unit() - 0.5) * 4000.0) as f32,
+            ),
+            _ => {
+                let x = 2f64.powf((rng.unit() - 0.5) * 40.0) as f32;
+                let z = -155.0 + 285.0 * rng.unit();
+                let y = (z / (x as f64).log2()) as f32;
+                if kind == 5 { (-x, y.round()) } else { (x, y) }
+            }
+        };
+        xs.push(x);
+        ys.push(y);
+    }
+    (xs, ys)
+}
+
+fn op_inputs(op: BulkOp) -> Vec<Vec<f32>> {
+    let n = samples();
+    if op.arity() == 1 {
+        vec![unary_inputs(op, n)]
+    } else {
+        let (x, y) = binary_inputs(op, n);
+        vec![x, y]
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Checks.
+
+/// Bulk vs inline over all inputs at one level, and the ulp bound.
+fn check_sweep(op: BulkOp, level: Level, inline: &[f32], args: &[&[f32]]) {
+    let got = Bulk::get(op, level).run(args);
+    let bound = if matches!(op, BulkOp::Math(_) | BulkOp::Pow) {
+        MAX_ULP
+    } else {
+        0.5
+    };
+    let mut worst = (0.0f64, 0usize);
+    for i in 0..got.len() {
+        let y = args.get(1).map_or(0.0, |a| a[i]);
+        assert!(
+            same(got[i], inline[i]),
+            "{} [{level:?}]: bulk {:e} ({:#x}) vs inline {:e} ({:#x}) at x = {:e} ({:#x}), y = {y:e}",
+            op.name(),
+            got[i],
+            got[i].to_bits(),
+            inline[i],
+            inline[i].to_bits(),
+            args[0][i],
+            args[0][i].to_bits()
+        );
+        let e = ulp_err(got[i], reference(op, args[0][i] as f64, y as f64));
+        if e > worst.0 {
+            worst = (e, i);
+        }
+    }
+    let i = worst.1;
+    eprintln!(
+        "{:>9} [{level:?}]: {} inputs bit-identical to inline; worst {:.3} ulp at x = {:e}{}",
+        op.name(),
+        got.len(),
+        worst.0,
+        args[0][i],
+        args.get(1)
+            .map_or(String::new(), |a| format!(", y = {:e}", a[i]))
+    );
+    assert!(
+        worst.0 <= bound,
+        "{} [{level:?}]: {} ulp at x = {:e}",
+        op.name(),
+        worst.0,
+        args[0][i]
+    );
+}
+
+/// Every length 0..70, at offsets 0..3 floats from a 64-byte boundary, out
+/// of place and in place (into each operand): the result must equal the
+/// inline result of the same elements, and nothing past `n` may be written.
+fn check_lengths(op: BulkOp, level: Level, inline: &[f32], args: &[&[f32]]) {
+    const SENTINEL: u32 = 0x7FAB_CDEF;
+    let k = Bulk::get(op, level);
+    // Inputs taken from the middle of the sweep, where results vary.
+    let start = args[0].len() / 2;
+    #[repr(align(64))]
+    struct Buf([f32; 96]);
+    for n in 0..70usize {
+        for off in 0..3usize {
+            let mut ins: Vec<Buf> = args
+                .iter()
+                .map(|a| {
+                    let mut b = Buf([f32::from_bits(SENTINEL); 96]);
+                    b.0[off..off + n].copy_from_slice(&a[start..start + n]);
+                    b
+                })
+                .collect();
+            let want = &inline[start..start + n];
+            let check = |out: &[f32; 96], what: &str| {
+                for j in 0..96 {
+                    if j >= off && j < off + n {
+                        assert!(
+                            same(out[j], want[j - off]),
+                            "{} [{level:?}] {what}: n = {n}, offset {off}, element {}",
+                            op.name(),
+                            j - off
+                        );
+                    } else {
+                        assert_eq!(
+                            out[j].to_bits(),
+                            SENTINEL,
+                            "{} [{level:?}] {what}: n = {n}, offset {off}: wrote outside at {j}",
+                            op.name()
+                        );
+                    }
+                }
+            };
+            // out of place
+            let mut out = Buf([f32::from_bits(SENTINEL); 96]);
+            // SAFETY: every buffer holds off + n <= 96 elements.
+            unsafe {
+                let o = out.0.as_mut_ptr().add(off);
+                match k {
+                    Bulk::U(f) => f(ins[0].0.as_ptr().add(off), o, n),
+                    Bulk::B(f) => f(ins[0].0.as_ptr().add(off), ins[1].0.as_ptr().add(off), o, n),
+                }
+            }
+            check(&out.0, "out of place");
+            // in place, into each operand in turn
+            for which in 0..ins.len() {
+                let saved: Vec<[f32; 96]> = ins.iter().map(|b| b.0).collect();
+                // SAFETY: as above; `out` is one of the operands, as allowed.
+                unsafe {
+                    match k {
+                        Bulk::U(f) => {
+                            let p = ins[0].0.as_mut_ptr().add(off);
+                            f(p, p, n)
+                        }
+                        Bulk::B(f) => {
+                            let a = ins[0].0.as_mut_ptr().add(off);
+                            let b = ins[1].0.as_mut_ptr().add(off);
+                            let o = if which == 0 { a } else { b };
+                            f(a, b, o, n)
+                        }
+                    }
+                }
+                check(&ins[which].0, "in place");
+                for (b, s) in ins.iter_mut().zip(saved) {
+                    b.0 = s;
+                }
+            }
+        }
+    }
+}
+
+fn check_op(op: BulkOp) {
+    let levels = levels();
+    if levels.is_empty() {
+        return;
+    }
+    let inputs = op_inputs(op);
+    let args: Vec<&[f32]> = inputs.iter().map(|v| v.as_slice()).collect();
+    let inline = Kernel::inline(op).run(&args);
+    // The library's InlineLoop (the benchmark baseline) is the same code.
+    let lib_loop = bulk::InlineLoop::compile(op).unwrap();
+    let lib = match op.arity() {
+        1 => Bulk::U(lib_loop.unary().unwrap()),
+        _ => Bulk::B(lib_loop.binary().unwrap()),
+    };
+    let got = lib.run(&args);
+    assert!(
+        got.iter().zip(&inline).all(|(&a, &b)| same(a, b)),
+        "{}: InlineLoop differs from the test's inline kernel",
+        op.name()
+    );
+    for level in levels {
+        check_sweep(op, level, &inline, &args);
+        check_lengths(op, level, &inline, &args);
+    }
+}
+
+#[test]
+fn bulk_exp() {
+    check_op(BulkOp::Math(MathFn::Exp));
+}
+#[test]
+fn bulk_log() {
+    check_op(BulkOp::Math(MathFn::Log));
+}
+#[test]
+fn bulk_tanh() {
+    check_op(BulkOp::Math(MathFn::Tanh));
+}
+#[test]
+fn bulk_sigmoid() {
+    check_op(BulkOp::Math(MathFn::Sigmoid));
+}
+#[test]
+fn bulk_erf() {
+    check_op(BulkOp::Math(MathFn::Erf));
+}
+#[test]
+fn bulk_gelu_erf() {
+    check_op(BulkOp::Math(MathFn::GeluErf));
+}
+#[test]
+fn bulk_gelu_tanh() {
+    check_op(BulkOp::Math(MathFn::GeluTanh));
+}
+#[test]
+fn bulk_silu() {
+    check_op(BulkOp::Math(MathFn::Silu));
+}
+#[test]
+fn bulk_sqrt() {
+    check_op(BulkOp::Sqrt);
+}
+#[test]
+fn bulk_div() {
+    check_op(BulkOp::Div);
+}
+#[test]
+fn bulk_pow() {
+    check_op(BulkOp::Pow);
+}
+
+/// Kernels exist exactly for the ops and arities documented.
+#[test]
+fn kernel_table() {
+    for level in levels() {
+        for op in UNARY_OPS {
+            assert_eq!(op.arity(), 1);
+            assert!(bulk::unary_at(op, level).is_some(), "{}", op.name());
+            assert!(bulk::binary_at(op, level).is_none(), "{}", op.name());
+        }
+        for op in BINARY_OPS {
+            assert_eq!(op.arity(), 2);
+            assert!(bulk::binary_at(op, level).is_some(), "{}", op.name());
+            assert!(bulk::unary_at(op, level).is_none(), "{}", op.name());
+        }
+    }
+    for level in Level::ALL {
+        if !level.is_supported() {
+            assert!(bulk::unary_at(BulkOp::Sqrt, level).is_none());
+            assert!(bulk::binary_at(BulkOp::Div, level).is_none());
+        }
+    }
+}
+
+/// `level()` is the best supported level unless `TP_BULK_MATH` disables
+/// bulk kernels (reads the variable, never sets it).
+#[test]
+fn level_detection() {
+    let best = Level::ALL.into_iter().find(|l| l.is_supported());
+    let var = std::env::var("TP_BULK_MATH").ok();
+    if env_enables(var.as_deref()) {
+        assert_eq!(bulk::level(), best);
+    } else {
+        assert_eq!(bulk::level(), None);
+        assert!(bulk::unary(BulkOp::Sqrt).is_none());
+        assert!(bulk::binary(BulkOp::Div).is_none());
+    }
+    assert_eq!(bulk::unary(BulkOp::Sqrt).is_some(), bulk::level().is_some());
+}
+
+#[test]
+fn env_parsing() {
+    for v in ["0", "false", "FALSE", "off", " Off ", "no", "No"] {
+        assert!(!env_enables(Some(v)), "{v:?}");
+    }
+    for v in ["1", "true", "on", "yes", "", "avx2"] {
+        assert!(env_enables(Some(v)), "{v:?}");
+    }
+    assert!(env_enables(None));
+}
+
+#[test]
+fn op_names() {
+    assert_eq!(BulkOp::Math(MathFn::Silu).name(), "silu");
+    assert_eq!(BulkOp::Sqrt.name(), "sqrt");
+    assert_eq!(BulkOp::Div.name(), "div");
+    assert_eq!(BulkOp::Pow.name(), "pow");
+}
