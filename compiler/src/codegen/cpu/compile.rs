@@ -147,6 +147,7 @@ pub struct CompiledKernel {
     entry: KernelFn,
     compile_time: Duration,
     vector_lanes: usize,
+    work_weight: usize,
     _code: JitCode,
 }
 
@@ -183,6 +184,12 @@ impl CompiledKernel {
     /// linking).
     pub fn compile_time(&self) -> Duration {
         self.compile_time
+    }
+
+    /// Relative cost of one element (1: a cheap memory-bound element): the launcher splits a
+    /// launch across threads once elements × weight reaches twice its minimum chunk.
+    pub fn work_weight(&self) -> usize {
+        self.work_weight
     }
 
     /// Lanes of the main vector loop (4 for f32-class kernels, 2 for f64, 1 when the kernel
@@ -240,6 +247,33 @@ pub(crate) fn check_layout(spec: &KernelSpec, layout: &LoopLayout) -> Result<()>
         }
         _ => Ok(()),
     }
+}
+
+/// Relative cost of one element of `spec`, in units of a cheap memory-bound element: 1 plus
+/// extra weight for transcendentals (8), the general `pow` (12) and division / `sqrt` (1);
+/// softmax pays one `exp` per element. The launcher scales its minimum parallel chunk by it, so
+/// compute-heavy kernels go multi-threaded at smaller sizes.
+fn work_weight(spec: &KernelSpec) -> usize {
+    use ScalarOp::*;
+    let ops: usize = spec
+        .insts
+        .iter()
+        .map(|inst| match inst {
+            Inst::Op { op, compute, .. } if compute.is_float() => match op {
+                Exp | Log | Tanh | Sigmoid | Erf | GeluErf | GeluTanh | Silu | Sin | Cos => 8,
+                Pow => 12,
+                Div | Sqrt | Rsqrt | Reciprocal => 1,
+                _ => 0,
+            },
+            _ => 0,
+        })
+        .sum();
+    let softmax = if matches!(spec.kind, LoopKind::Softmax { .. }) {
+        8
+    } else {
+        0
+    };
+    1 + ops + softmax
 }
 
 fn needs_ipow(spec: &KernelSpec) -> bool {
@@ -402,6 +436,7 @@ pub fn compile_with(
         entry,
         compile_time,
         vector_lanes: lanes.count() as usize,
+        work_weight: work_weight(spec),
         _code: code,
     })
 }

@@ -482,9 +482,19 @@ fn call(entry: KernelFn, args: &KernelArgs, start: usize, end: usize) {
 
 /// Runs `entry` over `[0, range)`, split across the pool when there is enough work. `align`
 /// rounds chunk boundaries (vector-friendly splits for pointwise kernels).
-fn run_range(entry: KernelFn, args: &KernelArgs, range: usize, per_unit: usize, align: usize) {
+/// `weight`: the relative cost of one element ([`CompiledKernel::work_weight`]).
+fn run_range(
+    entry: KernelFn,
+    args: &KernelArgs,
+    range: usize,
+    per_unit: usize,
+    align: usize,
+    weight: usize,
+) {
     let threads = parallel::num_threads();
-    let work = range.saturating_mul(per_unit.max(1));
+    let work = range
+        .saturating_mul(per_unit.max(1))
+        .saturating_mul(weight.max(1));
     if threads <= 1 || work < 2 * MIN_CHUNK || range < 2 {
         call(entry, args, 0, range);
         return;
@@ -513,8 +523,9 @@ impl CompiledKernel {
     /// Runs the kernel: `inputs` and `outputs` must match the spec's dtypes (and count), the
     /// outputs the iteration shape (pointwise, softmax) or its reduction, and the tensors must
     /// plan to this kernel's [`LoopLayout`] — any mismatch is an error, never undefined
-    /// behaviour. Inputs broadcast to the iteration shape. Work of 128K elements or more is
-    /// split across the shared pool (`TP_NUM_THREADS`). Outputs are written in place (their
+    /// behaviour. Inputs broadcast to the iteration shape. Work of 128K elements or more
+    /// (fewer for compute-heavy kernels: elements × [`CompiledKernel::work_weight`]) is split
+    /// across the shared pool (`TP_NUM_THREADS`). Outputs are written in place (their
     /// version counters are not bumped: they are meant to be fresh buffers).
     ///
     /// ```
@@ -615,6 +626,7 @@ impl CompiledKernel {
         // SAFETY (for the entry calls below): `p` was built by `plan` for this spec and its
         // layout is this kernel's.
         let entry = unsafe { self.entry() };
+        let weight = self.work_weight();
         let args = KernelArgs {
             ptrs: ptrs.as_ptr(),
             shape: p.shape.as_ptr(),
@@ -624,8 +636,8 @@ impl CompiledKernel {
             partials: std::ptr::null_mut(),
         };
         match &self.spec().kind {
-            LoopKind::Pointwise => run_range(entry, &args, p.range, 1, 64),
-            LoopKind::Softmax { .. } => run_range(entry, &args, p.range, p.per_unit, 1),
+            LoopKind::Pointwise => run_range(entry, &args, p.range, 1, 64, weight),
+            LoopKind::Softmax { .. } => run_range(entry, &args, p.range, p.per_unit, 1, weight),
             // Column mode: whole panels per thread, so each reduced point streams at least a
             // panel's worth of contiguous memory (narrow column chunks would touch a new page per
             // reduced point and thrash the TLB).
@@ -635,13 +647,14 @@ impl CompiledKernel {
                 p.range,
                 p.per_unit,
                 super::loops::PANEL as usize,
+                weight,
             ),
             LoopKind::Reduce { op, value, .. } => {
                 let threads = parallel::num_threads();
                 if p.range == 1 && threads > 1 && p.per_unit >= 4 * MIN_CHUNK {
                     self.split_reduction(p, ptrs, *op, *value, threads)?;
                 } else {
-                    run_range(entry, &args, p.range, p.per_unit, 1);
+                    run_range(entry, &args, p.range, p.per_unit, 1, weight);
                 }
             }
         }
@@ -702,7 +715,14 @@ impl CompiledKernel {
             end: chunks as i64,
             partials: partials.as_mut_ptr() as *mut u8,
         };
-        run_range(entry, &main, chunks, q * (p.per_unit / r0), 1);
+        run_range(
+            entry,
+            &main,
+            chunks,
+            q * (p.per_unit / r0),
+            1,
+            self.work_weight(),
+        );
         let mut used = chunks;
         if rem > 0 {
             let mut tail_ptrs: Ptrs = ptrs.iter().copied().collect();
