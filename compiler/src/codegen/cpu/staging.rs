@@ -177,8 +177,12 @@ pub(super) fn plan(
     let mut spilled: Vec<Option<usize>> = vec![None; n];
     let mut spills: Vec<Vec<(ValueId, usize)>> = vec![Vec::new(); last + 1];
     let mut calls: Vec<Vec<BulkCall>> = vec![Vec::new(); last + 1];
-    for (u, op) in outlined.iter().enumerate() {
-        let Some(op) = *op else { continue };
+    // By stage, then instruction order: a value spilled for several calls is stored in the
+    // stage of the earliest one (instruction order alone can put a later-stage consumer first).
+    let mut order: Vec<ValueId> = (0..n).filter(|&u| outlined[u].is_some()).collect();
+    order.sort_by_key(|&u| level[u]);
+    for u in order {
+        let Some(op) = outlined[u] else { continue };
         let Inst::Op { args, .. } = &spec.insts[u] else {
             continue;
         };
