@@ -27,6 +27,18 @@ use tensorplay_compiler::codegen::cpu::math::{
 };
 
 const MAX_ULP: f64 = 4.0;
+/// sigmoid divides without correcting the quotient (2.40 ulp worst over all
+/// f32, both code paths); a tighter bound than the contract's 4 keeps a
+/// margin and catches a regression of its exp or of the division.
+const SIGMOID_MAX_ULP: f64 = 3.0;
+
+/// The bound checked for `f`.
+fn max_ulp(f: MathFn) -> f64 {
+    match f {
+        MathFn::Sigmoid => SIGMOID_MAX_ULP,
+        _ => MAX_ULP,
+    }
+}
 
 fn isa() -> Arc<dyn TargetIsa> {
     let mut flags = settings::builder();
@@ -451,7 +463,7 @@ fn check_fn(f: MathFn) {
             xs.len()
         );
         assert!(
-            e <= MAX_ULP,
+            e <= max_ulp(f),
             "{} [{label}]: {e} ulp at x = {x:e} ({:#x}): got {g:e}, want {:e}",
             f.name(),
             x.to_bits(),

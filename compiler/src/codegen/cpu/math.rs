@@ -34,14 +34,19 @@
 //! - **tanh**: `sign(x) |em1| / (2 + em1)` with `em1 = expm1(-2|x|) =
 //!   2^n (e^r - 1) + (2^n - 1)`: no cancellation near 0, exactly ±1 for large
 //!   |x|, one division.
-//! - **sigmoid**: `(x < 0 ? e : 1) / (1 + e)`, `e = exp(-|x|)` (one exp, one
-//!   division, correct subnormals for x < -87). The quotient is corrected
-//!   once with the exact division remainder and the exact rounding error of
-//!   `1 + e` (divided by a linear approximation of `1 + e`, so no second
-//!   division): this removes about two of the four roundings.
+//! - **sigmoid**: `(x < 0 ? e : 1) / (1 + e)`, `e = exp(-|x|)` (exp's
+//!   reduction and polynomial, scaled by `2^(n+64)` and then by `2^-64` so
+//!   that `e` rounds once into the subnormal range; for x < -87 `1 + e` is
+//!   1 and the result is `e`), then one plain division. The roundings of
+//!   `1 + e` and of the quotient are left in: correcting them as silu does
+//!   (below) gives 1.50 ulp instead of 2.40 but takes seven more operations,
+//!   which made sigmoid ~1.35x slower in the bulk kernels.
 //! - **silu**: `x sigmoid(x)`, with `e^x` kept scaled by 2^64 until the last
 //!   multiply so subnormal results round once; `x e^x` as an exact
-//!   two-product fed to the same corrected division.
+//!   two-product over `1 + e`, and the quotient corrected once with the
+//!   exact division remainder and the exact rounding error of `1 + e`
+//!   (divided by a linear approximation of `1 + e`, so no second division):
+//!   this removes about two of the four roundings.
 //! - **gelu_tanh**: `0.5 x (1 + tanh(u)) = x sigmoid(2u)`; `2u = x (A + B x^2)`
 //!   is evaluated in double-f32 (hi + lo; two-products, two-sum) because
 //!   `e^(2u)` multiplies the relative error of `2u` by |2u| (up to ~110);
@@ -95,7 +100,7 @@
 //! | exp       | 1.031        | 1.006            | 45                |
 //! | log       | 0.919        | 0.899            | 59                |
 //! | tanh      | 1.966        | 2.011            | 54                |
-//! | sigmoid   | 1.497        | 1.480            | 57                |
+//! | sigmoid   | 2.402        | 2.402            | 46                |
 //! | silu      | 1.777        | 1.725            | 72                |
 //! | gelu_tanh | 2.061        | 2.004            | 108               |
 //! | erf       | 1.739        | 2.318            | 80                |
@@ -113,7 +118,7 @@
 //! | exp       | 1.34         | 0.34 (3.9x) | 0.49 (2.7x) |
 //! | log       | 2.29         | 0.48 (4.8x) | 0.88 (2.6x) |
 //! | tanh      | 1.77         | 0.48 (3.7x) | 0.79 (2.3x) |
-//! | sigmoid   | 2.17         | 0.54 (4.0x) | 0.97 (2.2x) |
+//! | sigmoid ¹ | 1.62         | 0.41 (4.0x) | 0.67 (2.4x) |
 //! | silu      | 3.06         | 0.76 (4.0x) | 1.38 (2.2x) |
 //! | gelu_tanh | 4.87         | 1.23 (4.0x) | 1.82 (2.7x) |
 //! | erf       | 2.20         | 0.73 (3.0x) | 1.38 (1.6x) |
@@ -121,6 +126,15 @@
 //! | sqrt      | 0.52         | 0.26 (2.0x) | 0.20 (2.6x) |
 //! | div       | 0.22         | 0.16 (1.3x) | 0.16 (1.3x) |
 //! | pow       | 11.72        | 2.71 (4.3x) | 3.03 (3.9x) |
+//!
+//! ¹ sigmoid lost its quotient correction after this table was measured: its
+//! row is the old row scaled by an A/B run of the old and new benchmark
+//! binaries, alternated in one session (4 runs each, ns/element: inline
+//! 1.50 -> 1.12, AVX-512 0.385 -> 0.289, AVX2 0.654 -> 0.455; exp measured
+//! 0.27 AVX-512 in that session, so sigmoid now costs about exp + 10%).
+//! Its all-f32 FMA figure is from the AVX-512 bulk kernel (AVX2 gave the same
+//! bits); the mul+add figure from a Rust transcription of the mul+add path
+//! (same bits as the inline code at the sweep's worst input).
 //!
 //! # Example
 //!
