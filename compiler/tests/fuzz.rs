@@ -706,14 +706,6 @@ fn max_finite(dtype: DType) -> f64 {
     }
 }
 
-fn min_normal(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => 6.103_515_625e-5,
-        DType::F64 => f64::MIN_POSITIVE,
-        _ => f32::MIN_POSITIVE as f64,
-    }
-}
-
 /// The precision compiled code holds a value of `dtype` in (f16/bf16 live in f32).
 fn internal(dtype: DType) -> DType {
     if dtype.is_half() { DType::F32 } else { dtype }
@@ -857,24 +849,9 @@ fn truth_known(x: f64, e: f64) -> bool {
     e == 0.0 || (x.is_finite() && x.abs() > e)
 }
 
-/// The known discrepancies (reported; see regression.rs `mod known`): extra tolerance for an
-/// approximate op's own result in `p` (the dtype compiled code computes in).
-fn known_extra(u: Option<Un>, p: DType, r: f64) -> f64 {
-    let tails = min_normal(p); // silu/gelu: compiled keeps results eager flushes to -0
-    match (u, p) {
-        (Some(Un::Silu), _) => tails,
-        (Some(Un::GeluNone), DType::F64) => 1e-12 * r.abs() + 1e-300,
-        (Some(Un::GeluTanh), DType::F64) => 2e-8 * r.abs() + 1e-300,
-        (Some(Un::GeluNone | Un::GeluTanh), _) => tails,
-        (Some(Un::Erf), DType::F64) => 16.0 * ulp(r, p),
-        _ => 0.0,
-    }
-}
-
 /// Finishes a float result: `spread` is how far the exact function moves over the operands'
 /// intervals (0 when every operand is exact), `approx` whether the op is an approximation,
 /// `perturbed` whether any operand carries error.
-#[allow(clippy::too_many_arguments)]
 fn finish(
     out: &mut Model,
     i: usize,
@@ -883,7 +860,6 @@ fn finish(
     approx: bool,
     perturbed: bool,
     representable: bool,
-    known: f64,
 ) {
     let d = out.dtype;
     let p = internal(d);
@@ -898,7 +874,7 @@ fn finish(
         max_finite(p).copysign(r)
     };
     let own = if approx {
-        8.0 * ulp(r_fin, p) + known
+        8.0 * ulp(r_fin, p)
     } else if perturbed {
         ulp(r_fin, p)
     } else {
@@ -986,7 +962,6 @@ fn model_unary(u: Un, x: &Model, r: &Tensor) -> Result<Model> {
         };
         let stepped = matches!(u, Un::Floor | Un::Ceil | Un::Round | Un::Sign);
         let r = out.v[i];
-        let known = known_extra(Some(u), internal(out.dtype), r);
         finish(
             &mut out,
             i,
@@ -995,7 +970,6 @@ fn model_unary(u: Un, x: &Model, r: &Tensor) -> Result<Model> {
             is_approx_un(u),
             perturbed && !stepped,
             representable_un(u),
-            known,
         );
     }
     Ok(out)
@@ -1064,16 +1038,7 @@ fn model_binary(b: Bin, x: &Model, y: &Model, r: &Tensor) -> Result<Model> {
         let approx = b == Bin::Pow;
         let representable = matches!(b, Bin::Maximum | Bin::Minimum);
         let r = out.v[i];
-        finish(
-            &mut out,
-            i,
-            r,
-            spread,
-            approx,
-            perturbed,
-            representable,
-            0.0,
-        );
+        finish(&mut out, i, r, spread, approx, perturbed, representable);
     }
     Ok(out)
 }
@@ -1096,7 +1061,7 @@ fn model_where(c: &Model, x: &Model, y: &Model, r: &Tensor) -> Result<Model> {
             out.es[i] = INF;
         } else if out.dtype.is_float() {
             let r = out.v[i];
-            finish(&mut out, i, r, e, false, e > 0.0, true, 0.0);
+            finish(&mut out, i, r, e, false, e > 0.0, true);
         }
     }
     Ok(out)
@@ -1112,7 +1077,7 @@ fn model_clamp(x: &Model, r: &Tensor) -> Result<Model> {
         } else if out.dtype.is_float() {
             // Clamping is 1-Lipschitz; an f16/bf16 result may be an f32 bound inside a region.
             let r = out.v[i];
-            finish(&mut out, i, r, e, false, e > 0.0, false, 0.0);
+            finish(&mut out, i, r, e, false, e > 0.0, false);
         }
     }
     Ok(out)
@@ -1143,23 +1108,10 @@ fn model_cast(x: &Model, r: &Tensor) -> Result<Model> {
         } else if to.is_float() {
             // A cast to f16/bf16 rounds explicitly in compiled code too.
             let r = out.v[i];
-            finish(&mut out, i, r, e, false, true, true, 0.0);
+            finish(&mut out, i, r, e, false, true, true);
         } else {
             out.ep[i] = 0.0;
             out.es[i] = 0.0;
-        }
-    }
-    // Known, reported eager bug (regression.rs `known::bf16_cast_rounding`): eager's casts to
-    // bf16 round through `bf16::from_f64`, which loses the sticky bits below the f64's top 32
-    // bits, so a value just above a rounding tie may round down; compiled code rounds the f32
-    // value correctly. Allow one bf16 ulp there.
-    if to == DType::BF16 && !matches!(x.dtype, DType::BF16 | DType::Bool) {
-        for i in 0..out.v.len() {
-            if out.es[i] != INF {
-                let one = ulp(out.v[i], DType::BF16);
-                out.es[i] = out.es[i].max(one);
-                out.ep[i] = out.ep[i].max(one);
-            }
         }
     }
     Ok(out)

@@ -17,9 +17,7 @@
 //! error, never a panic. `CompiledGraph::interpret` runs the same kernels as eager and must be
 //! bit-identical to it everywhere.
 //!
-//! Discrepancies found here and reported but not yet fixed are accepted by the predicates of
-//! `mod known`, each recognising exactly the observed deviation (remove one once its cause is
-//! fixed). Debug builds run the 2^17 + 3 size on a subset of dtypes and layouts (eager kernels
+//! Debug builds run the 2^17 + 3 size on a subset of dtypes and layouts (eager kernels
 //! are ~50x slower there); release builds run all of it.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -274,13 +272,7 @@ enum Tol {
     Ulps(f64),
     /// Within a bound per element (row-major over the output shape); NaN and infinities exact.
     Bound(Vec<f64>),
-    /// `base`, or else a known, reported discrepancy that `accept(input, eager, compiled,
-    /// dtype)` recognises (see [`known`]): the test stays green on it and fails on anything else.
-    Known { base: Box<Tol>, accept: Accept },
 }
-
-/// Recognises a known discrepancy from the first input's value, eager's and the compiled result.
-type Accept = fn(f64, f64, f64, DType) -> bool;
 
 /// The spacing of `dtype`'s values at `|v|` (subnormal spacing below the normal range).
 fn ulp(v: f64, dtype: DType) -> f64 {
@@ -352,7 +344,6 @@ fn float_ok(got: f64, want: f64, tol: &Tol, i: usize, dtype: DType) -> bool {
         Tol::ValueEq => (got.is_nan() && want.is_nan()) || got == want,
         Tol::Ulps(u) => close(got, want, u * ulp(got, dtype).max(ulp(want, dtype)), dtype),
         Tol::Bound(b) => close(got, want, b[i], dtype),
-        Tol::Known { base, .. } => float_ok(got, want, base, i, dtype),
     }
 }
 
@@ -417,22 +408,9 @@ fn compare(got: &Tensor, want: &Tensor, tol: &Tol, inputs: &[Tensor]) -> Option<
         }
         _ => {
             let (g, w) = (got.to_vec_f64().ok()?, want.to_vec_f64().ok()?);
-            let bad: Vec<usize> = (0..w.len())
+            (0..w.len())
                 .filter(|&i| !float_ok(g[i], w[i], tol, i, dtype))
-                .collect();
-            match (tol, inputs.first()) {
-                (Tol::Known { accept, .. }, Some(x)) if !bad.is_empty() => {
-                    let xs = x
-                        .broadcast_to(want.shape())
-                        .and_then(|b| b.contiguous())
-                        .and_then(|b| b.to_vec_f64())
-                        .ok()?;
-                    bad.into_iter()
-                        .filter(|&i| !accept(xs[i], w[i], g[i], dtype))
-                        .collect()
-                }
-                _ => bad,
-            }
+                .collect()
         }
     };
     if bad.is_empty() {
@@ -440,7 +418,6 @@ fn compare(got: &Tensor, want: &Tensor, tol: &Tol, inputs: &[Tensor]) -> Option<
     }
     let rule = match tol {
         Tol::Bound(_) => "a per-element bound".to_string(),
-        Tol::Known { base, .. } => format!("{base:?} or a known discrepancy"),
         other => format!("{other:?}"),
     };
     let mut msg = format!(
@@ -468,67 +445,6 @@ fn compare(got: &Tensor, want: &Tensor, tol: &Tol, inputs: &[Tensor]) -> Option<
         );
     }
     Some(msg)
-}
-
-// ---- known discrepancies -----------------------------------------------------------------------
-
-/// `base`, plus a known discrepancy that is accepted (and reported) until it is fixed.
-fn known(base: Tol, accept: Accept) -> Tol {
-    Tol::Known {
-        base: Box::new(base),
-        accept,
-    }
-}
-
-/// Discrepancies found by these tests and reported; each predicate accepts exactly the
-/// observed deviation, so anything else still fails. Remove an entry once its cause is fixed.
-mod known {
-    use tensorplay_runtime::DType;
-
-    /// Eager's `to_dtype(bf16)` from f32/f64/integers converts through `bf16::from_f64`, which
-    /// drops the low 32 bits of the f64 before rounding: a value just above a rounding tie
-    /// (f32 bits `0x40308001`) rounds down. The compiled cast rounds to nearest even correctly
-    /// from the f32 value; accept exactly that result.
-    pub fn bf16_cast_rounding(x: f64, _eager: f64, got: f64, dtype: DType) -> bool {
-        if dtype != DType::BF16 || x.is_nan() {
-            return false;
-        }
-        let bits = (x as f32).to_bits();
-        let rounded = (bits.wrapping_add(0x7fff + ((bits >> 16) & 1))) & 0xffff_0000;
-        got == f32::from_bits(rounded) as f64
-    }
-
-    /// silu where eager's `exp(-x)` overflows its compute dtype: eager's `x / (1 + exp(-x))`
-    /// gives -0.0, the compiled kernel the (more accurate) tiny value `x * exp(x)`.
-    pub fn silu_underflow(x: f64, eager: f64, got: f64, dtype: DType) -> bool {
-        let limit = if dtype == DType::F64 { 709.78 } else { 88.72 };
-        let exact = x * x.exp();
-        -x > limit
-            && eager == 0.0
-            && (got - exact).abs() <= 1e-2 * exact.abs() + 2.0 * super::ulp(exact, dtype)
-    }
-
-    /// The compiled f64 erf is up to 11 ulps from eager's libm erf (the contract asks for 8).
-    pub fn erf_f64(_x: f64, eager: f64, got: f64, dtype: DType) -> bool {
-        dtype == DType::F64 && (got - eager).abs() <= 16.0 * f64::EPSILON * eager.abs()
-    }
-
-    /// The compiled f64 exact gelu loses accuracy in the negative tail (1335 ulps at
-    /// x = -34.7, where the result is 1e-262, and ~20 units of the last place among the
-    /// subnormal results below x = -37.5).
-    pub fn gelu_erf_f64(_x: f64, eager: f64, got: f64, dtype: DType) -> bool {
-        dtype == DType::F64 && (got - eager).abs() <= 1e-12 * eager.abs() + 1e-321
-    }
-
-    /// The compiled tanh-gelu uses the truncated constant 0.7978845608 for sqrt(2/pi) (eager:
-    /// 0.7978845608028654): invisible in f32, ~1e-12 relative in f64 near |x| = 1 and up to
-    /// ~1e-8 in the negative tail. Below x = -21.1, eager's `x / (1 + exp(-2u))` overflows
-    /// `exp` and gives -0.0 where the compiled kernel keeps the subnormal result.
-    pub fn gelu_tanh_f64(x: f64, eager: f64, got: f64, dtype: DType) -> bool {
-        dtype == DType::F64
-            && ((got - eager).abs() <= 2e-8 * eager.abs()
-                || (x < -21.0 && eager == 0.0 && got <= 0.0 && -got < 1e-300))
-    }
 }
 
 // ---- running cases -----------------------------------------------------------------------------
@@ -758,18 +674,10 @@ fn unary_approx_cases() -> Vec<OpCase> {
         unary("cos", Tensor::cos, APPROX),
         unary("tanh", Tensor::tanh, APPROX),
         unary("sigmoid", Tensor::sigmoid, APPROX),
-        unary("silu", Tensor::silu, known(APPROX, known::silu_underflow)),
-        unary("erf", Tensor::erf, known(APPROX, known::erf_f64)),
-        unary(
-            "gelu_none",
-            |x| x.gelu("none"),
-            known(APPROX, known::gelu_erf_f64),
-        ),
-        unary(
-            "gelu_tanh",
-            |x| x.gelu("tanh"),
-            known(APPROX, known::gelu_tanh_f64),
-        ),
+        unary("silu", Tensor::silu, APPROX),
+        unary("erf", Tensor::erf, APPROX),
+        unary("gelu_none", |x| x.gelu("none"), APPROX),
+        unary("gelu_tanh", |x| x.gelu("tanh"), APPROX),
     ]
 }
 
@@ -944,7 +852,7 @@ fn casts_between_every_pair_of_dtypes_are_exact() {
             name: "to_dtype",
             arity: 1,
             body: Arc::new(move |xs: &[Tensor]| Ok(vec![xs[0].to_dtype(to)?])),
-            tol: known(Tol::Exact, known::bf16_cast_rounding),
+            tol: Tol::Exact,
         };
         let label_problems = run_op(&case, &same(1, &ALL));
         problems.extend(label_problems.into_iter().map(|p| format!("-> {to}: {p}")));

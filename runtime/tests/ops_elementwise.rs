@@ -238,9 +238,19 @@ fn sigmoid_ref(x: f64) -> f64 {
 const K: f64 = 0.797_884_560_802_865_4; // sqrt(2/pi)
 fn gelu_ref(x: f64) -> f64 {
     // 0.5 x (1 + erf(x/sqrt2)) written with erfc, which is the same function without the
-    // cancellation of 1 + erf for negative x. The argument is x * (1/sqrt2) like PyTorch's: erfc
-    // is so steep far out that the last-bit difference from x / sqrt2 shows at 1e-14.
-    0.5 * x * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2)
+    // cancellation of 1 + erf for negative x. erfc is so steep far out (relative slope ~2z) that
+    // rounding its argument z = -x/sqrt2 alone costs 2 z^2 ulps (3e-14 at x = -30), so the part
+    // `zl` of -x/sqrt2 that z loses enters to first order: erfc(z + zl) = erfc(z) - 2/sqrt(pi)
+    // exp(-z^2) zl. (The second constant is 1/sqrt2 - FRAC_1_SQRT_2.)
+    use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
+    let z = -x * FRAC_1_SQRT_2;
+    let zl = (-x).mul_add(FRAC_1_SQRT_2, -z) + (-x) * -4.833_646_656_726_457e-17;
+    let fix = if zl.is_finite() {
+        FRAC_2_SQRT_PI * (-z * z).exp() * zl
+    } else {
+        0.0
+    };
+    0.5 * x * (libm::erfc(z) - fix)
 }
 fn gelu_tanh_ref(x: f64) -> f64 {
     // 0.5 x (1 + tanh u) == x / (1 + exp(-2u)), again the cancellation-free way round.

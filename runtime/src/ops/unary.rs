@@ -331,10 +331,53 @@ unary_op! {
     grad = Some(|c| grad_times_out(c, |o| o.mul(&o.neg()?.add_scalar(1.0)?))), saved = Outputs
 }
 
+/// silu in f32 as PyTorch computes it, `x / (1 + exp(-x))`, except where `exp(-x)` overflows
+/// (x below about -88.7): PyTorch's quotient is -0.0 there although `x * exp(x)` is still
+/// representable down to about -103.9; that product is taken in f64 and rounded once.
+fn silu_f32(x: f32) -> f32 {
+    let d = 1.0 + (-x).exp();
+    if d.is_finite() {
+        x / d
+    } else {
+        // Also NaN for x = -inf (-inf * 0) and for NaN, as the quotient gives.
+        ((x as f64) * (x as f64).exp()) as f32
+    }
+}
+
+/// silu in f64: [`silu_f32`]'s form (the tail starts below about -709.8, where `exp(x)` is
+/// subnormal, so it is scaled by 2^64 until the last multiply to round once).
+fn silu_f64(x: f64) -> f64 {
+    let d = 1.0 + (-x).exp();
+    if d.is_finite() {
+        x / d
+    } else if x >= -1024.0 {
+        x * exp_scaled(x, 0.0) * TWO_M64
+    } else {
+        // -0.0 (or NaN for -inf, as the quotient gives).
+        x * x.exp()
+    }
+}
+
+/// `64 ln 2` in two parts; the high part is a multiple of 2^-43, so adding it to an f64 of
+/// magnitude in [512, 1024) (a multiple of 2^-43 too) is exact.
+const LN2_X64_HI: f64 = 44.361_419_555_836_505;
+/// `64 ln 2 - LN2_X64_HI`.
+const LN2_X64_LO: f64 = -5.621_237_396_739_37e-15;
+/// 2^-64, undoing [`exp_scaled`].
+const TWO_M64: f64 = 1.0 / (1u128 << 64) as f64;
+
+/// `exp(y + t) * 2^64` for `y` in [-1024, -512] and `|t| < 1e-12`: the scale keeps results that
+/// end up subnormal at full precision until the caller's final multiply by [`TWO_M64`].
+fn exp_scaled(y: f64, t: f64) -> f64 {
+    let e = (y + LN2_X64_HI).exp();
+    e.mul_add(t + LN2_X64_LO, e)
+}
+
 unary_op! {
-    /// `x * sigmoid(x)`, computed as `x / (1 + exp(-x))` like PyTorch (so `silu(-inf)` is NaN).
+    /// `x * sigmoid(x)`, computed as `x / (1 + exp(-x))` like PyTorch (so `silu(-inf)` is NaN),
+    /// but as `x * exp(x)` where `exp(-x)` overflows (PyTorch gives -0.0 there).
     SILU, Silu, "silu", silu, int = Promote, bool = AsInt,
-    f32 = |x: f32| x / (1.0 + (-x).exp()), f64 = |x: f64| x / (1.0 + (-x).exp()), int_fn = id,
+    f32 = silu_f32, f64 = silu_f64, int_fn = id,
     // s * (1 + x * (1 - s)) with s = sigmoid(x)
     grad = Some(|c| grad_times(c, |x| {
         let s = x.sigmoid()?;
@@ -388,19 +431,64 @@ unary_op! {
 
 // ---- gelu: one op, two math types selected by `approximate` -------------------------------------
 
+/// `1 / sqrt 2 - FRAC_1_SQRT_2`: the rounding error of the f64 constant.
+const FRAC_1_SQRT_2_LO: f64 = -4.833_646_656_726_457e-17;
+
 /// Exact gelu in f64: `0.5 * x * (1 + erf(x / sqrt 2)) == 0.5 * x * erfc(-x / sqrt 2)`; the erfc
 /// form keeps full relative precision for very negative x, where `1 + erf` cancels.
 #[inline(always)]
 fn gelu_erf(x: f64) -> f64 {
-    0.5 * x * libm::erfc(-x * FRAC_1_SQRT_2)
+    if x < -36.0 {
+        return gelu_erf_far_tail(x);
+    }
+    let z = -x * FRAC_1_SQRT_2;
+    let mut e = libm::erfc(z);
+    if z > 1.0 {
+        // erfc(z) ~ exp(-z^2) turns the rounding error of z into 2 z^2 ulps (1300 at x = -35):
+        // add the first-order term of the part `zl` of `-x / sqrt 2` that z lost.
+        let zl = (-x).mul_add(FRAC_1_SQRT_2, -z) + (-x) * FRAC_1_SQRT_2_LO;
+        e -= FRAC_2_SQRT_PI * (-z * z).exp() * zl;
+    }
+    0.5 * x * e
+}
+
+/// `1 / sqrt(2 pi)`.
+const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+
+/// Exact gelu for `x < -36` (results below 1e-280, subnormal below -37.6): by the asymptotic
+/// series of erfc, `gelu(x) = -exp(-x^2 / 2) / sqrt(2 pi) * (1 - 1/x^2 + 3/x^4 - 15/x^6 ...)`
+/// (8 terms reach 3e-19), with `x^2` exact in two parts and `exp` scaled by 2^64 so subnormal
+/// results round once (`0.5 x erfc(..)` rounds erfc to a subnormal first, ~10 ulps off there).
+fn gelu_erf_far_tail(x: f64) -> f64 {
+    let h = x * x;
+    let l = x.mul_add(x, -h);
+    let w = 1.0 / h;
+    let mut s = 1.0;
+    for k in (1..8).rev() {
+        s = 1.0 - (2 * k - 1) as f64 * w * s;
+    }
+    // -inf: h = inf, l = NaN, so NaN (as eager's erfc form gives).
+    -(exp_scaled(-0.5 * h, -0.5 * l) * s * FRAC_1_SQRT_2PI) * TWO_M64
 }
 
 /// Tanh-approximated gelu in f64: `0.5 * x * (1 + tanh(u)) == x * sigmoid(2u) == x / (1 +
-/// exp(-2u))`, with no cancellation for negative x; `exp` overflowing to inf gives the limit -0.
+/// exp(-2u))`, with no cancellation for negative x. Where `exp(-2u)` overflows (x below about
+/// -21.1) the quotient would be -0.0 although the result is still about 1e-307: it is
+/// `x * exp(2u)` there.
 #[inline(always)]
 fn gelu_tanh(x: f64) -> f64 {
     let u = GELU_K * (x + GELU_C * x * x * x);
-    x / (1.0 + (-2.0 * u).exp())
+    let d = 1.0 + (-2.0 * u).exp();
+    let y = 2.0 * u;
+    if d.is_finite() {
+        x / d
+    } else if y >= -1024.0 {
+        // exp(y) is subnormal or nearly: scaled until the last multiply, to round once.
+        x * exp_scaled(y, 0.0) * TWO_M64
+    } else {
+        // -0.0, or NaN for x = -inf.
+        x * y.exp()
+    }
 }
 
 // Both gelu forms evaluate f32 (and f16/bf16) inputs in f64: erfc and exp are steep far out, so
@@ -556,3 +644,50 @@ pub static OPS: &[&OpDef] = &[
     &ROUND,
     &SQUARE,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `|got - want|` in units of the last place of `want` (subnormal spacing down there).
+    fn ulps(got: f64, want: f64) -> f64 {
+        let a = want.abs();
+        (got - want).abs() / (f64::from_bits(a.to_bits() + 1) - a)
+    }
+
+    // References below: the exact functions evaluated to 60 digits and rounded once.
+
+    #[test]
+    fn silu_tail_is_not_flushed_to_zero() {
+        assert_eq!(silu_f32(-100.0), -3.72e-42);
+        assert_eq!(silu_f32(-95.5), -3.198_02e-40);
+        assert!(ulps(silu_f64(-720.0), -1.463_206_177_745_47e-310) <= 1.0);
+        assert!(ulps(silu_f64(-745.5), -1.275e-321) <= 1.0);
+        assert!(ulps(silu_f64(-750.0), -1.5e-323) <= 1.0);
+        // Far enough out, -0.0; NaN for -inf, as before.
+        assert_eq!(silu_f64(-800.0).to_bits(), (-0.0f64).to_bits());
+        assert!(silu_f64(f64::NEG_INFINITY).is_nan());
+        assert!(silu_f32(f32::NEG_INFINITY).is_nan());
+        // Unchanged (PyTorch's quotient) where exp(-x) is finite.
+        assert_eq!(silu_f32(-3.0), -3.0 / (1.0 + 3f32.exp()));
+    }
+
+    #[test]
+    fn gelu_erf_tail_keeps_full_precision() {
+        // Eager's former `0.5 x erfc(-x / sqrt 2)` gave -1.3668749089613828e-262 (1400 ulps).
+        assert!(ulps(gelu_erf(-34.7), -1.366_874_908_961_576e-262) <= 2.0);
+        assert!(ulps(gelu_erf(-20.5), -2.206_758_018_052_147e-92) <= 2.0);
+        assert!(ulps(gelu_erf(-37.75), -1.419_762_775_486_36e-310) <= 1.0);
+        assert!(ulps(gelu_erf(-38.25), -7.9548e-319) <= 1.0);
+        assert!(gelu_erf(f64::NEG_INFINITY).is_nan());
+        assert_eq!(gelu_erf(-40.0).to_bits(), (-0.0f64).to_bits());
+    }
+
+    #[test]
+    fn gelu_tanh_tail_is_not_flushed_to_zero() {
+        assert!(ulps(gelu_tanh(-21.5), -2.8e-322) <= 1.0);
+        assert_eq!(gelu_tanh(-25.0).to_bits(), (-0.0f64).to_bits());
+        assert!(gelu_tanh(f64::NEG_INFINITY).is_nan());
+        assert_eq!(gelu_tanh(f64::INFINITY), f64::INFINITY);
+    }
+}

@@ -2,48 +2,79 @@
 //! that JIT'd code calls for `f64` / `f64x2` values.
 //!
 //! Most wrap Rust's `std` `f64` methods. `erf` has no stable `std` method, so
-//! it is implemented here: a positive-term series `erf(a) = 2/sqrt(pi)
-//! e^(-a^2) sum 2^n a^(2n+1) / (1*3*...*(2n+1))` for |a| < 2.5 and the
-//! continued fraction of erfc (evaluated backward, 200 levels for
-//! 1 <= a < 2.5, 60 beyond) for erfc(a >= 1) and erf(|a| >= 2.5).
+//! it is implemented here: its Taylor series `erf(a) = 2/sqrt(pi) sum (-1)^n
+//! a^(2n+1) / (n! (2n+1))` (Horner in a^2) for |a| < 1.5, and `1 - erfc(a)`
+//! beyond, with erfc by its continued fraction (evaluated backward: 200 levels
+//! for erfc on 1 <= a < 2.5, fewer where only erf needs it, 60 beyond). Within
+//! 3 ulps of a correctly rounded erf.
 
-use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI, PI};
+use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
 
-/// Threshold between the series and the continued fraction for erf.
-const ERF_SPLIT: f64 = 2.5;
+/// `1 / sqrt(pi)` (half the correctly rounded `2 / sqrt(pi)`, so exact too).
+const FRAC_1_SQRT_PI: f64 = FRAC_2_SQRT_PI * 0.5;
+
+/// Threshold between the Taylor series and `1 - erfc` for erf.
+const ERF_SPLIT: f64 = 1.5;
 /// Below this, erfc is `1 - erf` (at most ~2.6 bits lost to cancellation).
 const ERFC_SPLIT: f64 = 1.0;
+/// From here on 60 levels of the continued fraction give erfc to ~1e-15.
+const ERFC_FEW_LEVELS: f64 = 2.5;
 
-/// `erfc(a)` for `a >= ERFC_SPLIT` by its continued fraction, where
-/// `a2 = a2h + a2l` is `a^2` given in two parts (so that large arguments keep
-/// full relative accuracy in `exp(-a^2)`).
-fn erfc_cf(a: f64, a2h: f64, a2l: f64) -> f64 {
+/// `erfc(a)` for `a >= 1` by its continued fraction
+/// with `levels` levels, where `a2 = a2h + a2l` is `a^2` given in two parts (so
+/// that large arguments keep full relative accuracy in `exp(-a^2)`).
+fn erfc_cf_levels(a: f64, a2h: f64, a2l: f64, levels: u32) -> f64 {
     if a >= 27.5 {
         return 0.0;
     }
-    let levels = if a >= ERF_SPLIT { 60 } else { 200 };
     let mut f = a;
     for k in (1..=levels).rev() {
         f = a + (k as f64 * 0.5) / f;
     }
-    (-a2h).exp() * (1.0 - a2l) / (f * PI.sqrt())
+    let e = (-a2h).exp();
+    (e.mul_add(-a2l, e) / f) * FRAC_1_SQRT_PI
 }
 
-/// `erf(a)` for `0 <= a < ERF_SPLIT` by the positive-term series.
-fn erf_series(a: f64) -> f64 {
-    let a2 = a * a;
-    let mut term = a;
-    let mut sum = a;
-    let mut n = 0.0;
-    while term > sum * 1e-17 {
-        n += 1.0;
-        term *= 2.0 * a2 / (2.0 * n + 1.0);
-        sum += term;
+/// `erfc(a)` for `a >= ERFC_SPLIT` to full relative precision (~1e-14): 200
+/// levels below [`ERFC_FEW_LEVELS`], where the fraction converges slowly.
+fn erfc_cf(a: f64, a2h: f64, a2l: f64) -> f64 {
+    let levels = if a >= ERFC_FEW_LEVELS { 60 } else { 200 };
+    erfc_cf_levels(a, a2h, a2l, levels)
+}
+
+/// Terms of the Taylor series used below [`ERF_SPLIT`]: the first one left out
+/// is below 2^-60 of erf there.
+const ERF_TAYLOR_TERMS: usize = 27;
+
+/// `c_n = (-1)^n 2/sqrt(pi) / (n! (2n+1))`, so that `erf(a) = sum c_n a^(2n+1)`.
+const ERF_TAYLOR: [f64; ERF_TAYLOR_TERMS] = {
+    let mut c = [0.0; ERF_TAYLOR_TERMS];
+    let mut factorial = 1.0;
+    let mut n = 0;
+    while n < ERF_TAYLOR_TERMS {
+        if n > 0 {
+            factorial *= n as f64;
+        }
+        let v = FRAC_2_SQRT_PI / (factorial * (2 * n + 1) as f64);
+        c[n] = if n % 2 == 0 { v } else { -v };
+        n += 1;
     }
-    FRAC_2_SQRT_PI * (-a2).exp() * sum
+    c
+};
+
+/// `erf(a)` for `0 <= a < ERF_SPLIT` by its Taylor series (at most ~2 bits
+/// lost to the alternating terms near the split; the earlier positive-term
+/// series `e^(-a^2) sum ...` lost ~4 bits to the rounding of its recurrence).
+fn erf_taylor(a: f64) -> f64 {
+    let a2 = a * a;
+    let mut p = ERF_TAYLOR[ERF_TAYLOR_TERMS - 1];
+    for &c in ERF_TAYLOR[1..ERF_TAYLOR_TERMS - 1].iter().rev() {
+        p = p.mul_add(a2, c);
+    }
+    a.mul_add(ERF_TAYLOR[0], a * a2 * p)
 }
 
-/// The error function in `f64` (relative error ~1e-15).
+/// The error function in `f64` (within 3 ulps of the correctly rounded value).
 ///
 /// ```
 /// use tensorplay_compiler::codegen::cpu::math::erf_f64;
@@ -57,10 +88,12 @@ pub fn erf_f64(x: f64) -> f64 {
     }
     let a = x.abs();
     let r = if a < ERF_SPLIT {
-        erf_series(a)
+        erf_taylor(a)
     } else {
+        // erf only needs erfc to ~1e-16 absolute: 80 levels suffice from 1.5.
+        let levels = if a >= 2.0 { 60 } else { 80 };
         let h = a * a;
-        1.0 - erfc_cf(a, h, a.mul_add(a, -h))
+        1.0 - erfc_cf_levels(a, h, a.mul_add(a, -h), levels)
     };
     r.copysign(x)
 }
@@ -96,9 +129,50 @@ pub fn sigmoid_f64(x: f64) -> f64 {
     }
 }
 
-/// `x * sigmoid(x)`; `silu(-inf)` is NaN (`-inf * 0`), as in eager.
+/// `x * sigmoid(x)`; `silu(-inf)` is NaN (`-inf * 0`), as in eager. Below
+/// -708, where `e^x` is subnormal, `x e^x` is formed scaled by 2^64 so the
+/// result rounds once.
 pub fn silu_f64(x: f64) -> f64 {
-    x * sigmoid_f64(x)
+    if (-1024.0..-708.0).contains(&x) {
+        x * exp_scaled(x, 0.0) * TWO_M64
+    } else {
+        x * sigmoid_f64(x)
+    }
+}
+
+/// `64 ln 2` in two parts; the high part is a multiple of 2^-43, so adding it
+/// to an f64 of magnitude in [512, 1024) (a multiple of 2^-43 too) is exact.
+const LN2_X64_HI: f64 = 44.361_419_555_836_505;
+/// `64 ln 2 - LN2_X64_HI`.
+const LN2_X64_LO: f64 = -5.621_237_396_739_37e-15;
+/// 2^-64, undoing [`exp_scaled`].
+const TWO_M64: f64 = 1.0 / (1u128 << 64) as f64;
+/// `1 / sqrt(2 pi)`.
+const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+
+/// `exp(y + t) * 2^64` for `y` in [-1024, -512] and `|t| < 1e-12`: the scale
+/// keeps results that end up subnormal at full precision until the caller's
+/// final multiply by [`TWO_M64`].
+fn exp_scaled(y: f64, t: f64) -> f64 {
+    let e = (y + LN2_X64_HI).exp();
+    e.mul_add(t + LN2_X64_LO, e)
+}
+
+/// gelu_erf for `x < -36` (results below 1e-280, subnormal below -37.6) by
+/// the asymptotic series of erfc: `-exp(-x^2 / 2) / sqrt(2 pi) * (1 - 1/x^2 +
+/// 3/x^4 - 15/x^6 ...)` (8 terms reach 3e-19), with `x^2` exact in two parts
+/// and `exp` scaled by 2^64 so subnormal results round once. Eager computes
+/// the same way there.
+fn gelu_erf_far_tail(x: f64) -> f64 {
+    let h = x * x;
+    let l = x.mul_add(x, -h);
+    let w = 1.0 / h;
+    let mut s = 1.0;
+    for k in (1..8).rev() {
+        s = 1.0 - (2 * k - 1) as f64 * w * s;
+    }
+    // -inf: h = inf, l = NaN, so NaN.
+    -(exp_scaled(-0.5 * h, -0.5 * l) * s * FRAC_1_SQRT_2PI) * TWO_M64
 }
 
 /// `0.5 x (1 + erf(x / sqrt 2))`, with the negative tail computed as
@@ -106,6 +180,9 @@ pub fn silu_f64(x: f64) -> f64 {
 pub fn gelu_erf_f64(x: f64) -> f64 {
     if x.is_nan() {
         return x;
+    }
+    if x < -36.0 {
+        return gelu_erf_far_tail(x);
     }
     let phi = if x >= 0.0 {
         0.5 * (1.0 + erf_f64(x * FRAC_1_SQRT_2))
@@ -123,12 +200,23 @@ pub fn gelu_erf_f64(x: f64) -> f64 {
     x * phi
 }
 
-/// `0.5 x (1 + tanh(0.7978845608 (x + 0.044715 x^3)))`, evaluated as the
-/// equal `x * sigmoid(2 * 0.7978845608 (x + 0.044715 x^3))` (no cancellation
-/// for negative x); `gelu_tanh(-inf)` is NaN.
+/// `sqrt(2 / pi)` to f64 precision, as eager's tanh-gelu uses it (the f32
+/// kernels' truncated 0.7978845608 is ~4e-12 off: invisible in f32, ~1e-8
+/// relative in f64 where `exp` amplifies it).
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+
+/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, evaluated as the equal
+/// `x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3))` (no cancellation for
+/// negative x); `gelu_tanh(-inf)` is NaN.
+/// Below s = -708, where `e^s` is subnormal, `x e^s` is formed scaled by 2^64
+/// so the result rounds once (eager does the same).
 pub fn gelu_tanh_f64(x: f64) -> f64 {
-    let s = 2.0 * 0.797_884_560_8 * (x + 0.044_715 * x * x * x);
-    x * sigmoid_f64(s)
+    let s = 2.0 * SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+    if (-1024.0..-708.0).contains(&s) {
+        x * exp_scaled(s, 0.0) * TWO_M64
+    } else {
+        x * sigmoid_f64(s)
+    }
 }
 
 macro_rules! shims {
@@ -159,4 +247,60 @@ shims! {
 /// JIT shim `tp_math_pow_f64`: `x.powf(y)` (C99 `pow` semantics).
 pub extern "C" fn tp_math_pow_f64(x: f64, y: f64) -> f64 {
     x.powf(y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `|got - want|` in units of the last place of `want` (subnormal spacing down there).
+    fn ulps(got: f64, want: f64) -> f64 {
+        let a = want.abs();
+        (got - want).abs() / (f64::from_bits(a.to_bits() + 1) - a)
+    }
+
+    // References: the exact functions evaluated to 60 digits and rounded once.
+
+    #[test]
+    fn erf_is_within_3_ulps_on_both_sides_of_the_split() {
+        let table = [
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (1.4, 0.952_285_119_762_648_8),
+            (1.6, 0.976_348_383_344_644),
+            (2.1, 0.997_020_533_343_667),
+            (3.0, 0.999_977_909_503_001_4),
+        ];
+        for (x, want) in table {
+            assert!(ulps(erf_f64(x), want) <= 3.0, "erf({x}) = {}", erf_f64(x));
+            assert!(ulps(erf_f64(-x), -want) <= 3.0, "erf(-{x})");
+        }
+        assert_eq!(erf_f64(1e-300), 1e-300 * FRAC_2_SQRT_PI);
+        assert!(erf_f64(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn tails_round_once_into_the_subnormal_range() {
+        assert!(ulps(gelu_erf_f64(-34.7), -1.366_874_908_961_576e-262) <= 2.0);
+        assert!(ulps(gelu_erf_f64(-37.75), -1.419_762_775_486_36e-310) <= 1.0);
+        assert!(ulps(gelu_erf_f64(-38.25), -7.9548e-319) <= 1.0);
+        assert!(ulps(silu_f64(-720.0), -1.463_206_177_745_47e-310) <= 1.0);
+        assert!(ulps(silu_f64(-745.5), -1.275e-321) <= 1.0);
+        assert!(ulps(gelu_tanh_f64(-21.5), -2.8e-322) <= 1.0);
+        for f in [gelu_erf_f64, silu_f64, gelu_tanh_f64] {
+            assert!(f(f64::NEG_INFINITY).is_nan());
+            assert_eq!(f(-1e4).to_bits(), (-0.0f64).to_bits());
+        }
+    }
+
+    #[test]
+    fn gelu_erf_tail_joins_the_continued_fraction() {
+        // Both forms are accurate around the switch at -36.
+        for x in [-35.99, -35.999_999, -36.0, -36.01] {
+            let z = -x * FRAC_1_SQRT_2;
+            let h = x * x;
+            let cf = x * (0.5 * erfc_cf(z, 0.5 * h, 0.5 * x.mul_add(x, -h)));
+            assert!(ulps(gelu_erf_far_tail(x), cf) <= 8.0, "{x}");
+        }
+    }
 }
