@@ -357,7 +357,10 @@ impl<'a, 'b> Emitter<'a, 'b> {
             Buf::Slot(slot) => {
                 let (addr, off) = self.slot_addr(slot, i, k)?;
                 let ty = if vector { F32X4 } else { F32 };
-                Ok(self.fb.ins().load(ty, MemFlagsData::trusted(), addr, off))
+                Ok(self
+                    .fb
+                    .ins()
+                    .load(ty, MemFlagsData::new().with_notrap(), addr, off))
             }
         }
     }
@@ -417,7 +420,8 @@ impl<'a, 'b> Emitter<'a, 'b> {
                             let x =
                                 env[v].ok_or_else(|| internal("spilled value not evaluated"))?;
                             let (addr, off) = e.slot_addr(slot, i, k)?;
-                            e.fb.ins().store(MemFlagsData::trusted(), x, addr, off);
+                            e.fb.ins()
+                                .store(MemFlagsData::new().with_notrap(), x, addr, off);
                         }
                         Ok(())
                     })?;
