@@ -56,6 +56,15 @@ fn internal(msg: impl Into<String>) -> Error {
     Error::Compile(format!("cpu codegen: {}", msg.into()))
 }
 
+/// The vector form of a row constant in a vector step, else its scalar form.
+fn pick(vector: bool, scalar: Value, splat: Option<Value>, what: &str) -> Result<Value> {
+    if vector {
+        splat.ok_or_else(|| internal(what))
+    } else {
+        Ok(scalar)
+    }
+}
+
 /// How a reduction accumulates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Acc {
@@ -1058,11 +1067,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
             self.run(zero, n, Vec::new(), &mut |e, i, k, vec, _, _| {
                 let env = e.eval(&row, i, k, vec, false)?;
                 let x = env[value].ok_or_else(|| internal("softmax value not evaluated"))?;
-                let mm = if vec {
-                    m_vec.ok_or_else(|| internal("no vector max"))?
-                } else {
-                    m
-                };
+                let mm = pick(vec, m, m_vec, "no vector max")?;
                 let t = e.fb.ins().fsub(x, mm);
                 e.store_output(&row, 0, i, k, vec, t)
             })?;
@@ -1077,11 +1082,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 |e: &mut Emitter<'a, 'b>, i: Value, k: i64, vec: bool| -> Result<Value> {
                     let env = e.eval(&row, i, k, vec, false)?;
                     let x = env[value].ok_or_else(|| internal("softmax value not evaluated"))?;
-                    let mm = if vec {
-                        m_vec.ok_or_else(|| internal("no vector max"))?
-                    } else {
-                        m
-                    };
+                    let mm = pick(vec, m, m_vec, "no vector max")?;
                     let t = e.fb.ins().fsub(x, mm);
                     let ex = emit_unary(e.fb, e.math, MathFn::Exp, t);
                     if keep_e {
@@ -1109,11 +1110,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
             self.run(zero, n, Vec::new(), &mut |e, i, k, vec, _, _| {
                 let env = e.eval(&row, i, k, vec, false)?;
                 let x = env[value].ok_or_else(|| internal("softmax value not evaluated"))?;
-                let sh = if vec {
-                    shift_vec.ok_or_else(|| internal("no vector shift"))?
-                } else {
-                    shift
-                };
+                let sh = pick(vec, shift, shift_vec, "no vector shift")?;
                 let y = e.fb.ins().fsub(x, sh);
                 e.store_output(&row, 0, i, k, vec, y)
             })?;
@@ -1133,19 +1130,11 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 } else {
                     let env = e.eval(&row, i, k, vec, false)?;
                     let x = env[value].ok_or_else(|| internal("softmax value not evaluated"))?;
-                    let mm = if vec {
-                        m_vec.ok_or_else(|| internal("no vector max"))?
-                    } else {
-                        m
-                    };
+                    let mm = pick(vec, m, m_vec, "no vector max")?;
                     let t = e.fb.ins().fsub(x, mm);
                     emit_unary(e.fb, e.math, MathFn::Exp, t)
                 };
-                let iv = if vec {
-                    inv_vec.ok_or_else(|| internal("no vector inverse"))?
-                } else {
-                    inv
-                };
+                let iv = pick(vec, inv, inv_vec, "no vector inverse")?;
                 let y = e.fb.ins().fmul(ex, iv);
                 e.store_output(&row, 0, i, k, vec, y)
             })?;
