@@ -646,8 +646,8 @@ impl CompiledGraph {
                 let spec = &r.lowered.spec;
                 let plan = plan_launch(spec, &in_refs, &out_refs, iter_shape)?;
                 let kernel = match last {
-                    Some(c) if c.kernel.layout() == &plan.layout => c.kernel.clone(),
-                    _ => cache::get_or_compile(spec, &plan.layout)?,
+                    Some(c) if c.kernel.layout() == plan.layout() => c.kernel.clone(),
+                    _ => cache::get_or_compile(spec, plan.layout())?,
                 };
                 kernel.launch_plan(&plan)?;
                 *r.last.lock() = Some(Arc::new(CachedLaunch {

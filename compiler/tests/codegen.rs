@@ -1390,7 +1390,9 @@ fn launch_errors_instead_of_undefined_behaviour() -> R<()> {
         )
         .is_err()
     );
-    let good_layout = cpu::plan(&spec, &[&x, &b, &x], &[&out], None)?.layout;
+    let good_layout = cpu::plan(&spec, &[&x, &b, &x], &[&out], None)?
+        .layout()
+        .clone();
     let mut wrong = good_layout.clone();
     wrong.classes.pop();
     assert!(cpu::compile(&spec, &wrong).is_err());
@@ -1417,7 +1419,9 @@ fn dropping_compiled_kernels_frees_their_code() -> R<()> {
     let x = randn(&[4, 8], DType::F32, 98);
     let b = randn(&[8], DType::F32, 99);
     let out = Tensor::zeros(&[4, 8], DType::F32);
-    let layout = cpu::plan(&spec, &[&x, &b, &x], &[&out], None)?.layout;
+    let layout = cpu::plan(&spec, &[&x, &b, &x], &[&out], None)?
+        .layout()
+        .clone();
     let base = live_kernels();
     let held: Vec<_> = (0..50)
         .map(|_| cpu::compile(&spec, &layout))

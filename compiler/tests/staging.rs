@@ -713,7 +713,7 @@ fn check(
     let out_s = fresh_outputs(&b, transposed_out)?;
     let refs_i: Vec<&Tensor> = out_i.iter().collect();
     let refs_s: Vec<&Tensor> = out_s.iter().collect();
-    let layout = cpu::plan(&b.spec, &ins, &refs_i, None)?.layout;
+    let layout = cpu::plan(&b.spec, &ins, &refs_i, None)?.layout().clone();
     let pair = ks.get(&b.spec, &layout)?;
     pair.inline.launch(&ins, &refs_i)?;
     let what = format!("{} [{what}, layout {layout}]", f.name);
@@ -888,7 +888,7 @@ fn call_range(
     start: usize,
     end: usize,
 ) -> R<()> {
-    assert_eq!(&p.layout, k.layout());
+    assert_eq!(p.layout(), k.layout());
     let ptrs: Vec<*mut u8> = ins
         .iter()
         .chain(outs)
@@ -896,13 +896,13 @@ fn call_range(
         .collect::<Result<_, _>>()?;
     let args = KernelArgs {
         ptrs: ptrs.as_ptr(),
-        shape: p.shape.as_ptr(),
-        strides: p.strides.as_ptr(),
+        shape: p.shape().as_ptr(),
+        strides: p.strides().as_ptr(),
         start: start as i64,
         end: end as i64,
         partials: std::ptr::null_mut(),
     };
-    assert!(end as i64 <= p.shape.iter().product::<i64>());
+    assert!(end as i64 <= p.shape().iter().product::<i64>());
     // SAFETY: the plan was made for these tensors and this kernel's spec and layout, and the
     // range lies inside its iteration space.
     unsafe { (k.entry())(&args) };
@@ -952,7 +952,7 @@ fn calls_over_sub_ranges_write_only_their_elements() -> R<()> {
         let full = fresh_outputs(&b, false)?;
         let full_refs: Vec<&Tensor> = full.iter().collect();
         let p = cpu::plan(&b.spec, &ins, &full_refs, None)?;
-        let pair = ks.get(&b.spec, &p.layout)?;
+        let pair = ks.get(&b.spec, p.layout())?;
         pair.inline.launch(&ins, &full_refs)?;
         let kernels: Vec<(&str, &CompiledKernel)> = std::iter::once(("inline", &pair.inline))
             .chain(pair.staged.iter().map(|k| ("staged", k)))
@@ -1008,7 +1008,9 @@ fn softmax_check(ks: &mut Kernels, x: &Tensor, log: bool, tol: (f64, f64)) -> R<
     let lowered = lower(&graph, &region)?;
     let out_i = Tensor::zeros(&shape, x.dtype());
     let out_s = Tensor::zeros(&shape, x.dtype());
-    let layout = cpu::plan(&lowered.spec, &[x], &[&out_i], None)?.layout;
+    let layout = cpu::plan(&lowered.spec, &[x], &[&out_i], None)?
+        .layout()
+        .clone();
     let pair = ks.get(&lowered.spec, &layout)?;
     pair.inline.launch(&[x], &[&out_i])?;
     let what = format!("{name} {} {shape:?} layout {layout}", x.dtype());

@@ -110,7 +110,7 @@ pub fn kernel_for(
     outputs: &[&Tensor],
 ) -> Result<Arc<CompiledKernel>> {
     let p = plan(spec, inputs, outputs, None)?;
-    get_or_compile(spec, &p.layout)
+    get_or_compile(spec, p.layout())
 }
 
 /// Plans, fetches (or compiles) and runs the kernel for `spec` on these tensors; returns the
@@ -121,7 +121,7 @@ pub fn launch(
     outputs: &[&Tensor],
 ) -> Result<Arc<CompiledKernel>> {
     let p = plan(spec, inputs, outputs, None)?;
-    let k = get_or_compile(spec, &p.layout)?;
+    let k = get_or_compile(spec, p.layout())?;
     k.launch_plan(&p)?;
     Ok(k)
 }
@@ -134,7 +134,7 @@ pub fn launch_with_shape(
     outputs: &[&Tensor],
 ) -> Result<Arc<CompiledKernel>> {
     let p = plan(spec, inputs, outputs, Some(iter_shape))?;
-    let k = get_or_compile(spec, &p.layout)?;
+    let k = get_or_compile(spec, p.layout())?;
     k.launch_plan(&p)?;
     Ok(k)
 }

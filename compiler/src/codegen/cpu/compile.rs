@@ -303,7 +303,8 @@ pub struct CodegenOptions {
     /// Hand transcendentals, `pow`, division and `sqrt` on f32 to the wide bulk kernels of
     /// [`math::bulk`](super::math::bulk) (bit-identical to the inline code, 2–4x faster). The
     /// default is on when the host has them ([`bulk::level`](super::math::bulk::level), which
-    /// `TP_BULK_MATH=0` turns off).
+    /// `TP_BULK_MATH=0` turns off). `true` cannot force them: without bulk kernels on this host
+    /// (or under `TP_BULK_MATH=0`) the kernel is compiled inline either way.
     pub bulk_math: bool,
 }
 

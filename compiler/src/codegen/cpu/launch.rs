@@ -34,11 +34,11 @@ type Ptrs = SmallVec<[*mut u8; 8]>;
 #[derive(Debug, Clone)]
 pub struct LaunchPlan {
     /// The layout (the second half of the cache key).
-    pub layout: LoopLayout,
+    layout: LoopLayout,
     /// Loop dim sizes.
-    pub shape: SmallVec<[i64; 8]>,
+    shape: SmallVec<[i64; 8]>,
     /// Element strides, operand-major (`operands * dims`).
-    pub strides: Vec<i64>,
+    strides: Vec<i64>,
     ptrs: Ptrs,
     /// Pointwise: elements; reductions and softmax: rows (kept points).
     range: usize,
@@ -124,6 +124,22 @@ unsafe impl Send for LaunchPlan {}
 unsafe impl Sync for LaunchPlan {}
 
 impl LaunchPlan {
+    /// The loop layout the plan needs a kernel compiled for (the second half of the cache key).
+    /// The geometry is read-only: a kernel trusts it, so only `plan` makes it.
+    pub fn layout(&self) -> &LoopLayout {
+        &self.layout
+    }
+
+    /// Loop dim sizes, outermost first.
+    pub fn shape(&self) -> &[i64] {
+        &self.shape
+    }
+
+    /// Element strides of every operand (inputs then outputs), operand-major.
+    pub fn strides(&self) -> &[i64] {
+        &self.strides
+    }
+
     /// True when there is nothing to compute (an empty iteration space).
     pub fn is_empty(&self) -> bool {
         self.range == 0
@@ -131,7 +147,7 @@ impl LaunchPlan {
 
     /// The plan without its data pointers: what a caller keeps to launch again on tensors of
     /// the same shapes and strides with [`CompiledKernel::relaunch`] (a detached plan cannot be
-    /// passed to [`CompiledKernel::launch_plan`], which needs the pointers).
+    /// launched without fresh tensors).
     pub fn detach(mut self) -> LaunchPlan {
         self.ptrs.clear();
         self
@@ -197,7 +213,46 @@ fn bind(spec: &KernelSpec, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<Pt
     for (k, (t, &d)) in outputs.iter().zip(&spec.outputs).enumerate() {
         ptrs.push(check_tensor(t, k, true, d)?);
     }
+    let n_in = inputs.len();
+    for (o, out) in outputs.iter().enumerate() {
+        let Some(span_o) = byte_span(out, ptrs[n_in + o]) else {
+            continue;
+        };
+        for (i, input) in inputs.iter().enumerate() {
+            if let Some(span_i) = byte_span(input, ptrs[i])
+                && span_o.0 < span_i.1
+                && span_i.0 < span_o.1
+            {
+                return Err(Error::argument(
+                    OP,
+                    format!("output {o}"),
+                    "memory disjoint from every input (kernels may read an input again after \
+                     writing an output)",
+                    format!("a tensor overlapping input {i}"),
+                ));
+            }
+        }
+    }
     Ok(ptrs)
+}
+
+/// The bytes `[lo, hi)` a tensor's elements occupy from its data pointer `ptr` (None when empty).
+fn byte_span(t: &Tensor, ptr: *mut u8) -> Option<(usize, usize)> {
+    if t.shape().contains(&0) {
+        return None;
+    }
+    let size = t.dtype().size() as isize;
+    let (mut lo, mut hi) = (0isize, size);
+    for (&n, &st) in t.shape().iter().zip(t.strides()) {
+        let reach = (n as isize - 1) * st * size;
+        if reach < 0 {
+            lo += reach;
+        } else {
+            hi += reach;
+        }
+    }
+    let base = ptr as usize;
+    Some((base.wrapping_add_signed(lo), base.wrapping_add_signed(hi)))
 }
 
 /// A list of loop dims: size and per-operand stride.
@@ -526,7 +581,8 @@ impl CompiledKernel {
     /// behaviour. Inputs broadcast to the iteration shape. Work of 128K elements or more
     /// (fewer for compute-heavy kernels: elements × [`CompiledKernel::work_weight`]) is split
     /// across the shared pool (`TP_NUM_THREADS`). Outputs are written in place (their
-    /// version counters are not bumped: they are meant to be fresh buffers).
+    /// version counters are not bumped: they are meant to be fresh buffers); an output overlapping an
+    /// input is an error (a staged kernel reads inputs again after writing outputs).
     ///
     /// ```
     /// use tensorplay_compiler::codegen::{cache, kernel::lower};
@@ -569,8 +625,11 @@ impl CompiledKernel {
         self.launch_plan(&p)
     }
 
-    /// Runs a plan made by [`plan`] for this kernel's spec (its layout must be this kernel's).
-    pub fn launch_plan(&self, p: &LaunchPlan) -> Result<()> {
+    /// Runs a plan made by [`plan`] for this kernel's spec (its layout must be this kernel's)
+    /// with the data pointers it holds. Crate-internal: those pointers carry no lifetime, so only
+    /// code that made the plan from tensors it still borrows may use them; callers outside keep
+    /// detached plans and go through [`CompiledKernel::relaunch`], which binds fresh tensors.
+    pub(crate) fn launch_plan(&self, p: &LaunchPlan) -> Result<()> {
         self.run_plan(p, &p.ptrs)
     }
 
@@ -578,9 +637,10 @@ impl CompiledKernel {
     /// [detached](LaunchPlan::detach) and kept by the caller — on new tensors, skipping the
     /// planning when they [fit](LaunchPlan::fits) it: same shapes and strides (and explicit
     /// iteration shape) as the tensors the plan was made from; only the data pointers are taken
-    /// afresh (dtypes and devices are checked). Returns `Ok(false)`, having run nothing, when the
-    /// tensors do not fit (the caller plans anew), and an error for a plan of another spec or
-    /// layout.
+    /// afresh (dtypes and devices are checked, and outputs must not overlap inputs). Returns
+    /// `Ok(false)`, having run nothing, when the tensors do not fit (the caller plans anew; this
+    /// is also the answer for a plan made for other tensors of another spec), and an error when
+    /// the tensors fit but the plan's rank, loop kind or layout is not this kernel's.
     pub fn relaunch(
         &self,
         p: &LaunchPlan,
@@ -858,7 +918,7 @@ mod tests {
         let spec = unary_spec(ScalarOp::Neg);
         let (a, out) = (ramp(8, 1.0), Tensor::zeros(&[8], DType::F64));
         let p = plan(&spec, &[&a], &[&out], None)?;
-        let k = cache::get_or_compile(&spec, &p.layout)?;
+        let k = cache::get_or_compile(&spec, p.layout())?;
         let p = p.detach();
         // Without its pointers the plan cannot be launched directly.
         assert!(k.launch_plan(&p).is_err());
@@ -891,6 +951,39 @@ mod tests {
             log: false,
         };
         assert!(k.relaunch(&foreign, &[&a], &[&out], None).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn outputs_overlapping_inputs_are_rejected() -> Result<()> {
+        let spec = unary_spec(ScalarOp::Neg);
+        let k = {
+            let (a, out) = (ramp(8, 1.0), Tensor::zeros(&[8], DType::F64));
+            let p = plan(&spec, &[&a], &[&out], None)?;
+            cache::get_or_compile(&spec, p.layout())?
+        };
+        let buf = ramp(16, 0.0);
+        // The same tensor, and a view sharing the middle of the input's bytes.
+        let a = buf.narrow(0, 0, 8)?;
+        let err = k.launch(&[&a], &[&a]).unwrap_err().to_string();
+        assert!(err.contains("output 0") && err.contains("input 0"), "{err}");
+        let shifted = buf.narrow(0, 4, 8)?;
+        assert!(k.launch(&[&a], &[&shifted]).is_err());
+        // Adjacent but disjoint: fine, and the input is intact.
+        let next = buf.narrow(0, 8, 8)?;
+        k.launch(&[&a], &[&next])?;
+        let got = buf.to_vec::<f64>()?;
+        assert_eq!(&got[..8], &(0..8).map(|v| v as f64).collect::<Vec<_>>()[..]);
+        assert_eq!(
+            &got[8..],
+            &(0..8).map(|v| -(v as f64)).collect::<Vec<_>>()[..]
+        );
+        // A stride-0 input overlapping nothing of the output (its own layout, its own kernel).
+        let s = Tensor::from_vec(vec![2.0f64], &[1])?.expand(&[8])?;
+        let out = Tensor::zeros(&[8], DType::F64);
+        let p = plan(&spec, &[&s], &[&out], None)?;
+        cache::get_or_compile(&spec, p.layout())?.launch(&[&s], &[&out])?;
+        assert_eq!(out.to_vec::<f64>()?, vec![-2.0; 8]);
         Ok(())
     }
 
