@@ -492,7 +492,8 @@ fn compile_latency(c: &mut Criterion) {
         let out = Tensor::zeros(&shape, DType::F32);
         let layout = cpu::plan(&lowered.spec, &[&x], &[&out], Some(&shape))
             .unwrap()
-            .layout;
+            .layout()
+            .clone();
         g.bench_function(BenchmarkId::new(name, &tid), |b| {
             b.iter(|| black_box(cpu::compile(&lowered.spec, &layout).unwrap()))
         });

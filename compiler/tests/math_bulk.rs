@@ -723,3 +723,226 @@ fn op_names() {
     assert_eq!(BulkOp::Div.name(), "div");
     assert_eq!(BulkOp::Pow.name(), "pow");
 }
+
+// ---------------------------------------------------------------------------
+// Row kernels (softmax passes).
+
+/// Uniform in [-8, 8).
+fn rand_value(rng: &mut Rng) -> f32 {
+    (rng.unit() * 16.0 - 8.0) as f32
+}
+
+/// One of `of`, uniformly.
+fn rand_pick(rng: &mut Rng, of: &[f32]) -> f32 {
+    of[(rng.next() % of.len() as u64) as usize]
+}
+
+/// A model of the inline `f32x4` row max (`Emitter::accumulate` with `FloatMax` over `run`):
+/// 4 accumulators of 4 lanes for the 16-element blocks, accumulator 0 for the 4-element
+/// blocks, a scalar for the tail, each replaced only by a strictly greater value, folded
+/// accumulators, then lanes, then the scalar. NaN when any element is NaN (as the bulk kernel).
+fn model_row_max(x: &[f32]) -> f32 {
+    if x.iter().any(|v| v.is_nan()) {
+        return f32::NAN;
+    }
+    let better = |a: &mut f32, v: f32| {
+        if v > *a {
+            *a = v;
+        }
+    };
+    let n = x.len();
+    let mut acc = [[f32::NEG_INFINITY; 4]; 4];
+    let mut tail = f32::NEG_INFINITY;
+    for (i, &v) in x.iter().enumerate() {
+        if i < n / 16 * 16 {
+            better(&mut acc[(i / 4) % 4][i % 4], v);
+        } else if i < n / 4 * 4 {
+            better(&mut acc[0][i % 4], v);
+        } else {
+            better(&mut tail, v);
+        }
+    }
+    let mut lanes = acc[0];
+    for a in &acc[1..] {
+        for (l, &v) in lanes.iter_mut().zip(a) {
+            better(l, v);
+        }
+    }
+    let mut m = lanes[0];
+    for &v in &lanes[1..] {
+        better(&mut m, v);
+    }
+    better(&mut m, tail);
+    m
+}
+
+/// Rows for the row-max tests: random values, mixes of ±0 with negatives (the maximum's sign
+/// depends on the positions of the zeros), a NaN, infinities, and all -inf.
+fn max_rows(n: usize, rng: &mut Rng) -> Vec<Vec<f32>> {
+    let mut rows = vec![
+        (0..n).map(|_| rand_value(rng)).collect::<Vec<f32>>(),
+        vec![f32::NEG_INFINITY; n],
+    ];
+    for _ in 0..12 {
+        rows.push(
+            (0..n)
+                .map(|_| rand_pick(rng, &[0.0, -0.0, -1.0, -5.0]))
+                .collect(),
+        );
+    }
+    for _ in 0..4 {
+        rows.push(
+            (0..n)
+                .map(|_| rand_pick(rng, &[0.0, -0.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0]))
+                .collect(),
+        );
+    }
+    if n > 0 {
+        let mut r: Vec<f32> = (0..n).map(|_| rand_value(rng)).collect();
+        r[(rng.next() % n as u64) as usize] = f32::NAN;
+        rows.push(r);
+        let mut r: Vec<f32> = (0..n).map(|_| rand_value(rng)).collect();
+        r[(rng.next() % n as u64) as usize] = f32::INFINITY;
+        rows.push(r);
+        let mut r = vec![-0.0f32; n];
+        r[n - 1] = 0.0;
+        rows.push(r);
+    }
+    rows
+}
+
+#[test]
+fn bulk_row_max_matches_the_inline_fold() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    for level in levels() {
+        let f = bulk::row_max_at(level).unwrap();
+        let lens = (0..=70).chain([100, 255, 256, 1000, 1024, 1031]);
+        for n in lens {
+            for row in max_rows(n, &mut rng) {
+                // At offsets 0..3 from an aligned start.
+                for off in 0..3 {
+                    let mut buf = vec![f32::NAN; off];
+                    buf.extend_from_slice(&row);
+                    // SAFETY: `buf[off..]` holds `n` elements.
+                    let got = unsafe { f(buf.as_ptr().add(off), n) };
+                    let want = model_row_max(&row);
+                    assert!(
+                        same(got, want),
+                        "row max [{level:?}] n = {n}, offset {off}: {got:?} ({:#x}) vs {want:?} \
+                         ({:#x}) for {row:?}",
+                        got.to_bits(),
+                        want.to_bits()
+                    );
+                }
+            }
+        }
+        // n = 0 reads nothing (a dangling pointer is fine).
+        // SAFETY: no element is read.
+        let empty = unsafe { f(std::ptr::NonNull::<f32>::dangling().as_ptr(), 0) };
+        assert_eq!(empty, f32::NEG_INFINITY);
+    }
+}
+
+/// The model above is the compiler's own row max: a compiled `amax` over rows (the same
+/// accumulation) returns the same bits, signed zeros included.
+#[test]
+fn row_max_model_matches_compiled_amax() {
+    use tensorplay_compiler::compile;
+    use tensorplay_runtime::Tensor;
+    let f = compile(|xs: &[Tensor]| Ok(vec![xs[0].amax(&[1], false)?]));
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    for n in [1usize, 3, 4, 7, 16, 17, 31, 33, 64, 70, 129] {
+        let rows: Vec<Vec<f32>> = (0..16)
+            .map(|_| {
+                (0..n)
+                    .map(|_| rand_pick(&mut rng, &[0.0, -0.0, -2.0, -3.0]))
+                    .collect()
+            })
+            .collect();
+        let flat: Vec<f32> = rows.concat();
+        let x = Tensor::from_vec(flat, &[rows.len(), n]).unwrap();
+        let got = f.call(&[x]).unwrap()[0].to_vec::<f32>().unwrap();
+        for (r, row) in rows.iter().enumerate() {
+            let want = model_row_max(row);
+            assert_eq!(
+                got[r].to_bits(),
+                want.to_bits(),
+                "compiled amax n = {n}, row {r}: {:?} vs model {want:?} for {row:?}",
+                got[r]
+            );
+        }
+    }
+}
+
+/// `exp(x - s)`, `x * s`, `x - s` against the inline exp of the f32 difference and IEEE
+/// arithmetic, for the exp sweep and several shifts, every length 0..70 at offsets 0..3, out of
+/// place and in place; nothing past `n` is written.
+#[test]
+fn bulk_scalar_ops_match_inline() {
+    const SENTINEL: u32 = 0x7FAB_CDEF;
+    let levels = levels();
+    if levels.is_empty() {
+        return;
+    }
+    let exp = Kernel::inline(BulkOp::Math(MathFn::Exp));
+    let xs = unary_inputs(BulkOp::Math(MathFn::Exp), samples() / 4);
+    let ops = [
+        bulk::ScalarOp::SubExp,
+        bulk::ScalarOp::Mul,
+        bulk::ScalarOp::Sub,
+    ];
+    for s in [0.0f32, -0.0, 0.75, -20.5, 88.0, f32::INFINITY, f32::NAN] {
+        let diff: Vec<f32> = xs.iter().map(|&x| x - s).collect();
+        let wants = [
+            exp.run(&[&diff]),
+            xs.iter().map(|&x| x * s).collect::<Vec<f32>>(),
+            diff.clone(),
+        ];
+        for level in levels.iter().copied() {
+            for (op, want) in ops.iter().zip(&wants) {
+                let f = bulk::scalar_op_at(*op, level).unwrap();
+                let mut got = vec![0.0f32; xs.len()];
+                // SAFETY: both buffers hold xs.len() elements.
+                unsafe { f(xs.as_ptr(), s, got.as_mut_ptr(), xs.len()) };
+                if let Some(i) = (0..xs.len()).find(|&i| !same(got[i], want[i])) {
+                    panic!(
+                        "{op:?} [{level:?}] s = {s}: x = {:e} gives {:e}, inline {:e}",
+                        xs[i], got[i], want[i]
+                    );
+                }
+                let start = xs.len() / 2;
+                for n in 0..70usize {
+                    for off in 0..3usize {
+                        for in_place in [false, true] {
+                            let mut x = [f32::from_bits(SENTINEL); 96];
+                            x[off..off + n].copy_from_slice(&xs[start..start + n]);
+                            let mut out = [f32::from_bits(SENTINEL); 96];
+                            // SAFETY: every buffer holds off + n <= 96 elements; in place
+                            // passes the same pointer twice, as allowed.
+                            unsafe {
+                                let p = x.as_mut_ptr().add(off);
+                                let o = if in_place {
+                                    p
+                                } else {
+                                    out.as_mut_ptr().add(off)
+                                };
+                                f(p, s, o, n);
+                            }
+                            let res = if in_place { &x } else { &out };
+                            for (j, &r) in res.iter().enumerate() {
+                                if j >= off && j < off + n {
+                                    assert!(
+                                        same(r, want[start + j - off]),
+                                        "{op:?} [{level:?}] n = {n}, offset {off}"
+                                    );
+                                } else {
+                                    assert_eq!(r.to_bits(), SENTINEL, "{op:?} wrote outside");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1047,6 +1047,31 @@ impl<'a, 'b> Emitter<'a, 'b> {
         let zero = self.fb.ins().iconst(I64, 0);
         let sty = self.repr(d, false)?;
         let vector = self.lanes != Lanes::Scalar;
+        if let Some((input, [max_fn, sub_exp_fn, mul_fn, sub_fn])) = self.softmax_bulk_row(value) {
+            // A contiguous f32 input row: every pass but the sum is one bulk call (same bits
+            // as the passes below; a NaN row max only changes which NaN the row holds).
+            let out_op = self.spec.inputs.len();
+            let (x, out) = (row.base[input], row.base[out_op]);
+            let m = self.call_row_max(max_fn, x, n);
+            self.call_with_scalar(sub_exp_fn, x, m, out, n);
+            let mut exp_at = |e: &mut Emitter<'a, 'b>, i: Value, k: i64, vec: bool| {
+                e.load_operand(&row, out_op, DType::F32, i, k, vec)
+            };
+            let total0 = self.fb.ins().f64const(0.0);
+            let total =
+                self.block_sum(Acc::FloatSum, value, &row, n, d, total0, Some(&mut exp_at))?;
+            let s = self.fb.ins().fdemote(F32, total);
+            if log {
+                let ls = emit_unary(self.fb, self.math, MathFn::Log, s);
+                let shift = self.fb.ins().fadd(m, ls);
+                self.call_with_scalar(sub_fn, x, shift, out, n);
+            } else {
+                let one = self.fconst(F32, 1.0);
+                let inv = self.fb.ins().fdiv(one, s);
+                self.call_with_scalar(mul_fn, out, inv, out, n);
+            }
+            return Ok(());
+        }
         // Pass 1: the row maximum (NaN entries make the whole row NaN through the sum).
         let (m, _) = self.accumulate(Acc::FloatMax, value, &row, zero, n, d, None)?;
         let m_vec = if vector {

@@ -133,6 +133,18 @@ pub(super) fn plan(
         .iter()
         .enumerate()
         .map(|(id, inst)| match inst {
+            // A division by a constant stays inline: the bulk form would copy the constant
+            // into a scratch slot per element, which costs what the wide divider saves.
+            Inst::Op {
+                op: ScalarOp::Div,
+                args,
+                ..
+            } if args
+                .iter()
+                .any(|&a| matches!(spec.insts[a], Inst::Const { .. })) =>
+            {
+                None
+            }
             Inst::Op { op, compute, .. } if live[id] => bulk_op(*op, *compute),
             _ => None,
         })
@@ -487,6 +499,63 @@ impl<'a, 'b> Emitter<'a, 'b> {
             return None;
         }
         bulk_addr(BulkOp::Math(MathFn::Exp))
+    }
+
+    /// The bulk row kernels for a softmax of `value` when it is a plain load of a contiguous
+    /// f32 input and the bulk `exp` applies ([`Self::softmax_bulk_exp`]): the input, then the
+    /// addresses of the row max, `exp(x - s)`, `x * s` and `x - s` kernels.
+    pub(super) fn softmax_bulk_row(&self, value: ValueId) -> Option<(usize, [usize; 4])> {
+        self.softmax_bulk_exp()?;
+        let input = match self.spec.insts[value] {
+            Inst::Load { input }
+                if self.spec.inputs[input] == DType::F32
+                    && self.layout.classes[input] == StrideClass::Unit =>
+            {
+                input
+            }
+            _ => return None,
+        };
+        let op = |o| bulk::scalar_op(o).map(|f| f as usize);
+        Some((
+            input,
+            [
+                bulk::row_max()? as usize,
+                op(bulk::ScalarOp::SubExp)?,
+                op(bulk::ScalarOp::Mul)?,
+                op(bulk::ScalarOp::Sub)?,
+            ],
+        ))
+    }
+
+    /// Calls the row-max kernel at `addr` (`fn(x, n) -> f32`) on `ptr[0..n]`.
+    pub(super) fn call_row_max(&mut self, addr: usize, ptr: Value, n: Value) -> Value {
+        let mut sig = Signature::new(self.call_conv);
+        sig.params.extend([AbiParam::new(I64); 2]);
+        sig.returns.push(AbiParam::new(F32));
+        let sig_ref = self.fb.import_signature(sig);
+        let callee = self.fb.ins().iconst(I64, addr as i64);
+        let call = self.fb.ins().call_indirect(sig_ref, callee, &[ptr, n]);
+        self.fb.inst_results(call)[0]
+    }
+
+    /// Calls the kernel at `addr` (`fn(x, s, out, n)`, see `bulk::ScalarFn`) on `x[0..n]`.
+    pub(super) fn call_with_scalar(
+        &mut self,
+        addr: usize,
+        x: Value,
+        s: Value,
+        out: Value,
+        n: Value,
+    ) {
+        let mut sig = Signature::new(self.call_conv);
+        sig.params.push(AbiParam::new(I64));
+        sig.params.push(AbiParam::new(F32));
+        sig.params.extend([AbiParam::new(I64); 2]);
+        let sig_ref = self.fb.import_signature(sig);
+        let callee = self.fb.ins().iconst(I64, addr as i64);
+        self.fb
+            .ins()
+            .call_indirect(sig_ref, callee, &[x, s, out, n]);
     }
 
     /// Calls the bulk kernel at `addr` (`fn(x, out, n)`) in place on `ptr[0..n]`.

@@ -7,7 +7,7 @@
 //! `f32x4` math of [`emit_unary`](super::emit_unary) runs at a quarter (or
 //! half) of the width the CPU offers. Fused kernels therefore stage the
 //! argument of an expensive operation into a small L1-resident scratch tile
-//! (≤ 256 elements) and call one of these kernels over the tile: the loop
+//! (≤ 512 elements) and call one of these kernels over the tile: the loop
 //! runs at 16 (AVX-512) or 8 (AVX2) lanes, and the cost of the call and the
 //! tile round trip is amortized over the tile.
 //!
@@ -71,6 +71,25 @@ use super::{MathCtx, MathFn, MathShims, emit_pow, emit_unary};
 pub type UnaryFn = unsafe extern "C" fn(x: *const f32, out: *mut f32, n: usize);
 /// `out[i] = f(a[i], b[i])` for `i < n`. `out` may equal `a` or `b`.
 pub type BinaryFn = unsafe extern "C" fn(a: *const f32, b: *const f32, out: *mut f32, n: usize);
+
+/// Row maximum of `x[0..n]`, bit-identical to the inline `f32x4` row max of a softmax
+/// kernel (see [`row_max`]); reads nothing when `n == 0`.
+pub type RowMaxFn = unsafe extern "C" fn(x: *const f32, n: usize) -> f32;
+/// `out[i] = f(x[i], s)` for `i < n` with one scalar `s` (see [`ScalarOp`]). `x == out` (in
+/// place) is allowed; otherwise no overlap. Touches nothing when `n == 0`.
+pub type ScalarFn = unsafe extern "C" fn(x: *const f32, s: f32, out: *mut f32, n: usize);
+
+/// A row operation with one scalar operand, as the passes of a softmax row need them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScalarOp {
+    /// `exp(x - s)`: the f32 subtraction, then the shared `exp` approximation (the same bits
+    /// as CLIF `fsub` followed by [`emit_unary`](super::emit_unary) of `Exp`).
+    SubExp,
+    /// `x * s` (IEEE f32 multiplication).
+    Mul,
+    /// `x - s` (IEEE f32 subtraction).
+    Sub,
+}
 
 /// An operation that may have bulk kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -230,6 +249,46 @@ pub fn binary_at(op: BulkOp, level: Level) -> Option<BinaryFn> {
         return None;
     }
     imp::binary(op, level)
+}
+
+/// The row-max kernel at the host's best [`level`]; `None` when bulk kernels are unavailable.
+///
+/// It returns NaN when any element is NaN; otherwise the same bits as the inline CLIF row
+/// maximum of an `f32x4` kernel (`Emitter::accumulate` with `FloatMax`), including the sign of
+/// a zero maximum: that accumulation keeps 4 vector accumulators of 4 lanes (element `i` of
+/// the 16-element blocks goes to accumulator `(i / 4) % 4`, lane `i % 4`; the following
+/// 4-element blocks to accumulator 0; the last `n % 4` elements to a scalar one), replaces an
+/// accumulator only by a strictly greater value, and folds accumulators 0..3, then lanes 0..3,
+/// then the scalar, keeping the earlier operand on ties. So when the maximum is ±0 the result
+/// is the first zero (by element) of the first (lane, accumulator) pair holding a zero, and
+/// the scalar tail's first zero only when no vector lane holds one. The softmax rows that use
+/// it either produce NaN everywhere for a NaN row (as the inline code) or need these bits.
+/// With `n == 0` it reads nothing and returns `-inf`.
+pub fn row_max() -> Option<RowMaxFn> {
+    row_max_at(level()?)
+}
+
+/// The row-max kernel at `level`, if the host supports that level (regardless of
+/// `TP_BULK_MATH`).
+pub fn row_max_at(level: Level) -> Option<RowMaxFn> {
+    if !level.is_supported() {
+        return None;
+    }
+    imp::row_max(level)
+}
+
+/// The kernel of `op` at the host's best [`level`]; `None` when bulk kernels are unavailable.
+pub fn scalar_op(op: ScalarOp) -> Option<ScalarFn> {
+    scalar_op_at(op, level()?)
+}
+
+/// The kernel of `op` at `level`, if the host supports that level (regardless of
+/// `TP_BULK_MATH`).
+pub fn scalar_op_at(op: ScalarOp, level: Level) -> Option<ScalarFn> {
+    if !level.is_supported() {
+        return None;
+    }
+    imp::scalar_op(op, level)
 }
 
 // ---------------------------------------------------------------------------
@@ -454,6 +513,35 @@ impl Binary for PowOp {
     }
 }
 
+/// An operation on one f32 lane and a scalar shared by the whole row.
+trait WithScalar {
+    fn eval(x: f32, s: f32) -> f32;
+}
+
+struct SubExpOp;
+impl WithScalar for SubExpOp {
+    #[inline(always)]
+    fn eval(x: f32, s: f32) -> f32 {
+        approx::exp(&mut S32, x - s)
+    }
+}
+
+struct MulScalarOp;
+impl WithScalar for MulScalarOp {
+    #[inline(always)]
+    fn eval(x: f32, s: f32) -> f32 {
+        x * s
+    }
+}
+
+struct SubScalarOp;
+impl WithScalar for SubScalarOp {
+    #[inline(always)]
+    fn eval(x: f32, s: f32) -> f32 {
+        x - s
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Drivers.
 
@@ -569,6 +657,117 @@ unsafe fn run2<O: Binary, const B: usize, const L: usize>(
     }
 }
 
+/// [`WithScalar`] counterpart of [`block1`].
+///
+/// # Safety
+/// `x` readable and `out` writable for `len` elements.
+#[inline(always)]
+unsafe fn block_s<O: WithScalar, const B: usize>(x: *const f32, s: f32, out: *mut f32, len: usize) {
+    let mut a = [0.0f32; B];
+    // SAFETY: the caller guarantees `len` readable elements; `len <= B`.
+    unsafe { std::ptr::copy_nonoverlapping(x, a.as_mut_ptr(), len) };
+    let mut r = [0.0f32; B];
+    for (r, &a) in r.iter_mut().zip(&a) {
+        *r = O::eval(a, s);
+    }
+    // SAFETY: the caller guarantees `len` writable elements.
+    unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), out, len) };
+}
+
+/// [`WithScalar`] counterpart of [`run1`].
+///
+/// # Safety
+/// `x` readable and `out` writable for `n` elements.
+#[inline(always)]
+unsafe fn run_s<O: WithScalar, const B: usize, const L: usize>(
+    x: *const f32,
+    s: f32,
+    out: *mut f32,
+    n: usize,
+) {
+    let mut i = 0;
+    // SAFETY (all blocks): `i + len <= n`.
+    unsafe {
+        while n - i >= B {
+            block_s::<O, B>(x.add(i), s, out.add(i), B);
+            block_boundary();
+            i += B;
+        }
+        while n - i >= L {
+            block_s::<O, L>(x.add(i), s, out.add(i), L);
+            block_boundary();
+            i += L;
+        }
+        if i < n {
+            block_s::<O, L>(x.add(i), s, out.add(i), n - i);
+        }
+    }
+}
+
+/// The maximum of `x[0..n]` over `B` independent lanes (NaN if any element is NaN), then the
+/// sign of a zero maximum fixed up as [`row_max`] documents.
+///
+/// # Safety
+/// `x` readable for `n` elements.
+#[inline(always)]
+unsafe fn run_max<const B: usize>(x: *const f32, n: usize) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; B];
+    let mut nan = [0u32; B];
+    let mut step = |a: &[f32; B]| {
+        for ((m, u), &v) in acc.iter_mut().zip(nan.iter_mut()).zip(a) {
+            *m = if v > *m { v } else { *m };
+            *u |= u32::from(v.is_nan());
+        }
+    };
+    let mut i = 0;
+    while n - i >= B {
+        let mut a = [0.0f32; B];
+        // SAFETY: `i + B <= n` elements are readable.
+        unsafe { std::ptr::copy_nonoverlapping(x.add(i), a.as_mut_ptr(), B) };
+        step(&a);
+        i += B;
+    }
+    if i < n {
+        let mut a = [f32::NEG_INFINITY; B];
+        // SAFETY: `n - i < B` elements are readable.
+        unsafe { std::ptr::copy_nonoverlapping(x.add(i), a.as_mut_ptr(), n - i) };
+        step(&a);
+    }
+    if nan.iter().any(|&u| u != 0) {
+        return f32::NAN;
+    }
+    let m = acc
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    if m != 0.0 {
+        return m;
+    }
+    // SAFETY: `n` readable elements (n > 0: the maximum is a zero element).
+    clif_zero_max(unsafe { std::slice::from_raw_parts(x, n) })
+}
+
+/// The zero the inline `f32x4` row max returns for a row whose maximum is ±0 (see
+/// [`row_max`]): the first zero of the smallest (lane, accumulator) pair, the scalar tail
+/// last. Rare, so plain scalar code.
+#[cold]
+fn clif_zero_max(x: &[f32]) -> f32 {
+    let n = x.len();
+    let (unrolled, vectors) = (n / 16 * 16, n / 4 * 4);
+    let key = |i: usize| {
+        if i < unrolled {
+            (i % 4, (i / 4) % 4, i)
+        } else if i < vectors {
+            (i % 4, 0, i)
+        } else {
+            (4, 0, i)
+        }
+    };
+    (0..n)
+        .filter(|&i| x[i] == 0.0)
+        .min_by_key(|&i| key(i))
+        .map_or(0.0, |i| x[i])
+}
+
 #[cfg(target_arch = "x86_64")]
 mod imp {
     use super::*;
@@ -603,6 +802,60 @@ mod imp {
     unsafe extern "C" fn b256<O: Binary>(a: *const f32, b: *const f32, out: *mut f32, n: usize) {
         // SAFETY: forwarded from the caller.
         unsafe { run2::<O, 32, 8>(a, b, out, n) }
+    }
+
+    /// # Safety
+    /// The host must support [`Level::Avx512`]; pointers as [`ScalarFn`].
+    #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx512bw,avx2,fma")]
+    unsafe extern "C" fn s512<O: WithScalar>(x: *const f32, s: f32, out: *mut f32, n: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { run_s::<O, 64, 16>(x, s, out, n) }
+    }
+
+    /// # Safety
+    /// The host must support [`Level::Avx2`]; pointers as [`ScalarFn`].
+    #[target_feature(enable = "avx2,fma")]
+    unsafe extern "C" fn s256<O: WithScalar>(x: *const f32, s: f32, out: *mut f32, n: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { run_s::<O, 32, 8>(x, s, out, n) }
+    }
+
+    /// # Safety
+    /// The host must support [`Level::Avx512`]; `x` as [`RowMaxFn`].
+    #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx512bw,avx2,fma")]
+    unsafe extern "C" fn max512(x: *const f32, n: usize) -> f32 {
+        // SAFETY: forwarded from the caller.
+        unsafe { run_max::<64>(x, n) }
+    }
+
+    /// # Safety
+    /// The host must support [`Level::Avx2`]; `x` as [`RowMaxFn`].
+    #[target_feature(enable = "avx2,fma")]
+    unsafe extern "C" fn max256(x: *const f32, n: usize) -> f32 {
+        // SAFETY: forwarded from the caller.
+        unsafe { run_max::<32>(x, n) }
+    }
+
+    pub(super) fn row_max(level: Level) -> Option<RowMaxFn> {
+        Some(match level {
+            Level::Avx512 => max512,
+            Level::Avx2 => max256,
+        })
+    }
+
+    fn s<O: WithScalar>(level: Level) -> ScalarFn {
+        match level {
+            Level::Avx512 => s512::<O>,
+            Level::Avx2 => s256::<O>,
+        }
+    }
+
+    pub(super) fn scalar_op(op: ScalarOp, level: Level) -> Option<ScalarFn> {
+        Some(match op {
+            ScalarOp::SubExp => s::<SubExpOp>(level),
+            ScalarOp::Mul => s::<MulScalarOp>(level),
+            ScalarOp::Sub => s::<SubScalarOp>(level),
+        })
     }
 
     fn u<O: Unary>(level: Level) -> UnaryFn {
@@ -655,6 +908,14 @@ mod imp {
     }
 
     pub(super) fn binary(_op: BulkOp, _level: Level) -> Option<BinaryFn> {
+        None
+    }
+
+    pub(super) fn row_max(_level: Level) -> Option<RowMaxFn> {
+        None
+    }
+
+    pub(super) fn scalar_op(_op: ScalarOp, _level: Level) -> Option<ScalarFn> {
         None
     }
 }
