@@ -1082,8 +1082,9 @@ impl<'a, 'b> Emitter<'a, 'b> {
         };
         let out_dtype = self.spec.outputs[0];
         let bulk_exp = self.softmax_bulk_exp();
-        // Whether pass 2 leaves exp(x - max) in the output row for pass 3 to scale.
-        let keep_e = !log && (bulk_exp.is_some() || !out_dtype.is_half());
+        // Whether pass 2 leaves exp(x - max) in the output row for pass 3 to scale (a bulk exp
+        // needs an f32 output, so it always does unless `log`).
+        let keep_e = !log && !out_dtype.is_half();
         // Pass 2: sum of exp(x - max) in blocks, with an f64 total.
         let total0 = self.fb.ins().f64const(0.0);
         let total = if let Some(exp_addr) = bulk_exp {
