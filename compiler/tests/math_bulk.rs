@@ -887,9 +887,9 @@ fn bulk_scalar_ops_match_inline() {
     let exp = Kernel::inline(BulkOp::Math(MathFn::Exp));
     let xs = unary_inputs(BulkOp::Math(MathFn::Exp), samples() / 4);
     let ops = [
-        bulk::ScalarOp::SubExp,
-        bulk::ScalarOp::Mul,
-        bulk::ScalarOp::Sub,
+        bulk::RowScalarOp::SubExp,
+        bulk::RowScalarOp::Mul,
+        bulk::RowScalarOp::Sub,
     ];
     for s in [0.0f32, -0.0, 0.75, -20.5, 88.0, f32::INFINITY, f32::NAN] {
         let diff: Vec<f32> = xs.iter().map(|&x| x - s).collect();

@@ -520,9 +520,9 @@ impl<'a, 'b> Emitter<'a, 'b> {
             input,
             [
                 bulk::row_max()? as usize,
-                op(bulk::ScalarOp::SubExp)?,
-                op(bulk::ScalarOp::Mul)?,
-                op(bulk::ScalarOp::Sub)?,
+                op(bulk::RowScalarOp::SubExp)?,
+                op(bulk::RowScalarOp::Mul)?,
+                op(bulk::RowScalarOp::Sub)?,
             ],
         ))
     }

@@ -75,13 +75,13 @@ pub type BinaryFn = unsafe extern "C" fn(a: *const f32, b: *const f32, out: *mut
 /// Row maximum of `x[0..n]`, bit-identical to the inline `f32x4` row max of a softmax
 /// kernel (see [`row_max`]); reads nothing when `n == 0`.
 pub type RowMaxFn = unsafe extern "C" fn(x: *const f32, n: usize) -> f32;
-/// `out[i] = f(x[i], s)` for `i < n` with one scalar `s` (see [`ScalarOp`]). `x == out` (in
+/// `out[i] = f(x[i], s)` for `i < n` with one scalar `s` (see [`RowScalarOp`]). `x == out` (in
 /// place) is allowed; otherwise no overlap. Touches nothing when `n == 0`.
 pub type ScalarFn = unsafe extern "C" fn(x: *const f32, s: f32, out: *mut f32, n: usize);
 
 /// A row operation with one scalar operand, as the passes of a softmax row need them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ScalarOp {
+pub enum RowScalarOp {
     /// `exp(x - s)`: the f32 subtraction, then the shared `exp` approximation (the same bits
     /// as CLIF `fsub` followed by [`emit_unary`](super::emit_unary) of `Exp`).
     SubExp,
@@ -278,13 +278,13 @@ pub fn row_max_at(level: Level) -> Option<RowMaxFn> {
 }
 
 /// The kernel of `op` at the host's best [`level`]; `None` when bulk kernels are unavailable.
-pub fn scalar_op(op: ScalarOp) -> Option<ScalarFn> {
+pub fn scalar_op(op: RowScalarOp) -> Option<ScalarFn> {
     scalar_op_at(op, level()?)
 }
 
 /// The kernel of `op` at `level`, if the host supports that level (regardless of
 /// `TP_BULK_MATH`).
-pub fn scalar_op_at(op: ScalarOp, level: Level) -> Option<ScalarFn> {
+pub fn scalar_op_at(op: RowScalarOp, level: Level) -> Option<ScalarFn> {
     if !level.is_supported() {
         return None;
     }
@@ -850,11 +850,11 @@ mod imp {
         }
     }
 
-    pub(super) fn scalar_op(op: ScalarOp, level: Level) -> Option<ScalarFn> {
+    pub(super) fn scalar_op(op: RowScalarOp, level: Level) -> Option<ScalarFn> {
         Some(match op {
-            ScalarOp::SubExp => s::<SubExpOp>(level),
-            ScalarOp::Mul => s::<MulScalarOp>(level),
-            ScalarOp::Sub => s::<SubScalarOp>(level),
+            RowScalarOp::SubExp => s::<SubExpOp>(level),
+            RowScalarOp::Mul => s::<MulScalarOp>(level),
+            RowScalarOp::Sub => s::<SubScalarOp>(level),
         })
     }
 
@@ -915,7 +915,7 @@ mod imp {
         None
     }
 
-    pub(super) fn scalar_op(_op: ScalarOp, _level: Level) -> Option<ScalarFn> {
+    pub(super) fn scalar_op(_op: RowScalarOp, _level: Level) -> Option<ScalarFn> {
         None
     }
 }
