@@ -92,6 +92,9 @@ struct ShapeCache {
     last: Option<Arc<ShapeEntry>>,
 }
 
+/// Most distinct input-shape sets whose value shapes a graph keeps.
+const SHAPE_CACHE_LIMIT: usize = 256;
+
 /// The value environment of one run (dense ids); inline for small graphs.
 type Env = SmallVec<[Option<Tensor>; 16]>;
 
@@ -557,6 +560,11 @@ impl CompiledGraph {
             shapes,
         });
         let mut c = self.shape_cache.lock();
+        if c.map.len() >= SHAPE_CACHE_LIMIT {
+            // A graph fed ever-new shapes must not grow without bound; recomputing is cheap
+            // (meta rules only), so the simplest eviction — start over — is enough.
+            c.map.clear();
+        }
         c.map.insert(key, entry.clone());
         c.last = Some(entry.clone());
         Ok(entry)
@@ -752,6 +760,20 @@ mod tests {
             assert_eq!(bits(&got[0]), bits(&f(&[x, yn])?[0]), "n = {n}");
         }
         assert_eq!(c.shape_cache.lock().map.len(), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn the_shape_cache_stays_bounded() -> Result<()> {
+        let m = TensorMeta::new(&[6], DType::F32, Device::Cpu);
+        let g = capture(f, &[m.clone(), m], CaptureOptions { dynamic: true })?;
+        let c = CompiledGraph::new(&g)?;
+        for n in 2..(SHAPE_CACHE_LIMIT + 40) {
+            let x = Tensor::randn_seeded(&[n], DType::F32, n as u64)?;
+            let got = c.run(&[x.clone(), x.clone()])?;
+            assert_eq!(bits(&got[0]), bits(&f(&[x.clone(), x])?[0]), "n = {n}");
+            assert!(c.shape_cache.lock().map.len() <= SHAPE_CACHE_LIMIT);
+        }
         Ok(())
     }
 
