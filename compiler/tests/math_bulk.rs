@@ -10,24 +10,18 @@
 //! On a host without AVX2+FMA every test passes after printing a note.
 //! `TP_ULP_SAMPLES` sets the number of inputs per op (default 1_200_000).
 
-use std::sync::Arc;
+mod common;
 
-use cranelift_codegen::ir::condcodes::IntCC;
+use common::math::{
+    Kernel, MAX_ULP, Rng, activation64, all_pairs, base_specials, isa, pow_pair, same, samples,
+    sweep_inputs, ulp_err,
+};
+use cranelift_codegen::ir::InstBuilder;
 use cranelift_codegen::ir::types::{F32, F32X4};
-use cranelift_codegen::ir::{AbiParam, InstBuilder, MemFlagsData, Value};
-use cranelift_codegen::isa::TargetIsa;
-use cranelift_codegen::settings::{self, Configurable};
-use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
-use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{Linkage, Module, default_libcall_names};
 use tensorplay_compiler::codegen::cpu::math::bulk::{
     self, BinaryFn, BulkOp, Level, UnaryFn, env_enables,
 };
-use tensorplay_compiler::codegen::cpu::math::{
-    MathCtx, MathFn, MathShims, emit_pow, emit_unary, erf_f64, erfc_f64, isa_has_fma,
-};
-
-const MAX_ULP: f64 = 4.0;
+use tensorplay_compiler::codegen::cpu::math::{MathFn, emit_pow, emit_unary, isa_has_fma};
 
 /// The ops with bit-identical bulk kernels.
 const UNARY_OPS: [BulkOp; 9] = [
@@ -43,15 +37,6 @@ const UNARY_OPS: [BulkOp; 9] = [
 ];
 const BINARY_OPS: [BulkOp; 2] = [BulkOp::Div, BulkOp::Pow];
 
-fn isa() -> Arc<dyn TargetIsa> {
-    let mut flags = settings::builder();
-    flags.set("opt_level", "speed").unwrap();
-    cranelift_native::builder()
-        .unwrap()
-        .finish(settings::Flags::new(flags))
-        .unwrap()
-}
-
 /// The levels to test; prints a note when there are none.
 fn levels() -> Vec<Level> {
     let v: Vec<Level> = Level::ALL
@@ -64,124 +49,22 @@ fn levels() -> Vec<Level> {
     v
 }
 
-fn samples() -> usize {
-    std::env::var("TP_ULP_SAMPLES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_200_000)
-}
-
 // ---------------------------------------------------------------------------
-// The inline reference: a JIT'd loop `fn(in0, [in1,] out, n)` with an f32x4
-// body and a scalar tail, as in math_ulp.rs.
+// The inline reference: the test's own JIT'd loop (`common::math::Kernel`,
+// an f32x4 body and a scalar tail, FMA form), independent of the library's
+// `InlineLoop` so that `check_op` can check that one too.
 
-struct Kernel {
-    _module: JITModule,
-    code: *const u8,
-    inputs: usize,
-}
-
-type Body<'a> = &'a dyn Fn(&mut FunctionBuilder, &MathCtx, &[Value]) -> Value;
-
-impl Kernel {
-    fn build(inputs: usize, body: Body) -> Kernel {
-        let isa = isa();
-        assert!(isa_has_fma(&*isa), "bulk levels imply FMA");
-        let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
-        MathShims::register_symbols(&mut jb);
-        let mut module = JITModule::new(jb);
-        let shims = MathShims::declare(&mut module).unwrap();
-        let math = MathCtx::new(true).with_shims(shims);
-        let ptr = module.target_config().pointer_type();
-        let mut ctx = module.make_context();
-        for _ in 0..inputs + 2 {
-            ctx.func.signature.params.push(AbiParam::new(ptr));
+/// The inline CLIF form of `op`.
+fn inline_kernel(op: BulkOp) -> Kernel {
+    assert!(isa_has_fma(&*isa()), "bulk levels imply FMA");
+    let fma = Some(true);
+    match op {
+        BulkOp::Math(f) => {
+            Kernel::build(F32, F32X4, 1, fma, &|fb, m, x| emit_unary(fb, m, f, x[0]))
         }
-        let mut fctx = FunctionBuilderContext::new();
-        let mut fb = FunctionBuilder::new(&mut ctx.func, &mut fctx);
-        let entry = fb.create_block();
-        let heads = [fb.create_block(), fb.create_block()];
-        let bodies = [fb.create_block(), fb.create_block()];
-        let exit = fb.create_block();
-        for b in heads.iter().chain(&bodies) {
-            fb.append_block_param(*b, ptr);
-        }
-        fb.append_block_params_for_function_params(entry);
-        fb.switch_to_block(entry);
-        let params = fb.block_params(entry).to_vec();
-        let (srcs, dst, n) = (&params[..inputs], params[inputs], params[inputs + 1]);
-        let zero = fb.ins().iconst(ptr, 0);
-        fb.ins().jump(heads[0], &[zero.into()]);
-        let flags = MemFlagsData::new();
-        for (k, ty) in [F32X4, F32].into_iter().enumerate() {
-            let lanes = ty.lane_count() as i64;
-            let after = if k == 0 { heads[1] } else { exit };
-            fb.switch_to_block(heads[k]);
-            let i = fb.block_params(heads[k])[0];
-            let next = fb.ins().iadd_imm_s(i, lanes);
-            let ok = fb.ins().icmp(IntCC::UnsignedLessThanOrEqual, next, n);
-            let args: &[_] = if k == 0 { &[i.into()] } else { &[] };
-            fb.ins().brif(ok, bodies[k], &[i.into()], after, args);
-            fb.switch_to_block(bodies[k]);
-            let i = fb.block_params(bodies[k])[0];
-            let off = fb.ins().imul_imm_s(i, 4);
-            let xs: Vec<Value> = srcs
-                .iter()
-                .map(|&s| {
-                    let a = fb.ins().iadd(s, off);
-                    fb.ins().load(ty, flags, a, 0)
-                })
-                .collect();
-            let y = body(&mut fb, &math, &xs);
-            let a = fb.ins().iadd(dst, off);
-            fb.ins().store(flags, y, a, 0);
-            let next = fb.ins().iadd_imm_s(i, lanes);
-            fb.ins().jump(heads[k], &[next.into()]);
-        }
-        fb.switch_to_block(exit);
-        fb.ins().return_(&[]);
-        fb.seal_all_blocks();
-        fb.finalize(module.target_config());
-        let id = module
-            .declare_function("kernel", Linkage::Local, &ctx.func.signature)
-            .unwrap();
-        module.define_function(id, &mut ctx).unwrap();
-        module.finalize_definitions().unwrap();
-        let code = module.get_finalized_function(id);
-        Kernel {
-            _module: module,
-            code,
-            inputs,
-        }
-    }
-
-    /// The inline CLIF form of `op`.
-    fn inline(op: BulkOp) -> Kernel {
-        match op {
-            BulkOp::Math(f) => Kernel::build(1, &|fb, m, x| emit_unary(fb, m, f, x[0])),
-            BulkOp::Sqrt => Kernel::build(1, &|fb, _, x| fb.ins().sqrt(x[0])),
-            BulkOp::Div => Kernel::build(2, &|fb, _, x| fb.ins().fdiv(x[0], x[1])),
-            BulkOp::Pow => Kernel::build(2, &|fb, m, x| emit_pow(fb, m, x[0], x[1])),
-        }
-    }
-
-    fn run(&self, args: &[&[f32]]) -> Vec<f32> {
-        assert_eq!(self.inputs, args.len());
-        let n = args[0].len();
-        let mut out = vec![0.0f32; n];
-        if self.inputs == 1 {
-            // SAFETY: built with signature fn(*const f32, *mut f32, usize).
-            let f: extern "C" fn(*const f32, *mut f32, usize) =
-                unsafe { std::mem::transmute(self.code) };
-            f(args[0].as_ptr(), out.as_mut_ptr(), n);
-        } else {
-            assert_eq!(args[1].len(), n);
-            // SAFETY: built with signature fn(*const f32, *const f32, *mut f32, usize).
-            let f: extern "C" fn(*const f32, *const f32, *mut f32, usize) =
-                unsafe { std::mem::transmute(self.code) };
-            f(args[0].as_ptr(), args[1].as_ptr(), out.as_mut_ptr(), n);
-        }
-        out
+        BulkOp::Sqrt => Kernel::build(F32, F32X4, 1, fma, &|fb, _, x| fb.ins().sqrt(x[0])),
+        BulkOp::Div => Kernel::build(F32, F32X4, 2, fma, &|fb, _, x| fb.ins().fdiv(x[0], x[1])),
+        BulkOp::Pow => Kernel::build(F32, F32X4, 2, fma, &|fb, m, x| emit_pow(fb, m, x[0], x[1])),
     }
 }
 
@@ -214,35 +97,15 @@ impl Bulk {
     }
 }
 
-fn same(a: f32, b: f32) -> bool {
-    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
-}
-
 // ---------------------------------------------------------------------------
-// References and the ulp metric (as in math_ulp.rs).
-
-fn sigmoid64(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
+// References (f64).
 
 fn reference(op: BulkOp, x: f64, y: f64) -> f64 {
     match op {
         BulkOp::Math(f) => match f {
-            MathFn::GeluErf => {
-                if x >= 0.0 {
-                    0.5 * x * (1.0 + erf_f64(x * std::f64::consts::FRAC_1_SQRT_2))
-                } else {
-                    0.5 * x * erfc_f64(-x * std::f64::consts::FRAC_1_SQRT_2)
-                }
+            MathFn::GeluErf | MathFn::GeluTanh | MathFn::Sigmoid | MathFn::Silu => {
+                activation64(f, x)
             }
-            MathFn::GeluTanh => x * sigmoid64(2.0 * 0.797_884_560_8 * (x + 0.044_715 * x * x * x)),
-            MathFn::Sigmoid => sigmoid64(x),
-            MathFn::Silu => x * sigmoid64(x),
             _ => f.eval_f64(x),
         },
         BulkOp::Sqrt => x.sqrt(),
@@ -251,87 +114,12 @@ fn reference(op: BulkOp, x: f64, y: f64) -> f64 {
     }
 }
 
-/// Spacing of f32 numbers at the magnitude of `v` (2^-149 for subnormals).
-fn ulp_at(v: f64) -> f64 {
-    let a = v.abs();
-    if a < f32::MIN_POSITIVE as f64 {
-        return 2f64.powi(-149);
-    }
-    let e = ((a.to_bits() >> 52) as i32 - 1023).max(-126);
-    2f64.powi(e - 23)
-}
-
-/// Error of `got` against the exact `want`, in ulp of f32 at `want`.
-fn ulp_err(got: f32, want: f64) -> f64 {
-    if want.is_nan() || got.is_nan() {
-        return if want.is_nan() && got.is_nan() {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-    }
-    if want == 0.0 && got == 0.0 {
-        return if want.is_sign_negative() == got.is_sign_negative() {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-    }
-    if want.is_infinite() {
-        return if got as f64 == want {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-    }
-    let g = if got.is_infinite() {
-        if want as f32 == got {
-            return 0.0;
-        }
-        2f64.powi(128).copysign(got as f64)
-    } else {
-        got as f64
-    };
-    (g - want).abs() / ulp_at(want)
-}
-
 // ---------------------------------------------------------------------------
 // Inputs.
 
 fn specials() -> Vec<f32> {
-    let mut v = vec![
-        0.0,
-        -0.0,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
-        -f32::NAN,
-        f32::from_bits(0x7F80_0001),
-        f32::from_bits(0xFFC0_1234),
-        f32::MIN_POSITIVE,
-        -f32::MIN_POSITIVE,
-        f32::from_bits(1),
-        f32::from_bits(0x8000_0001),
-        f32::from_bits(0x007F_FFFF),
-        f32::from_bits(0x807F_FFFF),
-        f32::MAX,
-        f32::MIN,
-        1.0,
-        -1.0,
-        0.5,
-        -0.5,
-        2.0,
-        -2.0,
-        f32::EPSILON,
-        1.0 - f32::EPSILON / 2.0,
-        1.0 + f32::EPSILON,
-        8_388_608.0,
-        16_777_216.0,
-        3.0,
-        -3.0,
-        2.5,
-        -2.5,
-    ];
+    let mut v = base_specials();
+    v.extend([8_388_608.0, 16_777_216.0, 3.0, -3.0, 2.5, -2.5]);
     v.extend([
         88.722_83,
         88.722_84,
@@ -353,20 +141,6 @@ fn specials() -> Vec<f32> {
     v
 }
 
-/// A tiny deterministic generator (xorshift64*).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// Dense region and edge points per unary op.
 fn region(op: BulkOp) -> (f32, f32, Vec<f32>) {
     match op {
@@ -385,72 +159,29 @@ fn region(op: BulkOp) -> (f32, f32, Vec<f32>) {
 /// Unary inputs: specials, runs of 2000 consecutive bit patterns around 0
 /// and each edge (both signs), every k-th bit pattern, a dense sweep.
 fn unary_inputs(op: BulkOp, total: usize) -> Vec<f32> {
-    let mut v = specials();
     let (lo, hi, mut edges) = region(op);
     edges.push(0.0);
-    for e in edges {
-        for s in [e, -e] {
-            let b = s.to_bits() as i64;
-            for d in -2000..2000 {
-                let bb = b + d;
-                if (0..=u32::MAX as i64).contains(&bb) {
-                    v.push(f32::from_bits(bb as u32));
-                }
-            }
-        }
-    }
-    let stride = ((1u64 << 32) / (total as u64 / 2).max(1)) | 1;
-    let mut b = 0u64;
-    while b < (1u64 << 32) {
-        v.push(f32::from_bits(b as u32));
-        b += stride;
-    }
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ op.name().len() as u64);
-    while v.len() < total {
-        v.push((lo as f64 + (hi as f64 - lo as f64) * rng.unit()) as f32);
-    }
-    v
+    let seed = 0x9E37_79B9_7F4A_7C15 ^ op.name().len() as u64;
+    sweep_inputs(specials(), (lo, hi), &edges, seed, total)
 }
 
 /// Binary inputs: all pairs of specials, then a mix of random bit patterns,
 /// moderate exponents, negative bases with integer exponents, bases near 1
-/// with large exponents and results near overflow / underflow (for pow);
-/// random bits and quotients near the range limits (for div).
+/// with large exponents and results near overflow / underflow (for pow,
+/// `pow_pair`); random bits and quotients near the range limits (for div).
 fn binary_inputs(op: BulkOp, total: usize) -> (Vec<f32>, Vec<f32>) {
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
-    let (mut xs, mut ys) = (Vec::with_capacity(total), Vec::with_capacity(total));
-    let sp = specials();
-    for &x in &sp {
-        for &y in &sp {
-            xs.push(x);
-            ys.push(y);
-        }
-    }
+    let (mut xs, mut ys) = all_pairs(&specials());
     while xs.len() < total {
         let kind = rng.next() % 6;
         let bits = |r: &mut Rng| f32::from_bits(r.next() as u32);
         let (x, y) = match (op, kind) {
-            (_, 0) => (bits(&mut rng), bits(&mut rng)),
-            (BulkOp::Div, _) => {
+            (BulkOp::Div, 1..) => {
                 let x = bits(&mut rng);
                 let s = 2f64.powf((rng.unit() - 0.5) * 60.0) as f32;
                 (x, if kind == 1 { x * s } else { bits(&mut rng) })
             }
-            (_, 1) => (bits(&mut rng), ((rng.unit() - 0.5) * 8.0) as f32),
-            (_, 2) => (
-                -f32::from_bits((rng.next() as u32) & 0x7FFF_FFFF),
-                ((rng.next() % 81) as i32 - 40) as f32,
-            ),
-            (_, 3) => (
-                (0.5 + 1.5 * rng.unit()) as f32,
-                ((rng.unit() - 0.5) * 4000.0) as f32,
-            ),
-            _ => {
-                let x = 2f64.powf((rng.unit() - 0.5) * 40.0) as f32;
-                let z = -155.0 + 285.0 * rng.unit();
-                let y = (z / (x as f64).log2()) as f32;
-                if kind == 5 { (-x, y.round()) } else { (x, y) }
-            }
+            _ => pow_pair(&mut rng, kind),
         };
         xs.push(x);
         ys.push(y);
@@ -602,7 +333,7 @@ fn check_op(op: BulkOp) {
     }
     let inputs = op_inputs(op);
     let args: Vec<&[f32]> = inputs.iter().map(|v| v.as_slice()).collect();
-    let inline = Kernel::inline(op).run(&args);
+    let inline = inline_kernel(op).run(&args);
     // The library's InlineLoop (the benchmark baseline) is the same code.
     let lib_loop = bulk::InlineLoop::compile(op).unwrap();
     let lib = match op.arity() {
@@ -884,7 +615,10 @@ fn bulk_scalar_ops_match_inline() {
     if levels.is_empty() {
         return;
     }
-    let exp = Kernel::inline(BulkOp::Math(MathFn::Exp));
+    // The library's InlineLoop is the inline exp (`bulk_exp` checks it
+    // against the test's own kernel).
+    let exp_loop = bulk::InlineLoop::compile(BulkOp::Math(MathFn::Exp)).unwrap();
+    let exp = Bulk::U(exp_loop.unary().unwrap());
     let xs = unary_inputs(BulkOp::Math(MathFn::Exp), samples() / 4);
     let ops = [
         bulk::RowScalarOp::SubExp,

@@ -11,22 +11,18 @@
 //! `TP_ULP_SAMPLES` sets the number of inputs per function (default
 //! 1_200_000). Run with `--nocapture` to see the worst ulp per function.
 
+mod common;
+
 use std::f32::consts::{FRAC_1_SQRT_2, FRAC_PI_2, PI, SQRT_2};
-use std::sync::Arc;
 
-use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::types::{F32, F32X4, F64, F64X2};
-use cranelift_codegen::ir::{AbiParam, InstBuilder, MemFlagsData, Type, Value};
-use cranelift_codegen::isa::TargetIsa;
-use cranelift_codegen::settings::{self, Configurable};
-use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
-use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{Linkage, Module, default_libcall_names};
-use tensorplay_compiler::codegen::cpu::math::{
-    MathCtx, MathFn, MathShims, emit_pow, emit_unary, erf_f64, erfc_f64, isa_has_fma,
+use common::math::{
+    Kernel, MAX_ULP, Rng, activation64, all_pairs, base_specials, fma_modes, pow_pair, same,
+    samples, sweep_inputs, ulp_err,
 };
+use cranelift_codegen::ir::Type;
+use cranelift_codegen::ir::types::{F32, F32X4, F64, F64X2};
+use tensorplay_compiler::codegen::cpu::math::{MathFn, emit_pow, emit_unary, erf_f64, erfc_f64};
 
-const MAX_ULP: f64 = 4.0;
 /// sigmoid divides without correcting the quotient (2.40 ulp worst over all
 /// f32, both code paths); a tighter bound than the contract's 4 keeps a
 /// margin and catches a regression of its exp or of the division.
@@ -40,307 +36,31 @@ fn max_ulp(f: MathFn) -> f64 {
     }
 }
 
-fn isa() -> Arc<dyn TargetIsa> {
-    let mut flags = settings::builder();
-    flags.set("opt_level", "speed").unwrap();
-    cranelift_native::builder()
-        .unwrap()
-        .finish(settings::Flags::new(flags))
-        .unwrap()
-}
-
-/// The code paths to measure: FMA (when the host has it) and mul+add.
-fn fma_modes() -> Vec<Option<bool>> {
-    if isa_has_fma(&*isa()) {
-        vec![Some(true), Some(false)]
-    } else {
-        vec![Some(false)]
-    }
-}
-
-fn samples() -> usize {
-    std::env::var("TP_ULP_SAMPLES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_200_000)
-}
-
-/// A JIT'd elementwise kernel `fn(in0, [in1,] out, n)`.
-struct Kernel {
-    _module: JITModule,
-    code: *const u8,
-    inputs: usize,
-}
-
-impl Kernel {
-    /// Builds a kernel over elements of `scalar` type, processing `lanes`
-    /// elements per iteration with `vector` values, then a scalar tail.
-    fn build(
-        scalar: Type,
-        vector: Type,
-        inputs: usize,
-        fma: Option<bool>,
-        body: &dyn Fn(&mut FunctionBuilder, &MathCtx, &[Value]) -> Value,
-    ) -> Kernel {
-        let isa = isa();
-        let has_fma = fma.unwrap_or_else(|| isa_has_fma(&*isa));
-        let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
-        MathShims::register_symbols(&mut jb);
-        let mut module = JITModule::new(jb);
-        let shims = MathShims::declare(&mut module).unwrap();
-        let math = MathCtx::new(has_fma).with_shims(shims);
-        let ptr = module.target_config().pointer_type();
-        let mut ctx = module.make_context();
-        for _ in 0..inputs + 2 {
-            ctx.func.signature.params.push(AbiParam::new(ptr));
-        }
-        let mut fctx = FunctionBuilderContext::new();
-        let mut fb = FunctionBuilder::new(&mut ctx.func, &mut fctx);
-        let entry = fb.create_block();
-        let vhead = fb.create_block();
-        let vbody = fb.create_block();
-        let thead = fb.create_block();
-        let tbody = fb.create_block();
-        let exit = fb.create_block();
-        for b in [vhead, vbody, thead, tbody] {
-            fb.append_block_param(b, ptr);
-        }
-        fb.append_block_params_for_function_params(entry);
-        fb.switch_to_block(entry);
-        let params = fb.block_params(entry).to_vec();
-        let (srcs, dst, n) = (&params[..inputs], params[inputs], params[inputs + 1]);
-        let zero = fb.ins().iconst(ptr, 0);
-        fb.ins().jump(vhead, &[zero.into()]);
-
-        let esize = scalar.bytes() as i64;
-        let lanes = vector.lane_count() as i64;
-        let flags = MemFlagsData::new();
-        // vector loop
-        fb.switch_to_block(vhead);
-        let i = fb.block_params(vhead)[0];
-        let next = fb.ins().iadd_imm_s(i, lanes);
-        let ok = fb.ins().icmp(IntCC::UnsignedLessThanOrEqual, next, n);
-        fb.ins().brif(ok, vbody, &[i.into()], thead, &[i.into()]);
-        fb.switch_to_block(vbody);
-        let i = fb.block_params(vbody)[0];
-        let off = fb.ins().imul_imm_s(i, esize);
-        let xs: Vec<Value> = srcs
-            .iter()
-            .map(|&s| {
-                let a = fb.ins().iadd(s, off);
-                fb.ins().load(vector, flags, a, 0)
-            })
-            .collect();
-        let y = body(&mut fb, &math, &xs);
-        let a = fb.ins().iadd(dst, off);
-        fb.ins().store(flags, y, a, 0);
-        let next = fb.ins().iadd_imm_s(i, lanes);
-        fb.ins().jump(vhead, &[next.into()]);
-        // scalar tail
-        fb.switch_to_block(thead);
-        let i = fb.block_params(thead)[0];
-        let ok = fb.ins().icmp(IntCC::UnsignedLessThan, i, n);
-        fb.ins().brif(ok, tbody, &[i.into()], exit, &[]);
-        fb.switch_to_block(tbody);
-        let i = fb.block_params(tbody)[0];
-        let off = fb.ins().imul_imm_s(i, esize);
-        let xs: Vec<Value> = srcs
-            .iter()
-            .map(|&s| {
-                let a = fb.ins().iadd(s, off);
-                fb.ins().load(scalar, flags, a, 0)
-            })
-            .collect();
-        let y = body(&mut fb, &math, &xs);
-        let a = fb.ins().iadd(dst, off);
-        fb.ins().store(flags, y, a, 0);
-        let next = fb.ins().iadd_imm_s(i, 1);
-        fb.ins().jump(thead, &[next.into()]);
-        fb.switch_to_block(exit);
-        fb.ins().return_(&[]);
-        fb.seal_all_blocks();
-        fb.finalize(module.target_config());
-
-        let id = module
-            .declare_function("kernel", Linkage::Local, &ctx.func.signature)
-            .unwrap();
-        module.define_function(id, &mut ctx).unwrap();
-        module.finalize_definitions().unwrap();
-        let code = module.get_finalized_function(id);
-        Kernel {
-            _module: module,
-            code,
-            inputs,
-        }
-    }
-
-    fn unary32(f: MathFn, fma: Option<bool>, vector: Type) -> Kernel {
-        Kernel::build(F32, vector, 1, fma, &|fb, m, x| emit_unary(fb, m, f, x[0]))
-    }
-
-    fn run32(&self, x: &[f32]) -> Vec<f32> {
-        assert_eq!(self.inputs, 1);
-        let mut out = vec![0.0f32; x.len()];
-        // SAFETY: built with signature fn(*const f32, *mut f32, usize).
-        let f: extern "C" fn(*const f32, *mut f32, usize) =
-            unsafe { std::mem::transmute(self.code) };
-        f(x.as_ptr(), out.as_mut_ptr(), x.len());
-        out
-    }
-
-    fn run32_2(&self, x: &[f32], y: &[f32]) -> Vec<f32> {
-        assert_eq!(self.inputs, 2);
-        assert_eq!(x.len(), y.len());
-        let mut out = vec![0.0f32; x.len()];
-        // SAFETY: built with signature fn(*const f32, *const f32, *mut f32, usize).
-        let f: extern "C" fn(*const f32, *const f32, *mut f32, usize) =
-            unsafe { std::mem::transmute(self.code) };
-        f(x.as_ptr(), y.as_ptr(), out.as_mut_ptr(), x.len());
-        out
-    }
-
-    fn run64(&self, x: &[f64]) -> Vec<f64> {
-        assert_eq!(self.inputs, 1);
-        let mut out = vec![0.0f64; x.len()];
-        // SAFETY: built with signature fn(*const f64, *mut f64, usize).
-        let f: extern "C" fn(*const f64, *mut f64, usize) =
-            unsafe { std::mem::transmute(self.code) };
-        f(x.as_ptr(), out.as_mut_ptr(), x.len());
-        out
-    }
-
-    fn run64_2(&self, x: &[f64], y: &[f64]) -> Vec<f64> {
-        assert_eq!(self.inputs, 2);
-        let mut out = vec![0.0f64; x.len()];
-        // SAFETY: built with signature fn(*const f64, *const f64, *mut f64, usize).
-        let f: extern "C" fn(*const f64, *const f64, *mut f64, usize) =
-            unsafe { std::mem::transmute(self.code) };
-        f(x.as_ptr(), y.as_ptr(), out.as_mut_ptr(), x.len());
-        out
-    }
+/// The f32 kernel of `f` at the given vector width (`F32`: scalar only).
+fn unary32(f: MathFn, fma: Option<bool>, vector: Type) -> Kernel {
+    Kernel::build(F32, vector, 1, fma, &|fb, m, x| emit_unary(fb, m, f, x[0]))
 }
 
 // ---------------------------------------------------------------------------
-// References (f64) and the ulp metric.
-
-fn sigmoid64(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
+// References (f64).
 
 fn reference(f: MathFn, x: f64) -> f64 {
     match f {
         MathFn::Exp => x.exp(),
         MathFn::Log => x.ln(),
         MathFn::Tanh => x.tanh(),
-        MathFn::Sigmoid => sigmoid64(x),
         MathFn::Erf => erf_f64(x),
-        MathFn::GeluErf => {
-            if x >= 0.0 {
-                0.5 * x * (1.0 + erf_f64(x * std::f64::consts::FRAC_1_SQRT_2))
-            } else {
-                0.5 * x * erfc_f64(-x * std::f64::consts::FRAC_1_SQRT_2)
-            }
-        }
-        // 0.5 x (1 + tanh(u)) == x sigmoid(2u), without the cancellation of
-        // 1 + tanh(u) for negative x (which the literal formula has in f64 too).
-        MathFn::GeluTanh => x * sigmoid64(2.0 * 0.797_884_560_8 * (x + 0.044_715 * x * x * x)),
-        MathFn::Silu => x * sigmoid64(x),
         MathFn::Sin => x.sin(),
         MathFn::Cos => x.cos(),
+        MathFn::Sigmoid | MathFn::GeluErf | MathFn::GeluTanh | MathFn::Silu => activation64(f, x),
     }
-}
-
-/// Spacing of f32 numbers at the magnitude of `v` (2^-149 for subnormals).
-fn ulp_at(v: f64) -> f64 {
-    let a = v.abs();
-    let e = if a == 0.0 {
-        -126
-    } else {
-        (a.log2().floor() as i32).max(-126)
-    };
-    // log2 may be off by one near powers of two; fix up.
-    let mut e = e;
-    if a >= 2f64.powi(e + 1) {
-        e += 1;
-    }
-    if e > -126 && a < 2f64.powi(e) {
-        e -= 1;
-    }
-    2f64.powi(e.max(-126) - 23)
-}
-
-/// Error of `got` against the exact `want`, in ulp of f32 at `want`.
-fn ulp_err(got: f32, want: f64) -> f64 {
-    if want.is_nan() || got.is_nan() {
-        return if want.is_nan() && got.is_nan() {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-    }
-    if want == 0.0 && got == 0.0 {
-        return if want.is_sign_negative() == got.is_sign_negative() {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-    }
-    if want.is_infinite() {
-        return if got as f64 == want {
-            0.0
-        } else {
-            f64::INFINITY
-        };
-    }
-    let w32 = want as f32;
-    let g = if got.is_infinite() {
-        if w32 == got {
-            return 0.0;
-        }
-        // treat inf as the next "number" after f32::MAX
-        2f64.powi(128).copysign(got as f64)
-    } else {
-        got as f64
-    };
-    (g - want).abs() / ulp_at(want)
 }
 
 // ---------------------------------------------------------------------------
 // Inputs.
 
 fn specials() -> Vec<f32> {
-    let mut v = vec![
-        0.0,
-        -0.0,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
-        -f32::NAN,
-        f32::from_bits(0x7F80_0001),
-        f32::from_bits(0xFFC0_1234),
-        f32::MIN_POSITIVE,
-        -f32::MIN_POSITIVE,
-        f32::from_bits(1),
-        f32::from_bits(0x8000_0001),
-        f32::from_bits(0x007F_FFFF),
-        f32::from_bits(0x807F_FFFF),
-        f32::MAX,
-        f32::MIN,
-        1.0,
-        -1.0,
-        0.5,
-        -0.5,
-        2.0,
-        -2.0,
-        f32::EPSILON,
-        1.0 - f32::EPSILON / 2.0,
-        1.0 + f32::EPSILON,
-    ];
+    let mut v = base_specials();
     v.extend([
         88.722_83,
         88.722_84,
@@ -352,20 +72,6 @@ fn specials() -> Vec<f32> {
         -104.0,
     ]);
     v
-}
-
-/// A tiny deterministic generator (xorshift64*).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 /// Dense region and edge points per function.
@@ -391,42 +97,23 @@ fn region(f: MathFn) -> (f32, f32, Vec<f32>) {
     }
 }
 
+/// Specials, runs of consecutive bit patterns around each edge point (both
+/// signs; every region lists 0), every k-th bit pattern over the whole
+/// range and a dense uniform sweep of the interesting region.
 fn inputs(f: MathFn, total: usize) -> Vec<f32> {
-    let mut v = specials();
     let (lo, hi, edges) = region(f);
-    // consecutive bit patterns around each edge point (both signs) and at 0
-    let run = 2000;
-    for e in edges {
-        for s in [e, -e] {
-            let b = s.to_bits() as i64;
-            for d in -run..run {
-                let bb = b + d;
-                if (0..=u32::MAX as i64).contains(&bb) {
-                    v.push(f32::from_bits(bb as u32));
-                }
-            }
-        }
-    }
-    // every k-th bit pattern over the whole range
-    let stride_n = (total / 2).max(1) as u64;
-    let stride = ((1u64 << 32) / stride_n) | 1;
-    let mut b = 0u64;
-    while b < (1u64 << 32) {
-        v.push(f32::from_bits(b as u32));
-        b += stride;
-    }
-    // dense uniform sweep of the interesting region
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ f as u64);
-    while v.len() < total {
-        let t = rng.unit();
-        v.push((lo as f64 + (hi as f64 - lo as f64) * t) as f32);
-    }
-    v
+    sweep_inputs(
+        specials(),
+        (lo, hi),
+        &edges,
+        0x9E37_79B9_7F4A_7C15 ^ f as u64,
+        total,
+    )
 }
 
 fn sweep(f: MathFn, fma: Option<bool>, xs: &[f32], refs: &[f64]) -> (f64, f32, f32) {
-    let kv = Kernel::unary32(f, fma, F32X4);
-    let ks = Kernel::unary32(f, fma, F32);
+    let kv = unary32(f, fma, F32X4);
+    let ks = unary32(f, fma, F32);
     let got = kv.run32(xs);
     let got_s = ks.run32(xs);
     let mut worst = (0.0f64, 0.0f32, 0.0f32);
@@ -584,14 +271,13 @@ fn special_values() {
         (MathFn::GeluTanh, f32::MAX, f32::MAX),
         (MathFn::GeluTanh, f32::MIN, -0.0),
     ];
-    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
     let mut fails = Vec::new();
     for fma in fma_modes() {
         for f in MathFn::ALL.iter().filter(|f| f.is_inline_f32()) {
             let rows: Vec<_> = table.iter().filter(|r| r.0 == *f).collect();
             let xs: Vec<f32> = rows.iter().map(|r| r.1).collect();
-            let kv = Kernel::unary32(*f, fma, F32X4);
-            let ks = Kernel::unary32(*f, fma, F32);
+            let kv = unary32(*f, fma, F32X4);
+            let ks = unary32(*f, fma, F32);
             let gv = kv.run32(&xs);
             let gs = ks.run32(&xs);
             for (k, r) in rows.iter().enumerate() {
@@ -655,15 +341,7 @@ fn pow_special_table() {
     // Every pair of special values must match C99 pow (f64 powf of the f32
     // inputs, rounded) exactly whenever that result is exact (0, ±inf, NaN,
     // ±1) and within the ulp bound otherwise.
-    let s = pow_specials();
-    let mut xs = Vec::new();
-    let mut ys = Vec::new();
-    for &x in &s {
-        for &y in &s {
-            xs.push(x);
-            ys.push(y);
-        }
-    }
+    let (xs, ys) = all_pairs(&pow_specials());
     for fma in fma_modes() {
         let kv = Kernel::build(F32, F32X4, 2, fma, &|fb, m, v| emit_pow(fb, m, v[0], v[1]));
         let ks = Kernel::build(F32, F32, 2, fma, &|fb, m, v| emit_pow(fb, m, v[0], v[1]));
@@ -697,50 +375,14 @@ fn pow_special_table() {
     }
 }
 
+/// All pairs of `pow_specials`, then random pairs of every class of
+/// `pow_pair` up to `total`.
 fn pow_inputs(total: usize) -> (Vec<f32>, Vec<f32>) {
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
-    let mut xs = Vec::with_capacity(total);
-    let mut ys = Vec::with_capacity(total);
-    let sp = pow_specials();
-    for &x in &sp {
-        for &y in &sp {
-            xs.push(x);
-            ys.push(y);
-        }
-    }
+    let (mut xs, mut ys) = all_pairs(&pow_specials());
     while xs.len() < total {
         let kind = rng.next() % 6;
-        let (x, y) = match kind {
-            // any bits for x and y
-            0 => (
-                f32::from_bits(rng.next() as u32),
-                f32::from_bits(rng.next() as u32),
-            ),
-            // any x, moderate y
-            1 => (
-                f32::from_bits(rng.next() as u32),
-                ((rng.unit() - 0.5) * 8.0) as f32,
-            ),
-            // negative x with integer y
-            2 => (
-                -f32::from_bits((rng.next() as u32) & 0x7FFF_FFFF),
-                ((rng.next() % 81) as i32 - 40) as f32,
-            ),
-            // x near 1, large y
-            3 => (
-                (0.5 + 1.5 * rng.unit()) as f32,
-                ((rng.unit() - 0.5) * 4000.0) as f32,
-            ),
-            // results near overflow / into the subnormal range
-            _ => {
-                let x = (2f64).powf((rng.unit() - 0.5) * 40.0) as f32;
-                let z = -155.0 + 285.0 * rng.unit();
-                let y = (z / (x as f64).log2()) as f32;
-                let x = if kind == 5 { -x } else { x };
-                let y = if kind == 5 { y.round() } else { y };
-                (x, y)
-            }
-        };
+        let (x, y) = pow_pair(&mut rng, kind);
         xs.push(x);
         ys.push(y);
     }
