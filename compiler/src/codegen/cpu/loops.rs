@@ -3,15 +3,14 @@
 //! phases.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::types::{F32, F32X4, F64, F64X2, I8, I8X16, I32, I64};
+use cranelift_codegen::ir::types::{F32, F32X4, F64, F64X2, I8, I32, I64};
 use cranelift_codegen::ir::{
-    Block, BlockArg, ConstantData, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Type,
-    Value,
+    Block, BlockArg, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Type, Value,
 };
 use tensorplay_ir::{DType, Error, ReduceOp, Result};
 
 use super::emit::{Emitter, Lanes, Row};
-use super::math::{MathFn, emit_unary};
+use super::math::{MathFn, demote_combine, emit_unary, promote_halves};
 use super::staging;
 use crate::codegen::kernel::LoopKind;
 
@@ -919,7 +918,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
         }
         let vty = self.repr(d, vector)?;
         Ok(match vty {
-            F32X4 => self.demote_pair(parts[0], parts[1]),
+            F32X4 => demote_combine(self.fb, parts[0], parts[1]),
             F32 => self.fb.ins().fdemote(F32, parts[0]),
             _ => parts[0],
         })
@@ -963,8 +962,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
                     let old = e.buf_load(buf, esize, j, k, vector, wide, d)?;
                     let new = if wide {
                         if e.ty_of(v) == F32X4 {
-                            let lo = e.fb.ins().fvpromote_low(v);
-                            let hi = e.promote_high(v);
+                            let (lo, hi) = promote_halves(e.fb, v);
                             vec![e.fb.ins().fadd(old[0], lo), e.fb.ins().fadd(old[1], hi)]
                         } else {
                             let w = e.widen_f64(v);
@@ -998,38 +996,6 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 .collect())
         })?;
         Ok(())
-    }
-
-    /// The f64x2 holding lanes 2 and 3 of an f32x4, widened.
-    fn promote_high(&mut self, v: Value) -> Value {
-        let mask: Vec<u8> = (8..16).chain(8..16).collect();
-        let imm = self
-            .fb
-            .func
-            .dfg
-            .immediates
-            .push(ConstantData::from(&mask[..]));
-        let b = self.bitcast(I8X16, v);
-        let h = self.fb.ins().shuffle(b, b, imm);
-        let h = self.bitcast(F32X4, h);
-        self.fb.ins().fvpromote_low(h)
-    }
-
-    /// Two f64x2 narrowed into one f32x4 (`[lo0, lo1, hi0, hi1]`).
-    fn demote_pair(&mut self, lo: Value, hi: Value) -> Value {
-        let a = self.fb.ins().fvdemote(lo);
-        let b = self.fb.ins().fvdemote(hi);
-        let mask: Vec<u8> = (0..8).chain(16..24).collect();
-        let imm = self
-            .fb
-            .func
-            .dfg
-            .immediates
-            .push(ConstantData::from(&mask[..]));
-        let ab = self.bitcast(I8X16, a);
-        let bb = self.bitcast(I8X16, b);
-        let r = self.fb.ins().shuffle(ab, bb, imm);
-        self.bitcast(F32X4, r)
     }
 
     // ---- softmax -----------------------------------------------------------------------------

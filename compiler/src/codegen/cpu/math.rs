@@ -206,6 +206,8 @@ mod pow;
 mod shims;
 mod wide;
 
+pub(crate) use wide::{demote_combine, promote_halves};
+
 use cranelift_codegen::ir::types::{F32, F32X4, F64, F64X2};
 use cranelift_codegen::ir::{
     AbiParam, ExtFuncData, ExternalName, FuncRef, InstBuilder, Signature, Type, UserExternalName,

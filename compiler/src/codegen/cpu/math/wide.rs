@@ -44,7 +44,7 @@ fn shuffle_bytes(fb: &mut FunctionBuilder, a: Value, b: Value, mask: [u8; 16], t
 }
 
 /// f32x4 -> (f64x2 of lanes 0,1; f64x2 of lanes 2,3).
-fn promote_halves(fb: &mut FunctionBuilder, v: Value) -> (Value, Value) {
+pub(crate) fn promote_halves(fb: &mut FunctionBuilder, v: Value) -> (Value, Value) {
     let lo = fb.ins().fvpromote_low(v);
     let mut mask = [0u8; 16];
     for (i, m) in mask.iter_mut().enumerate() {
@@ -56,7 +56,7 @@ fn promote_halves(fb: &mut FunctionBuilder, v: Value) -> (Value, Value) {
 }
 
 /// (f64x2, f64x2) -> f32x4 of the four rounded lanes.
-fn demote_combine(fb: &mut FunctionBuilder, lo: Value, hi: Value) -> Value {
+pub(crate) fn demote_combine(fb: &mut FunctionBuilder, lo: Value, hi: Value) -> Value {
     let a = fb.ins().fvdemote(lo);
     let b = fb.ins().fvdemote(hi);
     let mut mask = [0u8; 16];
