@@ -15,6 +15,10 @@ pub enum ScalarOp {
     Abs,
     Exp,
     Log,
+    /// `log(1 + x)`, accurate for small `x`.
+    Log1p,
+    /// `exp(x) - 1`, accurate for small `x`.
+    Expm1,
     Sqrt,
     Rsqrt,
     Reciprocal,
@@ -80,6 +84,23 @@ impl ScalarOp {
         }
     }
 
+    /// Extra per-element work weight of the op on floats, in units of a cheap memory-bound
+    /// element (the launcher splits work by the sum over a kernel): 8 per transcendental, 12
+    /// for the general `pow`, 1 for division and square roots, 0 for cheap ops. Exhaustive on
+    /// purpose: a new variant must state its cost.
+    pub fn cost(self) -> usize {
+        use ScalarOp::*;
+        match self {
+            Exp | Log | Log1p | Expm1 | Tanh | Sigmoid | Erf | GeluErf | GeluTanh | Silu | Sin
+            | Cos => 8,
+            Pow => 12,
+            Div | Sqrt | Rsqrt | Reciprocal => 1,
+            Neg | Abs | Relu | Floor | Ceil | Round | Sign | Square | LogicalNot | Cast | Add
+            | Sub | Mul | Maximum | Minimum | Eq | Ne | Lt | Le | Gt | Ge | LogicalAnd
+            | LogicalOr | LogicalXor | Where | Clamp { .. } => 0,
+        }
+    }
+
     /// True when the result is bool whatever the operand dtype.
     pub fn is_predicate(self) -> bool {
         use ScalarOp::*;
@@ -95,6 +116,110 @@ impl fmt::Display for ScalarOp {
         match self {
             ScalarOp::Clamp { min, max } => write!(f, "clamp({min:?}, {max:?})"),
             other => write!(f, "{}", format!("{other:?}").to_lowercase()),
+        }
+    }
+}
+
+/// The scalar lowering of an elementwise op: an expression over the call's tensor operands,
+/// literals and [`ScalarOp`]s, computed in the op's compute dtype. Target-independent data, so
+/// every code generator reads the same definition.
+///
+/// ```
+/// use tensorplay_ir::scalar::ScalarExpr;
+/// use tensorplay_ir::ScalarOp;
+/// // leaky_relu(x, 0.1) = where(x > 0, x, x * 0.1)
+/// let x = ScalarExpr::arg(0);
+/// let e = ScalarExpr::op(ScalarOp::Where, [
+///     ScalarExpr::op(ScalarOp::Gt, [x.clone(), ScalarExpr::lit(0.0)]),
+///     x.clone(),
+///     ScalarExpr::op(ScalarOp::Mul, [x, ScalarExpr::lit(0.1)]),
+/// ]);
+/// assert_eq!(e.arity(), 1);
+/// assert_eq!(e.to_string(), "where(gt(%0, 0), %0, mul(%0, 0.1))");
+/// assert_eq!(e.single_op(), None);
+/// assert_eq!(ScalarExpr::unary(ScalarOp::Exp).single_op(), Some(ScalarOp::Exp));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScalarExpr {
+    /// Tensor operand `i` of the call.
+    Arg(usize),
+    /// A literal, converted to the compute dtype.
+    Lit(f64),
+    /// A scalar op applied to sub-expressions.
+    Op(ScalarOp, Vec<ScalarExpr>),
+}
+
+impl ScalarExpr {
+    /// Tensor operand `i`.
+    pub fn arg(i: usize) -> Self {
+        ScalarExpr::Arg(i)
+    }
+
+    /// A literal.
+    pub fn lit(v: f64) -> Self {
+        ScalarExpr::Lit(v)
+    }
+
+    /// `op` applied to `args`.
+    pub fn op<const N: usize>(op: ScalarOp, args: [ScalarExpr; N]) -> Self {
+        ScalarExpr::Op(op, args.into())
+    }
+
+    /// `op` applied to the first `op.arity()` operands in order: the lowering of an op that is
+    /// exactly one scalar op.
+    pub fn unary(op: ScalarOp) -> Self {
+        ScalarExpr::Op(op, (0..op.arity()).map(ScalarExpr::Arg).collect())
+    }
+
+    /// Number of tensor operands the expression reads (highest operand index + 1).
+    pub fn arity(&self) -> usize {
+        match self {
+            ScalarExpr::Arg(i) => i + 1,
+            ScalarExpr::Lit(_) => 0,
+            ScalarExpr::Op(_, args) => args.iter().map(ScalarExpr::arity).max().unwrap_or(0),
+        }
+    }
+
+    /// The op when the expression is one op over the operands in order (`Op(op, [%0, %1..])`).
+    pub fn single_op(&self) -> Option<ScalarOp> {
+        match self {
+            ScalarExpr::Op(op, args)
+                if args.len() == op.arity()
+                    && args
+                        .iter()
+                        .enumerate()
+                        .all(|(i, a)| *a == ScalarExpr::Arg(i)) =>
+            {
+                Some(*op)
+            }
+            _ => None,
+        }
+    }
+
+    /// Sum of [`ScalarOp::cost`] over the expression's ops.
+    pub fn cost(&self) -> usize {
+        match self {
+            ScalarExpr::Op(op, args) => op.cost() + args.iter().map(ScalarExpr::cost).sum::<usize>(),
+            _ => 0,
+        }
+    }
+}
+
+impl fmt::Display for ScalarExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScalarExpr::Arg(i) => write!(f, "%{i}"),
+            ScalarExpr::Lit(v) => write!(f, "{v}"),
+            ScalarExpr::Op(op, args) => {
+                write!(f, "{op}(")?;
+                for (i, a) in args.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{a}")?;
+                }
+                f.write_str(")")
+            }
         }
     }
 }

@@ -1,9 +1,10 @@
 //! Autocast: inside an `autocast(device_type, dtype)` region, ops cast their floating inputs by a
-//! policy before running — builtin ops by the table below, custom ops by `register_autocast`.
+//! policy before running — builtin ops by their `OpDef::autocast` ([`AutocastPolicy`]), custom
+//! ops by `register_autocast`.
 //!
-//! Builtin policy (PyTorch's, reduced to our op set):
+//! Builtin policies (PyTorch's, reduced to our op set):
 //! - **low precision** (`matmul`): floating inputs (not f64) are cast to the region's dtype;
-//! - **f32** (`sum`, `mean`, `prod`, `var`, `softmax`, `log_softmax`, `exp`, `log`, `pow`): f16/bf16
+//! - **f32** (reductions, softmax, `exp`, `log`, `log1p`, `expm1`, `pow`, `softplus`): f16/bf16
 //!   inputs are cast to f32 so accumulations and range-sensitive math stay accurate;
 //! - every other op runs in its input dtypes (mixed inputs promote as usual).
 
@@ -12,6 +13,7 @@ use std::cell::Cell;
 use tensorplay_ir::{DType, Device, Error, Result};
 
 use crate::library::registry::Slot;
+use crate::ops::{AutocastPolicy, OpDef};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -123,20 +125,18 @@ pub(crate) fn cast_args(args: &[Value], device: Device, dtype: DType) -> Result<
         .collect()
 }
 
-/// The builtin policy: the dtype an op's inputs are cast to under autocast with `region` dtype.
-pub(crate) fn builtin_policy(op: &str, region: DType) -> Option<DType> {
-    match op {
-        "matmul" => Some(region),
-        "sum" | "mean" | "prod" | "var" | "softmax" | "log_softmax" | "exp" | "log" | "pow" => {
-            Some(DType::F32)
-        }
-        _ => None,
+/// The dtype `op`'s inputs are cast to under autocast with `region` dtype (its declared policy).
+pub(crate) fn builtin_policy(op: &OpDef, region: DType) -> Option<DType> {
+    match op.autocast {
+        AutocastPolicy::LowPrecision => Some(region),
+        AutocastPolicy::F32 => Some(DType::F32),
+        AutocastPolicy::Keep => None,
     }
 }
 
 /// Casts args for builtin `op` if autocast is on for their device; `None` when nothing applies.
 pub(crate) fn apply_builtin(
-    op: &str,
+    op: &OpDef,
     args: &[Value],
     device: Device,
 ) -> Result<Option<Vec<Value>>> {

@@ -25,7 +25,7 @@ pub fn call(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
         return hook.on_builtin(op, args);
     }
     if autocast::any_active()
-        && let Some(cast) = autocast::apply_builtin(op.name, args, common_device(op.name, args)?)?
+        && let Some(cast) = autocast::apply_builtin(op, args, common_device(op.name, args)?)?
     {
         let _off = autocast::suspend();
         return vmap_layer(op, &cast);

@@ -54,8 +54,8 @@ use std::hash::{Hash, Hasher};
 
 use tensorplay_ir::graph::attr::fmt_float;
 use tensorplay_ir::graph::{Arg, Attr, Constant, Graph, NodeKind, ValueRef};
-use tensorplay_ir::{Category, DType, Error, NodeId, ReduceOp, Result, ScalarOp};
-use tensorplay_runtime::ops::lowering::scalar_op;
+use tensorplay_ir::{Category, DType, Error, NodeId, ReduceOp, Result, ScalarExpr, ScalarOp};
+use tensorplay_runtime::ops::lowering::{DTypeRule, pointwise};
 
 use crate::passes::region::{Region, RegionKind};
 
@@ -489,20 +489,22 @@ impl fmt::Display for KernelSpec {
     }
 }
 
-/// Which operand dtypes an op accepts, by compute dtype.
+/// Which operand dtypes an op accepts, by compute dtype. Exhaustive on purpose: a new scalar
+/// op must state where it computes.
 fn op_accepts(op: ScalarOp, compute: DType) -> bool {
     use ScalarOp::*;
     let float = compute.is_float();
     let boolean = compute == DType::Bool;
     match op {
-        Exp | Log | Sqrt | Rsqrt | Reciprocal | Sin | Cos | Tanh | Sigmoid | GeluErf | GeluTanh
-        | Silu | Erf | Div => float,
+        Exp | Log | Log1p | Expm1 | Sqrt | Rsqrt | Reciprocal | Sin | Cos | Tanh | Sigmoid
+        | GeluErf | GeluTanh | Silu | Erf | Div => float,
         Pow => !boolean,
         Neg | Relu | Sub | Floor | Ceil | Round => !boolean,
         Clamp { .. } => !boolean,
         Cast => false,
         LogicalNot | LogicalAnd | LogicalOr | LogicalXor => boolean,
-        _ => true,
+        Abs | Sign | Square | Add | Mul | Maximum | Minimum | Eq | Ne | Lt | Le | Gt | Ge
+        | Where => true,
     }
 }
 
@@ -1056,13 +1058,13 @@ pub fn lower(graph: &Graph, region: &Region) -> Result<LoweredRegion> {
             }
             _ => {}
         }
-        let sop = scalar_op(call)?.ok_or_else(|| {
+        let (expr, p) = pointwise(call)?.ok_or_else(|| {
             Error::unsupported(
                 &call.name,
                 "not a builtin elementwise op; it cannot be fused into a kernel",
             )
         })?;
-        let value = lower_op(&mut l, call, sop, &args, meta.dtype)?;
+        let value = lower_op(&mut l, call, &expr, p.dtype, &args, meta.dtype)?;
         l.env.insert(ValueRef::from(id), Operand::Value(value));
     }
 
@@ -1148,47 +1150,56 @@ pub fn lower(graph: &Graph, region: &Region) -> Result<LoweredRegion> {
 fn lower_op(
     l: &mut Lowerer,
     call: &tensorplay_ir::graph::OpCall,
-    op: ScalarOp,
+    expr: &ScalarExpr,
+    rule: DTypeRule,
     args: &[Operand],
     meta_dtype: DType,
 ) -> Result<ValueId> {
     use ScalarOp::*;
     let name = call.name.as_str();
-    if args.len() != op.arity() {
+    if args.len() != expr.arity() {
         return Err(compile_err(format!(
             "{name}: expected {} tensor operands, got {}",
-            op.arity(),
+            expr.arity(),
             args.len()
         )));
     }
+    let n = args.len();
     let bool_err = || Err(Error::dtype(name, "bool tensors are not supported"));
     let d0 = l.operand_dtype(args[0]);
-    // (compute dtype, operand dtypes) per op family.
-    let (compute, operand_dtypes): (DType, Vec<DType>) = match op {
-        Cast => {
+    // (compute dtype, operand dtypes) by the op's declared dtype rule.
+    let (compute, operand_dtypes): (DType, Vec<DType>) = match rule {
+        DTypeRule::Cast => {
             let x = l.materialize(args[0]);
             return Ok(l.coerce(Operand::Value(x), meta_dtype));
         }
-        Exp | Log | Sqrt | Rsqrt | Reciprocal | Sin | Cos | Tanh | Sigmoid | GeluErf | GeluTanh
-        | Silu | Erf => (d0.to_float(), vec![d0.to_float()]),
-        Neg | Relu | Floor | Ceil | Round => {
+        DTypeRule::Float => (d0.to_float(), vec![d0.to_float(); n]),
+        DTypeRule::FloatOnly => {
+            if !d0.is_float() {
+                return Err(Error::dtype(
+                    name,
+                    format!("expected a floating point tensor, got {d0}"),
+                ));
+            }
+            (d0, vec![d0; n])
+        }
+        DTypeRule::NoBool => {
             if d0 == DType::Bool {
                 return bool_err();
             }
-            (d0, vec![d0])
+            (d0, vec![d0; n])
         }
-        Abs | Sign => (d0, vec![d0]),
-        Square => {
+        DTypeRule::Same => (d0, vec![d0; n]),
+        DTypeRule::BoolToI64 => {
             let c = if d0 == DType::Bool { DType::I64 } else { d0 };
-            (c, vec![c])
+            (c, vec![c; n])
         }
-        LogicalNot => (DType::Bool, vec![DType::Bool]),
-        LogicalAnd | LogicalOr | LogicalXor => (DType::Bool, vec![DType::Bool; 2]),
-        Add | Mul | Maximum | Minimum | Eq | Ne | Lt | Le | Gt | Ge => {
+        DTypeRule::Logical => (DType::Bool, vec![DType::Bool; n]),
+        DTypeRule::Promote => {
             let c = l.promote(args);
-            (c, vec![c; 2])
+            (c, vec![c; n])
         }
-        Sub | Pow => {
+        DTypeRule::PromoteNoBool => {
             let c = l.promote(args);
             if c == DType::Bool {
                 return Err(Error::dtype(
@@ -1196,13 +1207,13 @@ fn lower_op(
                     "two bool operands are not supported (use logical ops)",
                 ));
             }
-            (c, vec![c; 2])
+            (c, vec![c; n])
         }
-        Div => {
+        DTypeRule::PromoteFloat => {
             let c = l.promote(args).to_float();
-            (c, vec![c; 2])
+            (c, vec![c; n])
         }
-        Where => {
+        DTypeRule::Where => {
             if d0 != DType::Bool {
                 return Err(Error::dtype(
                     "where",
@@ -1212,7 +1223,12 @@ fn lower_op(
             let c = l.promote(&args[1..]);
             (c, vec![DType::Bool, c, c])
         }
-        Clamp { min, max } => {
+        DTypeRule::Clamp => {
+            let Some(Clamp { min, max }) = expr.single_op() else {
+                return Err(compile_err(format!(
+                    "{name}: the clamp rule needs a clamp lowering, got {expr}"
+                )));
+            };
             if d0 == DType::Bool {
                 return bool_err();
             }
@@ -1265,6 +1281,23 @@ fn lower_op(
             (c, vec![c])
         }
     };
+    let Some(op) = expr.single_op() else {
+        // Eager computes a half op's whole expression in f32 (literals included) and rounds
+        // once; so does the kernel. Where conditions stay bool.
+        let widen = |d: DType| if d.is_half() { DType::F32 } else { d };
+        let ids: Vec<ValueId> = args
+            .iter()
+            .zip(&operand_dtypes)
+            .map(|(&a, &d)| l.coerce(a, widen(d)))
+            .collect();
+        let v = lower_expr(l, name, expr, &ids, widen(compute))?;
+        let v = if compute.is_half() {
+            l.coerce(Operand::Value(v), compute)
+        } else {
+            v
+        };
+        return check_out(l, name, v, meta_dtype);
+    };
     if !op_accepts(op, compute) {
         return Err(Error::dtype(
             name,
@@ -1293,6 +1326,54 @@ fn lower_op(
         out,
     });
     check_out(l, name, v, meta_dtype)
+}
+
+/// Emits an op's scalar expression over its coerced operands `ids`, every op computing in
+/// `compute` (predicates produce bool; `where` takes a bool condition).
+fn lower_expr(
+    l: &mut Lowerer,
+    name: &str,
+    e: &ScalarExpr,
+    ids: &[ValueId],
+    compute: DType,
+) -> Result<ValueId> {
+    Ok(match e {
+        ScalarExpr::Arg(i) => *ids
+            .get(*i)
+            .ok_or_else(|| compile_err(format!("{name}: its lowering reads operand {i}")))?,
+        ScalarExpr::Lit(v) => l.constant(Lit::Float(*v).convert(compute), compute),
+        ScalarExpr::Op(op, args) => {
+            if args.len() != op.arity() {
+                return Err(compile_err(format!(
+                    "{name}: {} in its lowering takes {} operands, got {}",
+                    lower_name(op),
+                    op.arity(),
+                    args.len()
+                )));
+            }
+            if !op_accepts(*op, compute) {
+                return Err(Error::dtype(
+                    name,
+                    format!("{compute} operands are not supported"),
+                ));
+            }
+            let vals = args
+                .iter()
+                .map(|a| lower_expr(l, name, a, ids, compute))
+                .collect::<Result<Vec<_>>>()?;
+            let out = if op.is_predicate() {
+                DType::Bool
+            } else {
+                compute
+            };
+            l.push(Inst::Op {
+                op: *op,
+                args: vals,
+                compute,
+                out,
+            })
+        }
+    })
 }
 
 /// A `pow` exponent that lowering replaces by cheaper exact-enough code.

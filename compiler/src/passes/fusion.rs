@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use tensorplay_ir::graph::{Arg, Attr, Graph, NodeId, NodeKind, OpCall, ValueRef};
 use tensorplay_ir::shape::normalize_dim;
 use tensorplay_ir::{Device, Dim, Error, OpClass, ReduceOp, Result};
-use tensorplay_runtime::ops::lowering::{reduce_op, scalar_op};
+use tensorplay_runtime::ops::lowering::{compiles, pointwise, reduce_op, softmax};
 
 use super::explain::Names;
 use super::logging;
@@ -234,14 +234,22 @@ fn classify(g: &Graph, id: NodeId, call: &OpCall, n_outputs: usize) -> Result<Cl
         OpClass::Opaque | OpClass::Mutating => Ok(Class::Barrier(default_barrier_reason(call))),
         OpClass::Elementwise | OpClass::Reduction => {
             if call.class == OpClass::Elementwise
-                && let Some(op) = scalar_op(call)?
+                && let Some((expr, p)) = pointwise(call)?
             {
                 let operands = call.tensor_slots();
-                if operands != op.arity() {
+                if operands != expr.arity() {
                     return Ok(Class::Barrier(format!(
                         "{name} has {operands} tensor operand(s) but its scalar lowering \
                          takes {}",
-                        op.arity()
+                        expr.arity()
+                    )));
+                }
+                if let Some(out) = g.node(id).and_then(|n| n.outputs.first())
+                    && !compiles(&p, out.dtype)
+                {
+                    return Ok(Class::Barrier(format!(
+                        "{name} with a {} result runs eagerly",
+                        out.dtype
                     )));
                 }
                 return Ok(single_output(Class::Pointwise));
@@ -252,11 +260,7 @@ fn classify(g: &Graph, id: NodeId, call: &OpCall, n_outputs: usize) -> Result<Cl
                 let dims = normalize_dims(name, dims.as_deref(), input_rank()?)?;
                 return Ok(single_output(Class::Reduce { op, dims, keepdim }));
             }
-            if let Some(log) = match name {
-                "tp::softmax" => Some(false),
-                "tp::log_softmax" => Some(true),
-                _ => None,
-            } {
+            if let Some(log) = softmax(call) {
                 let rank = input_rank()?;
                 let dim = match attr(call, "dim", 0) {
                     Some(Attr::Int(d)) => *d,

@@ -431,6 +431,8 @@ impl Arg {
 pub struct OpCall {
     /// Qualified name, `namespace::name` with an optional `.overload` (`tp::add`, `mylib::f.out`).
     pub name: String,
+    /// The stable handle of `name`: what passes and code generators compare and look ops up by.
+    pub op: crate::OpId,
     /// How the compiler may treat the op.
     pub class: OpClass,
     /// Arguments in schema order.
@@ -449,8 +451,10 @@ impl OpCall {
     /// assert!(!c.is_barrier());
     /// ```
     pub fn new(name: impl Into<String>, class: OpClass, args: Vec<Arg>) -> Self {
+        let name = name.into();
         OpCall {
-            name: name.into(),
+            op: crate::OpId::of(&name),
+            name,
             class,
             args,
             barrier_reason: None,

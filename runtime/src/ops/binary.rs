@@ -5,7 +5,8 @@ use half::{bf16, f16};
 use tensorplay_ir::shape::broadcast_shapes;
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
-use super::{GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::lowering::expr;
+use super::{AutocastPolicy, DTypeRule, Lower, Pointwise, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
 use crate::dispatch::call1;
 use crate::kernels::map::map2;
 use crate::tensor::Tensor;
@@ -94,12 +95,31 @@ pub fn binary_fill<M: BinaryMath>(a: Args, outs: &[Tensor]) -> Result<()> {
     }
 }
 
+/// The compiler's dtype rule of a binary op with eager's result rule (so the two agree).
+pub const fn binary_dtype_rule(out: BinaryOut, bool_ok: bool) -> DTypeRule {
+    match (out, bool_ok) {
+        (BinaryOut::Float, _) => DTypeRule::PromoteFloat,
+        (BinaryOut::Promote, true) => DTypeRule::Promote,
+        (BinaryOut::Promote, false) => DTypeRule::PromoteNoBool,
+    }
+}
+
+/// `AutocastPolicy::Keep` unless a policy is named.
+macro_rules! binary_autocast {
+    () => {
+        AutocastPolicy::Keep
+    };
+    ($ac:ident) => {
+        AutocastPolicy::$ac
+    };
+}
+
 /// Declares a binary op: its math type and its `OpDef` static. `meta = f` overrides the shared
 /// meta rule (for ops with extra argument checks, such as `pow`).
 macro_rules! binary_op {
     ($STATIC:ident, $Math:ident, $name:literal, out = $out:ident, bool_ok = $bool_ok:expr,
      f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
-     grad = $grad:expr, saved = $saved:ident) => {
+     grad = $grad:expr, saved = $saved:ident, lower = $lower:path $(, autocast = $ac:ident)?) => {
         binary_op!(
             $STATIC,
             $Math,
@@ -112,12 +132,15 @@ macro_rules! binary_op {
             bool = $bool,
             grad = $grad,
             saved = $saved,
-            meta = binary_meta::<$Math>
+            meta = binary_meta::<$Math>,
+            lower = $lower
+            $(, autocast = $ac)?
         );
     };
     ($STATIC:ident, $Math:ident, $name:literal, out = $out:ident, bool_ok = $bool_ok:expr,
      f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
-     grad = $grad:expr, saved = $saved:ident, meta = $meta:expr) => {
+     grad = $grad:expr, saved = $saved:ident, meta = $meta:expr, lower = $lower:path
+     $(, autocast = $ac:ident)?) => {
         #[doc = concat!("Scalar definition of `", $name, "`.")]
         pub struct $Math;
         impl BinaryMath for $Math {
@@ -152,6 +175,12 @@ macro_rules! binary_op {
             },
             derivative: $grad,
             saved: Saved::$saved,
+            lower: Lower::Pointwise(Pointwise::op(
+                $lower,
+                binary_dtype_rule(BinaryOut::$out, $bool_ok),
+            )),
+            autocast: binary_autocast!($($ac)?),
+            vmap: VmapRule::Derived,
         };
     };
 }
@@ -179,7 +208,7 @@ binary_op! {
     grad = Some(|c| {
         let (x, y, g) = operands(c)?;
         Ok(vec![grad_for(&g, x)?, grad_for(&g, y)?])
-    }), saved = Nothing
+    }), saved = Nothing, lower = expr::add
 }
 
 binary_op! {
@@ -189,7 +218,7 @@ binary_op! {
     grad = Some(|c| {
         let (x, y, g) = operands(c)?;
         Ok(vec![grad_for(&g, x)?, grad_for(&g.neg()?, y)?])
-    }), saved = Nothing
+    }), saved = Nothing, lower = expr::sub
 }
 
 binary_op! {
@@ -201,7 +230,7 @@ binary_op! {
         let gx = if x.requires_grad() { grad_for(&g.mul(y)?, x)? } else { None };
         let gy = if y.requires_grad() { grad_for(&g.mul(x)?, y)? } else { None };
         Ok(vec![gx, gy])
-    }), saved = Inputs
+    }), saved = Inputs, lower = expr::mul
 }
 
 binary_op! {
@@ -220,7 +249,7 @@ binary_op! {
             None
         };
         Ok(vec![gx, gy])
-    }), saved = All
+    }), saved = All, lower = expr::div
 }
 
 /// `base ** exp` on integers: repeated squaring with wrapping. A negative exponent gives 1 for
@@ -339,7 +368,7 @@ fn extremum_grad(c: &GradCtx, larger: bool) -> Result<Vec<Option<Tensor>>> {
 binary_op! {
     POW, Pow, "pow", out = Promote, bool_ok = false,
     f32 = f32::powf, f64 = f64::powf, int = int_pow, bool = no_bool,
-    grad = Some(pow_grad), saved = All, meta = pow_meta
+    grad = Some(pow_grad), saved = All, meta = pow_meta, lower = expr::pow, autocast = F32
 }
 
 binary_op! {
@@ -348,7 +377,7 @@ binary_op! {
     f32 = |a: f32, b: f32| if a > b || a.is_nan() { a } else { b },
     f64 = |a: f64, b: f64| if a > b || a.is_nan() { a } else { b },
     int = |a: i64, b: i64| a.max(b), bool = |a: bool, b: bool| a | b,
-    grad = Some(|c| extremum_grad(c, true)), saved = Inputs
+    grad = Some(|c| extremum_grad(c, true)), saved = Inputs, lower = expr::maximum
 }
 
 binary_op! {
@@ -356,7 +385,7 @@ binary_op! {
     f32 = |a: f32, b: f32| if a < b || a.is_nan() { a } else { b },
     f64 = |a: f64, b: f64| if a < b || a.is_nan() { a } else { b },
     int = |a: i64, b: i64| a.min(b), bool = |a: bool, b: bool| a & b,
-    grad = Some(|c| extremum_grad(c, false)), saved = Inputs
+    grad = Some(|c| extremum_grad(c, false)), saved = Inputs, lower = expr::minimum
 }
 
 /// Every binary op of this family.

@@ -2,7 +2,8 @@
 
 use tensorplay_ir::{OpClass, Result};
 
-use super::{GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::lowering::expr;
+use super::{AutocastPolicy, DTypeRule, Lower, Pointwise, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
 use crate::element::cast;
 use crate::kernels::map::map1;
 use crate::tensor::Tensor;
@@ -20,6 +21,9 @@ pub static TO_DTYPE: OpDef = OpDef {
     },
     derivative: Some(to_dtype_grad),
     saved: Saved::Nothing,
+    lower: Lower::Pointwise(Pointwise::op(expr::cast, DTypeRule::Cast)),
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 /// `clone(Tensor self) -> Tensor`: a contiguous copy with the same dtype.
@@ -33,6 +37,9 @@ pub static CLONE: OpDef = OpDef {
     },
     derivative: Some(clone_grad),
     saved: Saved::Nothing,
+    lower: Lower::Pointwise(Pointwise::op(expr::cast, DTypeRule::Cast)),
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 /// Every conversion op.

@@ -5,7 +5,8 @@ use tensorplay_ir::shape::broadcast_shapes;
 use tensorplay_ir::{DType, OpClass, Result};
 
 use super::binary::{as_dtype, result_type};
-use super::{Kernel, OpDef, OutSpec, Saved};
+use super::lowering::expr;
+use super::{AutocastPolicy, DTypeRule, Lower, Pointwise, VmapRule, Kernel, OpDef, OutSpec, Saved};
 use crate::dispatch::call1;
 use crate::kernels::map::map2;
 use crate::tensor::Tensor;
@@ -65,6 +66,9 @@ macro_rules! compare_op {
             },
             derivative: None,
             saved: Saved::Nothing,
+            lower: Lower::Pointwise(Pointwise::op(expr::$method, DTypeRule::Promote)),
+            autocast: AutocastPolicy::Keep,
+            vmap: VmapRule::Derived,
         };
         impl Tensor {
             #[doc = concat!("Elementwise `", $name, "` with broadcasting; bool result.")]

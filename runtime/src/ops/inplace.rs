@@ -6,7 +6,7 @@ use tensorplay_ir::shape::{broadcast_shapes, fmt_shape};
 use tensorplay_ir::{DType, Device, Error, OpClass, Result};
 
 use super::binary::{Add, BinaryMath, Div, Mul, Sub, binary_fill, result_type};
-use super::{Kernel, OpDef, Saved};
+use super::{AutocastPolicy, Lower, VmapRule, Kernel, OpDef, Saved};
 use crate::dispatch::call1;
 use crate::tensor::Tensor;
 use crate::value::{Args, Scalar, Value};
@@ -112,6 +112,9 @@ macro_rules! inplace_binary {
             },
             derivative: None,
             saved: Saved::Nothing,
+            lower: Lower::None,
+            autocast: AutocastPolicy::Keep,
+            vmap: VmapRule::Derived,
         };
         impl Tensor {
             #[doc = concat!("In-place `", $name, "` (broadcasting `other` to `self`).")]
@@ -146,6 +149,9 @@ pub static COPY_: OpDef = OpDef {
     },
     derivative: None,
     saved: Saved::Nothing,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 /// `fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)`
@@ -163,6 +169,9 @@ pub static FILL_: OpDef = OpDef {
     },
     derivative: None,
     saved: Saved::Nothing,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 /// Every in-place op.

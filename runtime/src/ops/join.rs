@@ -7,7 +7,7 @@
 use tensorplay_ir::shape::{fmt_shape, normalize_dim};
 use tensorplay_ir::{DType, Error, OpClass, Result, Shape, Strides};
 
-use super::{GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::{AutocastPolicy, Lower, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
 use crate::dispatch::call1;
 use crate::tensor::Tensor;
 use crate::value::{Args, Value};
@@ -23,6 +23,9 @@ pub static CAT: OpDef = OpDef {
     },
     derivative: Some(cat_grad),
     saved: Saved::Nothing,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Cat,
 };
 
 /// `stack(Tensor[] tensors, int dim=0) -> Tensor`: joins equal-shaped tensors along a new dim.
@@ -36,6 +39,9 @@ pub static STACK: OpDef = OpDef {
     },
     derivative: Some(stack_grad),
     saved: Saved::Nothing,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Stack,
 };
 
 /// Every op of this family.

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use tensorplay_ir::shape::{broadcast_shapes, broadcast_strides, contiguous_strides, fmt_shape};
 use tensorplay_ir::{DType, Error, OpClass, Result, Shape, Strides};
 
-use super::{GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::{AutocastPolicy, Lower, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
 use crate::dispatch::call1;
 use crate::element::Element;
 use crate::kernels::iter::{Nest, SendPtr};
@@ -31,6 +31,9 @@ pub static MATMUL: OpDef = OpDef {
     },
     derivative: Some(matmul_grad),
     saved: Saved::Inputs,
+    lower: Lower::None,
+    autocast: AutocastPolicy::LowPrecision,
+    vmap: VmapRule::Matmul,
 };
 
 /// Every op of this family.

@@ -10,7 +10,8 @@ use tensorplay_ir::shape::broadcast_shapes;
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
 use super::binary::{as_dtype, result_type};
-use super::{GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::lowering::expr;
+use super::{AutocastPolicy, DTypeRule, Lower, Pointwise, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
 use crate::dispatch::call1;
 use crate::element::Element;
 use crate::kernels::map::{map1, map2, map3};
@@ -62,6 +63,9 @@ macro_rules! logical_op {
             },
             derivative: None,
             saved: Saved::Nothing,
+            lower: Lower::Pointwise(Pointwise::op(expr::$method, DTypeRule::Logical)),
+            autocast: AutocastPolicy::Keep,
+            vmap: VmapRule::Derived,
         };
         impl Tensor {
             #[doc = concat!("Elementwise `", $name, "` of truth values (nonzero and NaN are true), ")]
@@ -106,6 +110,9 @@ pub static LOGICAL_NOT: OpDef = OpDef {
     },
     derivative: None,
     saved: Saved::Nothing,
+    lower: Lower::Pointwise(Pointwise::op(expr::logical_not, DTypeRule::Logical)),
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 // ---- where ---------------------------------------------------------------------------------------
@@ -163,6 +170,9 @@ pub static WHERE: OpDef = OpDef {
     },
     derivative: Some(where_grad),
     saved: Saved::Inputs,
+    lower: Lower::Pointwise(Pointwise::op(expr::where_, DTypeRule::Where)),
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 // ---- clamp ---------------------------------------------------------------------------------------
@@ -317,6 +327,9 @@ pub static CLAMP: OpDef = OpDef {
     },
     derivative: Some(clamp_grad),
     saved: Saved::Inputs,
+    lower: Lower::Pointwise(Pointwise::op(expr::clamp, DTypeRule::Clamp)),
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 /// Every op of this family.

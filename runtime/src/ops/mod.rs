@@ -21,6 +21,8 @@ pub mod unary;
 
 use tensorplay_ir::{DType, OpClass, Result, Shape};
 
+pub use lowering::{DTypeRule, Lower, Pointwise};
+
 use crate::tensor::Tensor;
 use crate::value::Args;
 
@@ -73,7 +75,47 @@ pub enum Saved {
     All,
 }
 
-/// One builtin op.
+/// What autocast does with an op's floating inputs (PyTorch's policy, reduced to our op set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutocastPolicy {
+    /// Runs in its input dtypes (mixed inputs promote as usual).
+    Keep,
+    /// Floating inputs other than f64 are cast to the region's dtype (matmul).
+    LowPrecision,
+    /// f16/bf16 inputs are cast to f32 (accumulations, range-sensitive math).
+    F32,
+}
+
+/// How `vmap` batches an op: by default a rule derived from the op's class, kernel kind and
+/// schema (elementwise, in-place, reductions over a `dim` argument, else per example); ops whose
+/// arguments are shapes or dims with a special meaning name their rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VmapRule {
+    /// Derived from class, kernel kind and schema.
+    Derived,
+    /// `view(self, size)`.
+    View,
+    /// `permute(self, dims)`.
+    Permute,
+    /// `expand(self, size)`.
+    Expand,
+    /// `slice(self, dim, ...)`.
+    Slice,
+    /// `slice_backward(grad, sizes, dim, ...)`.
+    SliceBackward,
+    /// `matmul(self, other)`.
+    Matmul,
+    /// `cat(tensors, dim)`.
+    Cat,
+    /// `stack(tensors, dim)`.
+    Stack,
+    /// A reduction whose absent `dim` means the flattened tensor (argmax, argmin).
+    ReduceFlattened,
+}
+
+/// One builtin op: everything the dispatcher, autograd, autocast, vmap and the compiler need to
+/// know about it, declared once. Adding an op means adding one of these (and its method); the
+/// sweep test in `tests/op_table.rs` checks every entry is complete.
 pub struct OpDef {
     /// Unqualified name, registered as `tp::<name>`.
     pub name: &'static str,
@@ -84,6 +126,12 @@ pub struct OpDef {
     /// `None` for ops that are not differentiable (comparisons, argmax, integer-only ops).
     pub derivative: Option<DerivativeFn>,
     pub saved: Saved,
+    /// How the compiler computes it (scalar expression + dtype rule, reduction, softmax).
+    pub lower: lowering::Lower,
+    /// What autocast does with its floating inputs.
+    pub autocast: AutocastPolicy,
+    /// How vmap batches it.
+    pub vmap: VmapRule,
 }
 
 /// What a derivative sees: the call's arguments, its (detached) outputs and the output gradients.

@@ -8,9 +8,9 @@
 
 use half::{bf16, f16};
 use tensorplay_ir::shape::{fmt_shape, normalize_dim};
-use tensorplay_ir::{DType, Error, OpClass, Result};
+use tensorplay_ir::{ReduceOp, DType, Error, OpClass, Result};
 
-use super::{GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::{AutocastPolicy, Lower, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
 use crate::dispatch::{call, call1};
 use crate::element::Element;
 use crate::kernels::iter::SendPtr;
@@ -30,6 +30,9 @@ pub static SUM: OpDef = OpDef {
     },
     derivative: Some(sum_grad),
     saved: Saved::Nothing,
+    lower: Lower::Reduce(ReduceOp::Sum),
+    autocast: AutocastPolicy::F32,
+    vmap: VmapRule::Derived,
 };
 
 /// `mean(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor` (floating input only).
@@ -43,6 +46,9 @@ pub static MEAN: OpDef = OpDef {
     },
     derivative: Some(mean_grad),
     saved: Saved::Nothing,
+    lower: Lower::Reduce(ReduceOp::Mean),
+    autocast: AutocastPolicy::F32,
+    vmap: VmapRule::Derived,
 };
 
 /// `max(Tensor self) -> Tensor`: the largest element (NaN if any element is NaN) as a 0-d tensor.
@@ -56,6 +62,9 @@ pub static MAX: OpDef = OpDef {
     },
     derivative: Some(full_extremum_grad),
     saved: Saved::All,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 /// `min(Tensor self) -> Tensor`: the smallest element (NaN if any element is NaN) as a 0-d tensor.
@@ -69,6 +78,9 @@ pub static MIN: OpDef = OpDef {
     },
     derivative: Some(full_extremum_grad),
     saved: Saved::All,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 /// `max_dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`:
@@ -83,6 +95,9 @@ pub static MAX_DIM: OpDef = OpDef {
     },
     derivative: Some(extremum_dim_grad),
     saved: Saved::Outputs,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 /// `min_dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`.
@@ -96,6 +111,9 @@ pub static MIN_DIM: OpDef = OpDef {
     },
     derivative: Some(extremum_dim_grad),
     saved: Saved::Outputs,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 /// `amax(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor`: maximum over several dims.
@@ -109,6 +127,9 @@ pub static AMAX: OpDef = OpDef {
     },
     derivative: Some(amax_grad),
     saved: Saved::All,
+    lower: Lower::Reduce(ReduceOp::Amax),
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 /// `amin(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor`: minimum over several dims.
@@ -122,6 +143,9 @@ pub static AMIN: OpDef = OpDef {
     },
     derivative: Some(amax_grad),
     saved: Saved::All,
+    lower: Lower::Reduce(ReduceOp::Amin),
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 /// `argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor`: i64 index of the first
@@ -136,6 +160,9 @@ pub static ARGMAX: OpDef = OpDef {
     },
     derivative: None,
     saved: Saved::Nothing,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::ReduceFlattened,
 };
 
 /// `argmin(Tensor self, int? dim=None, bool keepdim=False) -> Tensor`.
@@ -149,6 +176,9 @@ pub static ARGMIN: OpDef = OpDef {
     },
     derivative: None,
     saved: Saved::Nothing,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::ReduceFlattened,
 };
 
 /// `prod(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor`: integers and bool give
@@ -163,6 +193,9 @@ pub static PROD: OpDef = OpDef {
     },
     derivative: Some(prod_grad),
     saved: Saved::Inputs,
+    lower: Lower::Reduce(ReduceOp::Prod),
+    autocast: AutocastPolicy::F32,
+    vmap: VmapRule::Derived,
 };
 
 /// `var(Tensor self, int[]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor`:
@@ -177,6 +210,9 @@ pub static VAR: OpDef = OpDef {
     },
     derivative: Some(var_grad),
     saved: Saved::Inputs,
+    lower: Lower::None,
+    autocast: AutocastPolicy::F32,
+    vmap: VmapRule::Derived,
 };
 
 /// `std(Tensor self, int[]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor`:
@@ -191,6 +227,9 @@ pub static STD: OpDef = OpDef {
     },
     derivative: Some(std_grad),
     saved: Saved::All,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 /// Every reduction op of this family.

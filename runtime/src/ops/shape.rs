@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 use tensorplay_ir::shape::{contiguous_strides, fmt_shape, normalize_dim, numel};
 use tensorplay_ir::{Error, OpClass, Result, Shape, Strides};
 
-use super::{Kernel, OpDef, OutSpec, Saved};
+use super::{AutocastPolicy, Lower, VmapRule, Kernel, OpDef, OutSpec, Saved};
 use crate::dispatch::call1;
 use crate::tensor::{Tensor, checked_nbytes};
 use crate::value::{Args, Value};
@@ -27,6 +27,9 @@ pub static VIEW: OpDef = OpDef {
         Ok(vec![Some(c.grad(0)?.reshape(x.shape())?)])
     }),
     saved: Saved::Nothing,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::View,
 };
 
 /// `permute(Tensor(a) self, int[] dims) -> Tensor(a)`
@@ -45,6 +48,9 @@ pub static PERMUTE: OpDef = OpDef {
         Ok(vec![Some(c.grad(0)?.permute(&inverse)?)])
     }),
     saved: Saved::Nothing,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Permute,
 };
 
 /// `expand(Tensor(a) self, SymInt[] size) -> Tensor(a)`: broadcast view (stride 0 along new dims).
@@ -58,6 +64,9 @@ pub static EXPAND: OpDef = OpDef {
         Ok(vec![Some(c.grad(0)?.sum_to_shape(x.shape())?)])
     }),
     saved: Saved::Nothing,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Expand,
 };
 
 /// `slice(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) ->
@@ -86,6 +95,9 @@ pub static SLICE: OpDef = OpDef {
         Ok(vec![Some(call1(&SLICE_BACKWARD, &args)?)])
     }),
     saved: Saved::Nothing,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Slice,
 };
 
 /// `slice_backward(Tensor grad, SymInt[] input_sizes, int dim, SymInt? start, SymInt? end, SymInt
@@ -105,6 +117,9 @@ pub static SLICE_BACKWARD: OpDef = OpDef {
         Ok(vec![Some(g.slice(dim, start, end, step)?)])
     }),
     saved: Saved::Nothing,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::SliceBackward,
 };
 
 /// Every view op.

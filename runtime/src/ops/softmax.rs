@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use tensorplay_ir::shape::normalize_dim;
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
-use super::{GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::{AutocastPolicy, Lower, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
 use crate::dispatch::call1;
 use crate::kernels::iter::{PAR_MIN_ELEMS, SendPtr};
 use crate::parallel;
@@ -31,6 +31,9 @@ pub static SOFTMAX: OpDef = OpDef {
     },
     derivative: Some(softmax_grad),
     saved: Saved::Outputs,
+    lower: Lower::Softmax { log: false },
+    autocast: AutocastPolicy::F32,
+    vmap: VmapRule::Derived,
 };
 
 /// `log_softmax(Tensor self, int dim) -> Tensor`: `x - max - log(sum(exp(x - max)))` along `dim`.
@@ -44,6 +47,9 @@ pub static LOG_SOFTMAX: OpDef = OpDef {
     },
     derivative: Some(log_softmax_grad),
     saved: Saved::Outputs,
+    lower: Lower::Softmax { log: true },
+    autocast: AutocastPolicy::F32,
+    vmap: VmapRule::Derived,
 };
 
 /// Every op of this family.

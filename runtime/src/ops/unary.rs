@@ -14,7 +14,8 @@ use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI, PI};
 use half::{bf16, f16};
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
-use super::{GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::lowering::expr;
+use super::{AutocastPolicy, DTypeRule, Lower, Pointwise, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
 use crate::dispatch::call1;
 use crate::kernels::map::map1;
 use crate::tensor::Tensor;
@@ -109,6 +110,27 @@ pub fn unary_fill<M: UnaryMath>(a: Args, outs: &[Tensor]) -> Result<()> {
     }
 }
 
+/// The compiler's dtype rule of a unary op with eager's integer and bool rules (so the two
+/// cannot disagree).
+pub const fn dtype_rule(int: IntRule, b: BoolRule) -> DTypeRule {
+    match (int, b) {
+        (IntRule::Promote, _) => DTypeRule::Float,
+        (_, BoolRule::Reject) => DTypeRule::NoBool,
+        (_, BoolRule::ToI64) => DTypeRule::BoolToI64,
+        (_, BoolRule::AsInt) => DTypeRule::Same,
+    }
+}
+
+/// `AutocastPolicy::Keep` unless a policy is named.
+macro_rules! autocast_policy {
+    () => {
+        AutocastPolicy::Keep
+    };
+    ($ac:ident) => {
+        AutocastPolicy::$ac
+    };
+}
+
 /// Declares the zero-sized math type of a unary op.
 macro_rules! unary_math {
     ($Math:ident, $name:literal, int = $rule:ident, bool = $bool:ident,
@@ -140,7 +162,8 @@ macro_rules! unary_math {
 macro_rules! unary_op {
     ($(#[$attr:meta])* $STATIC:ident, $Math:ident, $name:literal, $method:ident,
      int = $rule:ident, bool = $bool:ident,
-     f32 = $f32:expr, f64 = $f64:expr, int_fn = $int:expr, grad = $grad:expr, saved = $saved:ident) => {
+     f32 = $f32:expr, f64 = $f64:expr, int_fn = $int:expr, grad = $grad:expr, saved = $saved:ident
+     $(, autocast = $ac:ident)?) => {
         unary_math!($Math, $name, int = $rule, bool = $bool, f32 = $f32, f64 = $f64, int_fn = $int);
         #[doc = concat!("`", $name, "(Tensor self) -> Tensor`")]
         pub static $STATIC: OpDef = OpDef {
@@ -153,6 +176,12 @@ macro_rules! unary_op {
             },
             derivative: $grad,
             saved: Saved::$saved,
+            lower: Lower::Pointwise(Pointwise::op(
+                expr::$method,
+                dtype_rule(IntRule::$rule, BoolRule::$bool),
+            )),
+            autocast: autocast_policy!($($ac)?),
+            vmap: VmapRule::Derived,
         };
         impl Tensor {
             #[doc = concat!("Elementwise `", $name, "`.")]
@@ -227,7 +256,7 @@ unary_op! {
 unary_op! {
     EXP, Exp, "exp", exp, int = Promote, bool = AsInt,
     f32 = f32::exp, f64 = f64::exp, int_fn = id,
-    grad = Some(|c| grad_times_out(c, |o| Ok(o.clone()))), saved = Outputs
+    grad = Some(|c| grad_times_out(c, |o| Ok(o.clone()))), saved = Outputs, autocast = F32
 }
 
 unary_op! {
@@ -269,7 +298,7 @@ unary_op! {
     grad = Some(|c| {
         let (x, g) = x_and_grad(c)?;
         Ok(vec![Some(g.div(x)?)])
-    }), saved = Inputs
+    }), saved = Inputs, autocast = F32
 }
 
 unary_op! {
@@ -600,6 +629,9 @@ pub static GELU: OpDef = OpDef {
     },
     derivative: Some(gelu_grad),
     saved: Saved::Inputs,
+    lower: Lower::Pointwise(Pointwise::op(expr::gelu, DTypeRule::Float)),
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
 };
 
 impl Tensor {

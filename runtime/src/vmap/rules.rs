@@ -3,8 +3,8 @@
 //!
 //! Builtin rules are picked once per op from its declaration: elementwise ops (class
 //! `Elementwise`, tensors and non-dim arguments only), in-place ops (`Kernel::Mutate`),
-//! reductions and softmax-like ops (class `Reduction` with a `dim` argument) and, by name, the
-//! view ops, `slice_backward`, `matmul`, `cat` and `stack`. Everything else, and every case a
+//! reductions and softmax-like ops (class `Reduction` with a `dim` argument) and, by the rule their
+//! `OpDef::vmap` names, the view ops, `slice_backward`, `matmul`, `cat` and `stack`. Everything else, and every case a
 //! rule does not cover (0-d examples, unusual arguments), runs the per-example fallback. When a
 //! rule fails, the fallback runs too, so the error is the one a single example raises (it names
 //! per-example shapes and dims, not physical ones).
@@ -24,7 +24,7 @@ use crate::dispatch;
 use crate::library::registry::Operator;
 use crate::library::vmap_rule::VmapInfo;
 use crate::ops::shape::view_strides;
-use crate::ops::{Kernel, OpDef};
+use crate::ops::{Kernel, OpDef, VmapRule};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -202,8 +202,8 @@ fn dim_kind(ty: &SchemaType) -> Option<DimKind> {
     })
 }
 
-/// Picks the rule of `op` from its declaration (class, kernel kind, schema) and, for the few ops
-/// whose arguments are shapes or dims of a special meaning, its name.
+/// Picks the rule of `op` from its declaration: the rule it names (`OpDef::vmap`, checked
+/// against its schema), else one derived from its class, kernel kind and schema.
 fn classify(op: &OpDef) -> RuleKind {
     let Ok(schema) = Schema::parse(&format!("tp::{}", op.schema)) else {
         return RuleKind::Fallback;
@@ -215,27 +215,37 @@ fn classify(op: &OpDef) -> RuleKind {
     let int_at =
         |i: usize| ty(i).is_some_and(|t| is_int_like(t) && !t.is_list() && !t.is_optional());
     let tensor_count = p.iter().filter(|q| q.ty.is_tensor_like()).count();
-    let by_name = match op.name {
-        "view" if tensor_at(0) && int_list_at(1) && p.len() == 2 => Some(RuleKind::View),
-        "permute" if tensor_at(0) && int_list_at(1) && p.len() == 2 => Some(RuleKind::Permute),
-        "expand" if tensor_at(0) && int_list_at(1) && p.len() == 2 => Some(RuleKind::Expand),
-        "slice" if tensor_at(0) && int_at(1) && tensor_count == 1 => Some(RuleKind::Slice),
-        "slice_backward" if tensor_at(0) && int_list_at(1) && int_at(2) && tensor_count == 1 => {
+    let declared = match op.vmap {
+        VmapRule::View if tensor_at(0) && int_list_at(1) && p.len() == 2 => Some(RuleKind::View),
+        VmapRule::Permute if tensor_at(0) && int_list_at(1) && p.len() == 2 => {
+            Some(RuleKind::Permute)
+        }
+        VmapRule::Expand if tensor_at(0) && int_list_at(1) && p.len() == 2 => {
+            Some(RuleKind::Expand)
+        }
+        VmapRule::Slice if tensor_at(0) && int_at(1) && tensor_count == 1 => Some(RuleKind::Slice),
+        VmapRule::SliceBackward
+            if tensor_at(0) && int_list_at(1) && int_at(2) && tensor_count == 1 =>
+        {
             Some(RuleKind::SliceBackward)
         }
-        "matmul" if tensor_at(0) && tensor_at(1) && p.len() == 2 => Some(RuleKind::Matmul),
-        "cat" | "stack"
+        VmapRule::Matmul if tensor_at(0) && tensor_at(1) && p.len() == 2 => {
+            Some(RuleKind::Matmul)
+        }
+        VmapRule::Cat | VmapRule::Stack
             if ty(0).is_some_and(SchemaType::is_tensor_list) && int_at(1) && p.len() == 2 =>
         {
-            Some(if op.name == "cat" {
+            Some(if op.vmap == VmapRule::Cat {
                 RuleKind::Cat
             } else {
                 RuleKind::Stack
             })
         }
-        _ => None,
+        // A declared rule the schema does not fit batches per example.
+        VmapRule::Derived | VmapRule::ReduceFlattened => None,
+        _ => Some(RuleKind::Fallback),
     };
-    if let Some(k) = by_name {
+    if let Some(k) = declared {
         return k;
     }
     // Arguments an elementwise-style rule passes through unchanged: tensors (which broadcast)
@@ -263,7 +273,7 @@ fn classify(op: &OpDef) -> RuleKind {
                         .iter()
                         .position(|q| q.name == "keepdim" && *q.ty.base() == BaseType::Bool),
                     // "No dim" means the flattened tensor for the arg-extremum reductions.
-                    flatten_none: matches!(op.name, "argmax" | "argmin"),
+                    flatten_none: op.vmap == VmapRule::ReduceFlattened,
                 },
                 _ => RuleKind::Fallback,
             }

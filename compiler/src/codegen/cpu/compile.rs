@@ -250,21 +250,15 @@ pub(crate) fn check_layout(spec: &KernelSpec, layout: &LoopLayout) -> Result<()>
 }
 
 /// Relative cost of one element of `spec`, in units of a cheap memory-bound element: 1 plus
-/// extra weight for transcendentals (8), the general `pow` (12) and division / `sqrt` (1);
+/// each op's [`ScalarOp::cost`] (transcendentals 8, the general `pow` 12, division / `sqrt` 1);
 /// softmax pays one `exp` per element. The launcher scales its minimum parallel chunk by it, so
 /// compute-heavy kernels go multi-threaded at smaller sizes.
 fn work_weight(spec: &KernelSpec) -> usize {
-    use ScalarOp::*;
     let ops: usize = spec
         .insts
         .iter()
         .map(|inst| match inst {
-            Inst::Op { op, compute, .. } if compute.is_float() => match op {
-                Exp | Log | Tanh | Sigmoid | Erf | GeluErf | GeluTanh | Silu | Sin | Cos => 8,
-                Pow => 12,
-                Div | Sqrt | Rsqrt | Reciprocal => 1,
-                _ => 0,
-            },
+            Inst::Op { op, compute, .. } if compute.is_float() => op.cost(),
             _ => 0,
         })
         .sum();

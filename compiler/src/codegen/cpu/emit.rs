@@ -863,6 +863,8 @@ impl<'a, 'b> Emitter<'a, 'b> {
             Where => self.select(a[0], a[1], a[2]),
             Exp => unary(self, MathFn::Exp),
             Log => unary(self, MathFn::Log),
+            Log1p => unary(self, MathFn::Log1p),
+            Expm1 => unary(self, MathFn::Expm1),
             Tanh => unary(self, MathFn::Tanh),
             Sigmoid => unary(self, MathFn::Sigmoid),
             Erf => unary(self, MathFn::Erf),

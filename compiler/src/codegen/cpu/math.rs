@@ -220,8 +220,8 @@ use cranelift_module::{FuncId, Linkage, Module, ModuleResult};
 
 pub use shims::{
     erf_f64, erfc_f64, gelu_erf_f64, gelu_tanh_f64, sigmoid_f64, silu_f64, tp_math_cos_f64,
-    tp_math_erf_f64, tp_math_exp_f64, tp_math_gelu_erf_f64, tp_math_gelu_tanh_f64, tp_math_log_f64,
-    tp_math_pow_f64, tp_math_sigmoid_f64, tp_math_silu_f64, tp_math_sin_f64, tp_math_tanh_f64,
+    tp_math_erf_f64, tp_math_exp_f64, tp_math_expm1_f64, tp_math_gelu_erf_f64, tp_math_gelu_tanh_f64,
+    tp_math_log_f64, tp_math_log1p_f64, tp_math_pow_f64, tp_math_sigmoid_f64, tp_math_silu_f64, tp_math_sin_f64, tp_math_tanh_f64,
 };
 
 use emit::Em;
@@ -249,11 +249,15 @@ pub enum MathFn {
     Sin,
     /// Cosine (f32: through the f64 shim per lane for now).
     Cos,
+    /// `log(1 + x)`, accurate near 0.
+    Log1p,
+    /// `e^x - 1`, accurate near 0.
+    Expm1,
 }
 
 impl MathFn {
     /// Every function, in shim-index order.
-    pub const ALL: [MathFn; 10] = [
+    pub const ALL: [MathFn; 12] = [
         MathFn::Exp,
         MathFn::Log,
         MathFn::Tanh,
@@ -264,6 +268,8 @@ impl MathFn {
         MathFn::Silu,
         MathFn::Sin,
         MathFn::Cos,
+        MathFn::Log1p,
+        MathFn::Expm1,
     ];
 
     /// Lower-case name (`"exp"`, `"gelu_tanh"`, ...).
@@ -284,6 +290,8 @@ impl MathFn {
             MathFn::Silu => "silu",
             MathFn::Sin => "sin",
             MathFn::Cos => "cos",
+            MathFn::Log1p => "log1p",
+            MathFn::Expm1 => "expm1",
         }
     }
 
@@ -311,7 +319,7 @@ impl MathFn {
 
 type UnaryShim = extern "C" fn(f64) -> f64;
 
-const SHIMS: [(&str, UnaryShim); 10] = [
+const SHIMS: [(&str, UnaryShim); 12] = [
     ("tp_math_exp_f64", tp_math_exp_f64),
     ("tp_math_log_f64", tp_math_log_f64),
     ("tp_math_tanh_f64", tp_math_tanh_f64),
@@ -322,11 +330,13 @@ const SHIMS: [(&str, UnaryShim); 10] = [
     ("tp_math_silu_f64", tp_math_silu_f64),
     ("tp_math_sin_f64", tp_math_sin_f64),
     ("tp_math_cos_f64", tp_math_cos_f64),
+    ("tp_math_log1p_f64", tp_math_log1p_f64),
+    ("tp_math_expm1_f64", tp_math_expm1_f64),
 ];
 
 /// Number of shims: one per [`MathFn`] plus `pow`.
-pub const NUM_SHIMS: usize = 11;
-const POW_SHIM: usize = 10;
+pub const NUM_SHIMS: usize = 13;
+const POW_SHIM: usize = 12;
 const POW_SHIM_NAME: &str = "tp_math_pow_f64";
 
 /// A shim the JIT must be able to resolve: its symbol name, its address and
@@ -509,6 +519,8 @@ pub fn emit_unary(fb: &mut FunctionBuilder, ctx: &MathCtx, f: MathFn, x: Value) 
                 MathFn::GeluErf => approx::gelu_erf(em, x),
                 MathFn::GeluTanh => approx::gelu_tanh(em, x),
                 MathFn::Silu => approx::silu(em, x),
+                MathFn::Log1p => approx::log1p(em, x),
+                MathFn::Expm1 => approx::expm1(em, x),
                 MathFn::Sin | MathFn::Cos => unreachable!(),
             }
         }

@@ -98,10 +98,40 @@ fn bulk_op(op: ScalarOp, compute: DType) -> Option<BulkOp> {
         ScalarOp::Silu => BulkOp::Math(MathFn::Silu),
         ScalarOp::Sin => BulkOp::Math(MathFn::Sin),
         ScalarOp::Cos => BulkOp::Math(MathFn::Cos),
+        ScalarOp::Log1p => BulkOp::Math(MathFn::Log1p),
+        ScalarOp::Expm1 => BulkOp::Math(MathFn::Expm1),
         ScalarOp::Pow => BulkOp::Pow,
         ScalarOp::Sqrt => BulkOp::Sqrt,
         ScalarOp::Div => BulkOp::Div,
-        _ => return None,
+        // Cheap ops stay inline (exhaustive, so a new op states whether it is outlined).
+        ScalarOp::Neg
+        | ScalarOp::Abs
+        | ScalarOp::Rsqrt
+        | ScalarOp::Reciprocal
+        | ScalarOp::Relu
+        | ScalarOp::Floor
+        | ScalarOp::Ceil
+        | ScalarOp::Round
+        | ScalarOp::Sign
+        | ScalarOp::Square
+        | ScalarOp::LogicalNot
+        | ScalarOp::Cast
+        | ScalarOp::Add
+        | ScalarOp::Sub
+        | ScalarOp::Mul
+        | ScalarOp::Maximum
+        | ScalarOp::Minimum
+        | ScalarOp::Eq
+        | ScalarOp::Ne
+        | ScalarOp::Lt
+        | ScalarOp::Le
+        | ScalarOp::Gt
+        | ScalarOp::Ge
+        | ScalarOp::LogicalAnd
+        | ScalarOp::LogicalOr
+        | ScalarOp::LogicalXor
+        | ScalarOp::Where
+        | ScalarOp::Clamp { .. } => return None,
     };
     bulk_addr(b).map(|_| b)
 }

@@ -389,3 +389,42 @@ fn gelu_erf_tail64<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let neg = em.cmp(FloatCC::LessThan, x, zero);
     em.sel(neg, rn, rp)
 }
+
+/// log1p(x) = log(u) * (x / (u - 1)) with u = fl(1 + x): the quotient corrects the rounding
+/// of `1 + x` to first order (log(1+t)/t varies slowly), so small `x` keeps full relative
+/// precision. `u == 1` (|x| below half an ulp of 1, zeros included) gives `x`; `+inf` gives
+/// `+inf`; `-1` gives `-inf` and `x < -1` NaN (through `log`).
+#[inline(always)]
+pub(super) fn log1p<A: Arith>(em: &mut A, x: A::V) -> A::V {
+    let u = em.addk(x, 1.0);
+    let d = em.addk(u, -1.0);
+    let lu = log(em, u);
+    let q = em.div(x, d);
+    let res = em.mul(lu, q);
+    let zero = em.f(0.0);
+    let exact = em.cmp(FloatCC::Equal, d, zero);
+    let res = em.sel(exact, x, res);
+    let inf = em.fbits(INF_BITS);
+    let isinf = em.cmp(FloatCC::Equal, x, inf);
+    em.sel(isinf, inf, res)
+}
+
+/// expm1(x) = 2 (2^(n-1) (e^r - 1) + (2^(n-1) - 1/2)) with x = n ln2 + r, rounded once by the
+/// fma: the half-scale keeps `2^(n-1)` normal up to n = 128, so results up to the overflow
+/// threshold are exact-scaled (and larger ones overflow to +inf in the last doubling).
+/// x < -18 rounds to -1; |x| < 2^-25 returns x (zeros and subnormals keep their sign and
+/// bits).
+#[inline(always)]
+pub(super) fn expm1<A: Arith>(em: &mut A, x: A::V) -> A::V {
+    let y = em.clamp_lo(x, -18.0);
+    let y = em.clamp_hi(y, 89.0);
+    let (r, t) = exp_reduce(em, y);
+    let pm1 = expm1_poly(em, r);
+    let sh = pow2_from_t(em, t, -1);
+    let shm = em.addk(sh, -0.5);
+    let h = em.fma(sh, pm1, shm);
+    let res = em.add(h, h);
+    let a = em.abs(x);
+    let tiny = em.cmpk(FloatCC::LessThan, a, 2.980_232_238_769_531_2e-8); // 2^-25
+    em.sel(tiny, x, res)
+}

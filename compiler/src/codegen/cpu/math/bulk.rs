@@ -25,7 +25,7 @@
 //! # Accuracy contract
 //!
 //! Every kernel of `Math(Exp | Log | Tanh | Sigmoid | Erf | GeluErf |
-//! GeluTanh | Silu)`, `Sqrt`, `Div` and `Pow` returns, for every input, the
+//! GeluTanh | Silu | Log1p | Expm1)`, `Sqrt`, `Div` and `Pow` returns, for every input, the
 //! same bits as the inline CLIF code of [`emit_unary`](super::emit_unary) /
 //! [`emit_pow`](super::emit_pow) (FMA form) and of CLIF `sqrt` / `fdiv`,
 //! at every level and for every length and alignment; the only freedom is
@@ -487,6 +487,8 @@ unary_ops!(
     GeluErfOp => approx::gelu_erf,
     GeluTanhOp => approx::gelu_tanh,
     SiluOp => approx::silu,
+    Log1pOp => approx::log1p,
+    Expm1Op => approx::expm1,
 );
 
 struct SqrtOp;
@@ -883,6 +885,8 @@ mod imp {
                 MathFn::GeluErf => u::<GeluErfOp>(level),
                 MathFn::GeluTanh => u::<GeluTanhOp>(level),
                 MathFn::Silu => u::<SiluOp>(level),
+                MathFn::Log1p => u::<Log1pOp>(level),
+                MathFn::Expm1 => u::<Expm1Op>(level),
                 MathFn::Sin | MathFn::Cos => return None,
             },
             BulkOp::Sqrt => u::<SqrtOp>(level),

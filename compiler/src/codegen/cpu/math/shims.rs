@@ -242,6 +242,8 @@ shims! {
     tp_math_silu_f64 => silu_f64;
     tp_math_sin_f64 => f64::sin;
     tp_math_cos_f64 => f64::cos;
+    tp_math_log1p_f64 => f64::ln_1p;
+    tp_math_expm1_f64 => f64::exp_m1;
 }
 
 /// JIT shim `tp_math_pow_f64`: `x.powf(y)` (C99 `pow` semantics).
