@@ -65,9 +65,15 @@ enum Un {
     Square,
     LogicalNot,
     Clone,
+    Log1p,
+    Expm1,
+    /// `leaky_relu(x, 0.2)`.
+    LeakyRelu,
+    /// `softplus(x, 2, 5)` (a non-default beta and threshold).
+    Softplus,
 }
 
-const UNARY: [Un; 23] = [
+const UNARY: [Un; 27] = [
     Un::Neg,
     Un::Abs,
     Un::Exp,
@@ -91,6 +97,10 @@ const UNARY: [Un; 23] = [
     Un::Square,
     Un::LogicalNot,
     Un::Clone,
+    Un::Log1p,
+    Un::Expm1,
+    Un::LeakyRelu,
+    Un::Softplus,
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,9 +121,10 @@ enum Bin {
     And,
     Or,
     Xor,
+    Remainder,
 }
 
-const BINARY: [Bin; 16] = [
+const BINARY: [Bin; 17] = [
     Bin::Add,
     Bin::Sub,
     Bin::Mul,
@@ -130,6 +141,7 @@ const BINARY: [Bin; 16] = [
     Bin::And,
     Bin::Or,
     Bin::Xor,
+    Bin::Remainder,
 ];
 
 impl Bin {
@@ -486,6 +498,10 @@ fn unary(u: Un, x: &Tensor) -> Result<Tensor> {
         Un::Square => x.square(),
         Un::LogicalNot => x.logical_not(),
         Un::Clone => x.clone_tensor(),
+        Un::Log1p => x.log1p(),
+        Un::Expm1 => x.expm1(),
+        Un::LeakyRelu => x.leaky_relu(LEAKY_SLOPE),
+        Un::Softplus => x.softplus(SOFTPLUS_BETA, SOFTPLUS_THRESHOLD),
     }
 }
 
@@ -507,6 +523,7 @@ fn binary(b: Bin, x: &Tensor, y: &Tensor) -> Result<Tensor> {
         Bin::And => x.logical_and(y),
         Bin::Or => x.logical_or(y),
         Bin::Xor => x.logical_xor(y),
+        Bin::Remainder => x.remainder(y),
     }
 }
 
@@ -777,10 +794,17 @@ fn operand(m: &Model, to: &[usize]) -> (Vec<f64>, Vec<f64>) {
     (bcast(&m.v, &m.shape, to), bcast(&m.ep, &m.shape, to))
 }
 
+const LEAKY_SLOPE: f64 = 0.2;
+const SOFTPLUS_BETA: f64 = 2.0;
+const SOFTPLUS_THRESHOLD: f64 = 5.0;
+
 fn is_approx_un(u: Un) -> bool {
     matches!(
         u,
-        Un::Exp
+        Un::Log1p
+            | Un::Expm1
+            | Un::Softplus
+            | Un::Exp
             | Un::Log
             | Un::Rsqrt
             | Un::Reciprocal
@@ -832,6 +856,20 @@ fn unary_spread(u: Un, x: f64, e: f64) -> f64 {
         Un::Erf => e * std::f64::consts::FRAC_2_SQRT_PI * (-m * m).exp(),
         Un::GeluNone | Un::GeluTanh => 1.2 * e,
         Un::Silu => 1.1 * e,
+        Un::Log1p if x - e > -1.0 => x.ln_1p() - (x - e).ln_1p(),
+        Un::Expm1 => (x + e).exp_m1() - x.exp_m1(),
+        // Piecewise linear and continuous with slopes 1 and 0.2.
+        Un::LeakyRelu => e,
+        // Slope at most 1, plus the jump at the threshold (log1p(e^t)/beta - t/beta, tiny).
+        Un::Softplus => {
+            let z = x * SOFTPLUS_BETA;
+            let jump = if (z - SOFTPLUS_THRESHOLD).abs() <= 2.0 * e * SOFTPLUS_BETA {
+                (-SOFTPLUS_THRESHOLD).exp() / SOFTPLUS_BETA
+            } else {
+                0.0
+            };
+            e + jump
+        }
         _ => INF,
     };
     if r.is_nan() { INF } else { r }

@@ -1,6 +1,6 @@
 //! Compiled vs eager regression tests, under the numerics contract of DESIGN.md §5b.
 //!
-//! Every builtin elementwise op (the ops `tensorplay_runtime::ops::lowering::scalar_op` lowers) is
+//! Every builtin elementwise op (every op whose `OpDef::lower` is a scalar lowering) is
 //! built through the public `Tensor` methods inside `compile(|xs| ...)` and run over every dtype,
 //! several layouts (contiguous, transposed, sliced with a step, broadcast operands, expanded
 //! zero-stride inputs) and sizes (0, 1, 7, 33, 1000 and 2^17 + 3, which takes the parallel path),
@@ -678,6 +678,8 @@ fn unary_approx_cases() -> Vec<OpCase> {
         unary("erf", Tensor::erf, APPROX),
         unary("gelu_none", |x| x.gelu("none"), APPROX),
         unary("gelu_tanh", |x| x.gelu("tanh"), APPROX),
+        unary("log1p", Tensor::log1p, APPROX),
+        unary("expm1", Tensor::expm1, APPROX),
     ]
 }
 
@@ -713,6 +715,31 @@ fn binary_arithmetic_is_bit_identical() {
     for case in &cases {
         problems.extend(run_op(case, &binary_combos()));
     }
+    report(problems);
+}
+
+/// The ops added through the op table alone (issue 8): expression lowerings with attribute
+/// literals. `leaky_relu` and float `remainder` run the same operations as eager (bit-identical,
+/// f16/bf16 computed in f32 and rounded once like eager); `softplus` calls exp and log1p; integer
+/// `remainder` runs eagerly (a zero divisor is an error there, and so in the compiled call).
+#[test]
+fn table_added_ops_match_eager() {
+    let exact = [
+        unary("leaky_relu", |x| x.leaky_relu(0.01), Tol::Exact),
+        unary("leaky_relu_neg", |x| x.leaky_relu(-1.5), Tol::Exact),
+        unary("remainder_scalar", |x| x.remainder_scalar(2.5), Tol::Exact),
+        unary("remainder_scalar_neg", |x| x.remainder_scalar(-3), Tol::Exact),
+    ];
+    let approx = [
+        unary("softplus", |x| x.softplus(1.0, 20.0), APPROX),
+        unary("softplus_beta", |x| x.softplus(2.0, 3.0), APPROX),
+    ];
+    let mut problems = Vec::new();
+    for case in exact.iter().chain(&approx) {
+        problems.extend(run_op(case, &same(1, &ALL)));
+    }
+    let rem = binary("remainder", Tensor::remainder, Tol::Exact);
+    problems.extend(run_op(&rem, &binary_combos()));
     report(problems);
 }
 

@@ -388,8 +388,119 @@ binary_op! {
     grad = Some(|c| extremum_grad(c, false)), saved = Inputs, lower = expr::minimum
 }
 
+/// Scalar definition of `remainder`: `a - floor(a / b) * b` for floats (so the result takes
+/// the divisor's sign, and a zero divisor gives NaN), Python's modulo for integers.
+pub struct Remainder;
+impl BinaryMath for Remainder {
+    const NAME: &'static str = "remainder";
+    const OUT: BinaryOut = BinaryOut::Promote;
+    const BOOL_OK: bool = false;
+    #[inline(always)]
+    fn f32(a: f32, b: f32) -> f32 {
+        a - (a / b).floor() * b
+    }
+    #[inline(always)]
+    fn f64(a: f64, b: f64) -> f64 {
+        a - (a / b).floor() * b
+    }
+    /// Python's modulo; the caller has ruled out `b == 0`.
+    #[inline(always)]
+    fn int(a: i64, b: i64) -> i64 {
+        let r = a.wrapping_rem(b);
+        if r != 0 && ((r < 0) != (b < 0)) {
+            r.wrapping_add(b)
+        } else {
+            r
+        }
+    }
+}
+
+/// Integer remainder by zero is an error (as in PyTorch); floats give NaN.
+fn remainder_fill(a: Args, outs: &[Tensor]) -> Result<()> {
+    if !outs[0].dtype().is_float() {
+        let y = as_dtype(a.tensor(1)?, DType::I64)?;
+        if y.to_vec::<i64>()?.contains(&0) {
+            return Err(Error::argument(
+                "remainder",
+                "other",
+                "no zero divisor (integer remainder by zero)",
+                "a zero element",
+            ));
+        }
+    }
+    binary_fill::<Remainder>(a, outs)
+}
+
+/// `a - floor(a / b) * b`, the same operations eager runs.
+fn remainder_lowering(_: &[&tensorplay_ir::graph::Attr]) -> Result<tensorplay_ir::ScalarExpr> {
+    use tensorplay_ir::ScalarExpr as E;
+    use tensorplay_ir::ScalarOp as S;
+    let (a, b) = (E::arg(0), E::arg(1));
+    let q = E::op(S::Floor, [E::op(S::Div, [a.clone(), b.clone()])]);
+    Ok(E::op(S::Sub, [a, E::op(S::Mul, [q, b])]))
+}
+
+/// `remainder(Tensor self, Tensor other) -> Tensor`
+pub static REMAINDER: OpDef = OpDef {
+    name: "remainder",
+    schema: "remainder(Tensor self, Tensor other) -> Tensor",
+    class: OpClass::Elementwise,
+    kernel: Kernel::Compute {
+        meta: binary_meta::<Remainder>,
+        fill: remainder_fill,
+    },
+    // d/da = 1, d/db = -floor(a / b) (piecewise, away from the jumps).
+    derivative: Some(|c| {
+        let (x, y, g) = operands(c)?;
+        let gx = grad_for(&g, x)?;
+        let gy = if y.requires_grad() {
+            grad_for(&g.mul(&x.div(y)?.floor()?)?.neg()?, y)?
+        } else {
+            None
+        };
+        Ok(vec![gx, gy])
+    }),
+    saved: Saved::Inputs,
+    lower: Lower::Pointwise(Pointwise {
+        expr: remainder_lowering,
+        dtype: DTypeRule::PromoteNoBool,
+        // Integer remainder can fail (division by zero), which only eager reports.
+        float_only: true,
+    }),
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
+};
+
+impl Tensor {
+    /// Elementwise remainder with broadcasting, PyTorch's `remainder`: the result has the sign
+    /// of the divisor. Floats compute `a - floor(a / b) * b` (a zero divisor gives NaN);
+    /// integers use Python's modulo, and a zero divisor is an error.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let a = Tensor::from_vec(vec![-3i64, 3, 5], &[3])?;
+    /// let b = Tensor::from_vec(vec![2i64, -2, 5], &[3])?;
+    /// assert_eq!(a.remainder(&b)?.to_vec::<i64>()?, vec![1, -1, 0]);
+    /// assert!(a.remainder(&Tensor::from_vec(vec![0i64], &[1])?).is_err());
+    /// let x = Tensor::from_vec(vec![-3.5f32, 1.0], &[2])?;
+    /// let r = x.remainder_scalar(2.0)?.to_vec::<f32>()?;
+    /// assert_eq!(r, vec![0.5, 1.0]);
+    /// assert!(x.remainder_scalar(0.0)?.to_vec::<f32>()?[0].is_nan());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn remainder(&self, other: &Tensor) -> Result<Tensor> {
+        call1(&REMAINDER, &[self.into(), other.into()])
+    }
+    /// `remainder(self, s)` for a Rust scalar `s`.
+    pub fn remainder_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        self.remainder(&Tensor::wrapped_scalar(s.into()))
+    }
+}
+
 /// Every binary op of this family.
-pub static OPS: &[&OpDef] = &[&ADD, &SUB, &MUL, &DIV, &POW, &MAXIMUM, &MINIMUM];
+pub static OPS: &[&OpDef] = &[
+    &ADD, &SUB, &MUL, &DIV, &POW, &MAXIMUM, &MINIMUM, &REMAINDER,
+];
 
 impl Tensor {
     /// Elementwise `self + other` with broadcasting.

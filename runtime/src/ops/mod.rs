@@ -2,10 +2,11 @@
 //! and derivative — in one `static OpDef` per op. The dispatcher, autograd, fake tensors and the
 //! compiler all read these declarations; none of them special-cases an op by name.
 //!
-//! Families live one per file: `unary`, `binary`, `compare`, `logical` (and/or/not, where,
-//! clamp), `reduce`, `softmax`, `linalg` (matmul), `shape` (views), `join` (cat/stack),
-//! `inplace`, `cast`.
+//! Families live one per file: `unary`, `binary` (with `remainder`), `compare`, `logical`
+//! (and/or/not, where, clamp), `activation` (leaky_relu, softplus), `reduce`, `softmax`,
+//! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`.
 
+pub mod activation;
 pub mod binary;
 pub mod cast;
 pub mod compare;
@@ -165,6 +166,7 @@ pub fn all_ops() -> Vec<&'static OpDef> {
     v.extend_from_slice(softmax::OPS);
     v.extend_from_slice(linalg::OPS);
     v.extend_from_slice(join::OPS);
+    v.extend_from_slice(activation::OPS);
     v
 }
 

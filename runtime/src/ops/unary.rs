@@ -302,6 +302,37 @@ unary_op! {
 }
 
 unary_op! {
+    /// `log(1 + x)`, accurate for small `x`: `log1p(-1) = -inf`, `log1p(x < -1) = NaN`.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![1e-10f64, -1.0], &[2])?;
+    /// assert_eq!(x.log1p()?.to_vec::<f64>()?, vec![1e-10f64.ln_1p(), f64::NEG_INFINITY]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    LOG1P, Log1p, "log1p", log1p, int = Promote, bool = AsInt,
+    f32 = f32::ln_1p, f64 = f64::ln_1p, int_fn = id,
+    grad = Some(|c| {
+        let (x, g) = x_and_grad(c)?;
+        Ok(vec![Some(g.div(&x.add_scalar(1.0)?)?)])
+    }), saved = Inputs, autocast = F32
+}
+
+unary_op! {
+    /// `exp(x) - 1`, accurate for small `x`: `expm1(-inf) = -1`.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![1e-10f64, f64::NEG_INFINITY], &[2])?;
+    /// assert_eq!(x.expm1()?.to_vec::<f64>()?, vec![1e-10f64.exp_m1(), -1.0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    EXPM1, Expm1, "expm1", expm1, int = Promote, bool = AsInt,
+    f32 = f32::exp_m1, f64 = f64::exp_m1, int_fn = id,
+    grad = Some(|c| grad_times_out(c, |o| o.add_scalar(1.0))), saved = Outputs, autocast = F32
+}
+
+unary_op! {
     /// `sqrt(-0.0) = -0.0`, `sqrt(x < 0) = NaN`.
     SQRT, Sqrt, "sqrt", sqrt, int = Promote, bool = AsInt,
     f32 = f32::sqrt, f64 = f64::sqrt, int_fn = id,
@@ -661,6 +692,8 @@ pub static OPS: &[&OpDef] = &[
     &SIGN,
     &RELU,
     &LOG,
+    &LOG1P,
+    &EXPM1,
     &SQRT,
     &RSQRT,
     &RECIPROCAL,
