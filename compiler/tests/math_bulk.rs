@@ -24,7 +24,7 @@ use tensorplay_compiler::codegen::cpu::math::bulk::{
 use tensorplay_compiler::codegen::cpu::math::{MathFn, emit_pow, emit_unary, isa_has_fma};
 
 /// The ops with bit-identical bulk kernels.
-const UNARY_OPS: [BulkOp; 9] = [
+const UNARY_OPS: [BulkOp; 11] = [
     BulkOp::Math(MathFn::Exp),
     BulkOp::Math(MathFn::Log),
     BulkOp::Math(MathFn::Tanh),
@@ -33,6 +33,8 @@ const UNARY_OPS: [BulkOp; 9] = [
     BulkOp::Math(MathFn::GeluErf),
     BulkOp::Math(MathFn::GeluTanh),
     BulkOp::Math(MathFn::Silu),
+    BulkOp::Math(MathFn::Log1p),
+    BulkOp::Math(MathFn::Expm1),
     BulkOp::Sqrt,
 ];
 const BINARY_OPS: [BulkOp; 2] = [BulkOp::Div, BulkOp::Pow];
@@ -152,6 +154,8 @@ fn region(op: BulkOp) -> (f32, f32, Vec<f32>) {
         BulkOp::Math(MathFn::Erf) => (-5.0, 5.0, vec![1.0, 3.95, 3.919_206_4]),
         BulkOp::Math(MathFn::GeluErf) => (-16.0, 8.0, vec![0.75, -13.0, 15.0, 5.4]),
         BulkOp::Math(MathFn::GeluTanh) => (-12.0, 8.0, vec![-10.0, -9.4, -5.0, 11.0]),
+        BulkOp::Math(MathFn::Log1p) => (-1.0, 4.0, vec![-1.0, -0.5, 5.960_464_5e-8]),
+        BulkOp::Math(MathFn::Expm1) => (-20.0, 90.0, vec![-18.0, 0.346_573_6, 88.722_84]),
         _ => (0.0, 1e6, vec![1.0, f32::MIN_POSITIVE, f32::MAX]),
     }
 }
@@ -383,6 +387,14 @@ fn bulk_gelu_tanh() {
 #[test]
 fn bulk_silu() {
     check_op(BulkOp::Math(MathFn::Silu));
+}
+#[test]
+fn bulk_log1p() {
+    check_op(BulkOp::Math(MathFn::Log1p));
+}
+#[test]
+fn bulk_expm1() {
+    check_op(BulkOp::Math(MathFn::Expm1));
 }
 #[test]
 fn bulk_sqrt() {

@@ -99,12 +99,28 @@ fn region(f: MathFn) -> (f32, f32, Vec<f32>) {
         MathFn::Log1p => (
             -1.0,
             4.0,
-            vec![0.0, -1.0, -0.5, 1.0, 5.960_464_5e-8, 2.980_232_2e-8, 16_777_216.0],
+            vec![
+                0.0,
+                -1.0,
+                -0.5,
+                1.0,
+                5.960_464_5e-8,
+                2.980_232_2e-8,
+                16_777_216.0,
+            ],
         ),
         MathFn::Expm1 => (
             -20.0,
             90.0,
-            vec![0.0, 2.980_232_2e-8, 0.346_573_6, -0.346_573_6, -18.0, 88.722_84, 88.38],
+            vec![
+                0.0,
+                2.980_232_2e-8,
+                0.346_573_6,
+                -0.346_573_6,
+                -18.0,
+                88.722_84,
+                88.38,
+            ],
         ),
     }
 }
@@ -241,7 +257,13 @@ fn exhaustive(f: MathFn) {
             worst.0,
             worst.1
         );
-        assert!(worst.0 <= max_ulp(f), "{}: {} ulp at {:e}", f.name(), worst.0, worst.1);
+        assert!(
+            worst.0 <= max_ulp(f),
+            "{}: {} ulp at {:e}",
+            f.name(),
+            worst.0,
+            worst.1
+        );
     }
 }
 
@@ -351,7 +373,11 @@ fn special_values() {
         (MathFn::Expm1, inf, inf),
         (MathFn::Expm1, 89.0, inf),
         (MathFn::Expm1, nan, nan),
-        (MathFn::Expm1, f32::from_bits(0x8000_0001), f32::from_bits(0x8000_0001)),
+        (
+            MathFn::Expm1,
+            f32::from_bits(0x8000_0001),
+            f32::from_bits(0x8000_0001),
+        ),
         (MathFn::Expm1, 1e-30, 1e-30),
     ];
     let mut fails = Vec::new();

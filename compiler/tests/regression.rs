@@ -728,7 +728,11 @@ fn table_added_ops_match_eager() {
         unary("leaky_relu", |x| x.leaky_relu(0.01), Tol::Exact),
         unary("leaky_relu_neg", |x| x.leaky_relu(-1.5), Tol::Exact),
         unary("remainder_scalar", |x| x.remainder_scalar(2.5), Tol::Exact),
-        unary("remainder_scalar_neg", |x| x.remainder_scalar(-3), Tol::Exact),
+        unary(
+            "remainder_scalar_neg",
+            |x| x.remainder_scalar(-3),
+            Tol::Exact,
+        ),
     ];
     let approx = [
         unary("softplus", |x| x.softplus(1.0, 20.0), APPROX),

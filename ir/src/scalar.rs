@@ -95,9 +95,32 @@ impl ScalarOp {
             | Cos => 8,
             Pow => 12,
             Div | Sqrt | Rsqrt | Reciprocal => 1,
-            Neg | Abs | Relu | Floor | Ceil | Round | Sign | Square | LogicalNot | Cast | Add
-            | Sub | Mul | Maximum | Minimum | Eq | Ne | Lt | Le | Gt | Ge | LogicalAnd
-            | LogicalOr | LogicalXor | Where | Clamp { .. } => 0,
+            Neg
+            | Abs
+            | Relu
+            | Floor
+            | Ceil
+            | Round
+            | Sign
+            | Square
+            | LogicalNot
+            | Cast
+            | Add
+            | Sub
+            | Mul
+            | Maximum
+            | Minimum
+            | Eq
+            | Ne
+            | Lt
+            | Le
+            | Gt
+            | Ge
+            | LogicalAnd
+            | LogicalOr
+            | LogicalXor
+            | Where
+            | Clamp { .. } => 0,
         }
     }
 
@@ -199,7 +222,9 @@ impl ScalarExpr {
     /// Sum of [`ScalarOp::cost`] over the expression's ops.
     pub fn cost(&self) -> usize {
         match self {
-            ScalarExpr::Op(op, args) => op.cost() + args.iter().map(ScalarExpr::cost).sum::<usize>(),
+            ScalarExpr::Op(op, args) => {
+                op.cost() + args.iter().map(ScalarExpr::cost).sum::<usize>()
+            }
             _ => 0,
         }
     }

@@ -14,7 +14,9 @@ use tensorplay_runtime::{Result, Tensor, Value};
 /// Values away from 0, integers and half-integers (so floor/round/sign/remainder/clamp are
 /// differentiable there), differing per tensor input.
 fn data(op: &str, input: usize, n: usize) -> Vec<f64> {
-    let base = [0.73, -1.21, 1.57, -0.64, 1.13, -1.87, 0.91, -0.38, 1.44, -1.06, 0.62, -1.69];
+    let base = [
+        0.73, -1.21, 1.57, -0.64, 1.13, -1.87, 0.91, -0.38, 1.44, -1.06, 0.62, -1.69,
+    ];
     let positive = matches!(
         op,
         "log" | "sqrt" | "rsqrt" | "reciprocal" | "log1p" | "pow" | "prod"
@@ -96,7 +98,9 @@ fn values(args: &[Arg], tensors: &[Tensor]) -> Vec<Value> {
     args.iter()
         .map(|a| match a {
             Arg::T(_) => Value::Tensor(it.next().unwrap().clone()),
-            Arg::List(l) => Value::TensorList(l.iter().map(|_| it.next().unwrap().clone()).collect()),
+            Arg::List(l) => {
+                Value::TensorList(l.iter().map(|_| it.next().unwrap().clone()).collect())
+            }
             Arg::V(v) => v.clone(),
         })
         .collect()
@@ -129,7 +133,12 @@ fn every_elementwise_op_has_a_lowering_dtype_rule_and_cost() {
         let expr = (p.expr)(&[]).unwrap_or_else(|e| panic!("{}: {e}", op.name));
         let schema = Schema::parse(&format!("tp::{}", op.schema)).unwrap();
         let tensors = schema.params.iter().filter(|q| q.ty.is_tensor()).count();
-        assert_eq!(expr.arity(), tensors, "{}: lowering arity vs schema", op.name);
+        assert_eq!(
+            expr.arity(),
+            tensors,
+            "{}: lowering arity vs schema",
+            op.name
+        );
         // A cost is defined for every op of the expression; transcendental lowerings weigh more.
         let _ = expr.cost();
         let _ = p.dtype;

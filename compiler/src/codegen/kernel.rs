@@ -1284,11 +1284,16 @@ fn lower_op(
     let Some(op) = expr.single_op() else {
         // Eager computes a half op's whole expression in f32 (literals included) and rounds
         // once; so does the kernel. Where conditions stay bool.
+        // Operands are first converted to their dtype (an i32 operand of an f16 op rounds to
+        // f16, as eager converts it), then held in f32.
         let widen = |d: DType| if d.is_half() { DType::F32 } else { d };
         let ids: Vec<ValueId> = args
             .iter()
             .zip(&operand_dtypes)
-            .map(|(&a, &d)| l.coerce(a, widen(d)))
+            .map(|(&a, &d)| {
+                let v = l.coerce(a, d);
+                l.coerce(Operand::Value(v), widen(d))
+            })
             .collect();
         let v = lower_expr(l, name, expr, &ids, widen(compute))?;
         let v = if compute.is_half() {

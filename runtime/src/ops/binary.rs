@@ -6,7 +6,9 @@ use tensorplay_ir::shape::broadcast_shapes;
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
 use super::lowering::expr;
-use super::{AutocastPolicy, DTypeRule, Lower, Pointwise, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::{
+    AutocastPolicy, DTypeRule, GradCtx, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule,
+};
 use crate::dispatch::call1;
 use crate::kernels::map::map2;
 use crate::tensor::Tensor;
@@ -498,9 +500,7 @@ impl Tensor {
 }
 
 /// Every binary op of this family.
-pub static OPS: &[&OpDef] = &[
-    &ADD, &SUB, &MUL, &DIV, &POW, &MAXIMUM, &MINIMUM, &REMAINDER,
-];
+pub static OPS: &[&OpDef] = &[&ADD, &SUB, &MUL, &DIV, &POW, &MAXIMUM, &MINIMUM, &REMAINDER];
 
 impl Tensor {
     /// Elementwise `self + other` with broadcasting.

@@ -3,7 +3,9 @@
 use tensorplay_ir::{OpClass, Result};
 
 use super::lowering::expr;
-use super::{AutocastPolicy, DTypeRule, Lower, Pointwise, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::{
+    AutocastPolicy, DTypeRule, GradCtx, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule,
+};
 use crate::element::cast;
 use crate::kernels::map::map1;
 use crate::tensor::Tensor;

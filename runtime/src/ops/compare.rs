@@ -6,7 +6,7 @@ use tensorplay_ir::{DType, OpClass, Result};
 
 use super::binary::{as_dtype, result_type};
 use super::lowering::expr;
-use super::{AutocastPolicy, DTypeRule, Lower, Pointwise, VmapRule, Kernel, OpDef, OutSpec, Saved};
+use super::{AutocastPolicy, DTypeRule, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule};
 use crate::dispatch::call1;
 use crate::kernels::map::map2;
 use crate::tensor::Tensor;

@@ -6,7 +6,7 @@ use tensorplay_ir::shape::{broadcast_shapes, fmt_shape};
 use tensorplay_ir::{DType, Device, Error, OpClass, Result};
 
 use super::binary::{Add, BinaryMath, Div, Mul, Sub, binary_fill, result_type};
-use super::{AutocastPolicy, Lower, VmapRule, Kernel, OpDef, Saved};
+use super::{AutocastPolicy, Kernel, Lower, OpDef, Saved, VmapRule};
 use crate::dispatch::call1;
 use crate::tensor::Tensor;
 use crate::value::{Args, Scalar, Value};

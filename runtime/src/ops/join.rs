@@ -7,7 +7,7 @@
 use tensorplay_ir::shape::{fmt_shape, normalize_dim};
 use tensorplay_ir::{DType, Error, OpClass, Result, Shape, Strides};
 
-use super::{AutocastPolicy, Lower, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::{AutocastPolicy, GradCtx, Kernel, Lower, OpDef, OutSpec, Saved, VmapRule};
 use crate::dispatch::call1;
 use crate::tensor::Tensor;
 use crate::value::{Args, Value};

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use tensorplay_ir::shape::{broadcast_shapes, broadcast_strides, contiguous_strides, fmt_shape};
 use tensorplay_ir::{DType, Error, OpClass, Result, Shape, Strides};
 
-use super::{AutocastPolicy, Lower, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::{AutocastPolicy, GradCtx, Kernel, Lower, OpDef, OutSpec, Saved, VmapRule};
 use crate::dispatch::call1;
 use crate::element::Element;
 use crate::kernels::iter::{Nest, SendPtr};

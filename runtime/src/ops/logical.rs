@@ -11,7 +11,9 @@ use tensorplay_ir::{DType, Error, OpClass, Result};
 
 use super::binary::{as_dtype, result_type};
 use super::lowering::expr;
-use super::{AutocastPolicy, DTypeRule, Lower, Pointwise, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::{
+    AutocastPolicy, DTypeRule, GradCtx, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule,
+};
 use crate::dispatch::call1;
 use crate::element::Element;
 use crate::kernels::map::{map1, map2, map3};

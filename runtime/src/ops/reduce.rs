@@ -8,9 +8,9 @@
 
 use half::{bf16, f16};
 use tensorplay_ir::shape::{fmt_shape, normalize_dim};
-use tensorplay_ir::{ReduceOp, DType, Error, OpClass, Result};
+use tensorplay_ir::{DType, Error, OpClass, ReduceOp, Result};
 
-use super::{AutocastPolicy, Lower, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::{AutocastPolicy, GradCtx, Kernel, Lower, OpDef, OutSpec, Saved, VmapRule};
 use crate::dispatch::{call, call1};
 use crate::element::Element;
 use crate::kernels::iter::SendPtr;

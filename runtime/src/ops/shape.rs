@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 use tensorplay_ir::shape::{contiguous_strides, fmt_shape, normalize_dim, numel};
 use tensorplay_ir::{Error, OpClass, Result, Shape, Strides};
 
-use super::{AutocastPolicy, Lower, VmapRule, Kernel, OpDef, OutSpec, Saved};
+use super::{AutocastPolicy, Kernel, Lower, OpDef, OutSpec, Saved, VmapRule};
 use crate::dispatch::call1;
 use crate::tensor::{Tensor, checked_nbytes};
 use crate::value::{Args, Value};

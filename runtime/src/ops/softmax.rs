@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use tensorplay_ir::shape::normalize_dim;
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
-use super::{AutocastPolicy, Lower, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::{AutocastPolicy, GradCtx, Kernel, Lower, OpDef, OutSpec, Saved, VmapRule};
 use crate::dispatch::call1;
 use crate::kernels::iter::{PAR_MIN_ELEMS, SendPtr};
 use crate::parallel;

@@ -15,7 +15,9 @@ use half::{bf16, f16};
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
 use super::lowering::expr;
-use super::{AutocastPolicy, DTypeRule, Lower, Pointwise, VmapRule, GradCtx, Kernel, OpDef, OutSpec, Saved};
+use super::{
+    AutocastPolicy, DTypeRule, GradCtx, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule,
+};
 use crate::dispatch::call1;
 use crate::kernels::map::map1;
 use crate::tensor::Tensor;

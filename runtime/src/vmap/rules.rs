@@ -3,9 +3,9 @@
 //!
 //! Builtin rules are picked once per op from its declaration: elementwise ops (class
 //! `Elementwise`, tensors and non-dim arguments only), in-place ops (`Kernel::Mutate`),
-//! reductions and softmax-like ops (class `Reduction` with a `dim` argument) and, by the rule their
-//! `OpDef::vmap` names, the view ops, `slice_backward`, `matmul`, `cat` and `stack`. Everything else, and every case a
-//! rule does not cover (0-d examples, unusual arguments), runs the per-example fallback. When a
+//! reductions and softmax-like ops (class `Reduction` with a `dim` argument) and, by the rule
+//! their `OpDef::vmap` names, the view ops, `slice_backward`, `matmul`, `cat` and `stack`.
+//! Everything else, and every case a rule does not cover (0-d examples, unusual arguments), runs the per-example fallback. When a
 //! rule fails, the fallback runs too, so the error is the one a single example raises (it names
 //! per-example shapes and dims, not physical ones).
 
@@ -229,9 +229,7 @@ fn classify(op: &OpDef) -> RuleKind {
         {
             Some(RuleKind::SliceBackward)
         }
-        VmapRule::Matmul if tensor_at(0) && tensor_at(1) && p.len() == 2 => {
-            Some(RuleKind::Matmul)
-        }
+        VmapRule::Matmul if tensor_at(0) && tensor_at(1) && p.len() == 2 => Some(RuleKind::Matmul),
         VmapRule::Cat | VmapRule::Stack
             if ty(0).is_some_and(SchemaType::is_tensor_list) && int_at(1) && p.len() == 2 =>
         {

@@ -220,8 +220,9 @@ use cranelift_module::{FuncId, Linkage, Module, ModuleResult};
 
 pub use shims::{
     erf_f64, erfc_f64, gelu_erf_f64, gelu_tanh_f64, sigmoid_f64, silu_f64, tp_math_cos_f64,
-    tp_math_erf_f64, tp_math_exp_f64, tp_math_expm1_f64, tp_math_gelu_erf_f64, tp_math_gelu_tanh_f64,
-    tp_math_log_f64, tp_math_log1p_f64, tp_math_pow_f64, tp_math_sigmoid_f64, tp_math_silu_f64, tp_math_sin_f64, tp_math_tanh_f64,
+    tp_math_erf_f64, tp_math_exp_f64, tp_math_expm1_f64, tp_math_gelu_erf_f64,
+    tp_math_gelu_tanh_f64, tp_math_log_f64, tp_math_log1p_f64, tp_math_pow_f64,
+    tp_math_sigmoid_f64, tp_math_silu_f64, tp_math_sin_f64, tp_math_tanh_f64,
 };
 
 use emit::Em;
