@@ -111,7 +111,10 @@ fn printed_graphs_of_random_programs_parse_back() {
     let checked = checked.into_inner();
     eprintln!("ir round trip: {checked} graphs parsed back");
     match result {
-        Ok(()) => assert!(checked > cases as usize, "too few graphs were captured: {checked}"),
+        Ok(()) => assert!(
+            checked > cases as usize,
+            "too few graphs were captured: {checked}"
+        ),
         Err(TestError::Fail(why, p)) => {
             panic!("round trip failed (TP_FUZZ_SEED={seed:#x}); shrunk program:\n{p}\n{why}")
         }

@@ -170,7 +170,12 @@ fn every_argument_kind_round_trips() {
     ];
     args.extend(attrs);
     let r = b
-        .op("mylib::everything.out", OpClass::Opaque, args, vec![m.clone()])
+        .op(
+            "mylib::everything.out",
+            OpClass::Opaque,
+            args,
+            vec![m.clone()],
+        )
         .unwrap();
     b.output(&r).unwrap();
     let g = b.finish().unwrap();
@@ -231,17 +236,26 @@ fn multi_output_zero_output_barriers_and_order_edges_round_trip() {
         .unwrap();
     b.order_after_readers(w, x).unwrap();
     let after = b
-        .op("tp::neg", OpClass::Elementwise, vec![x.into()], vec![meta(DType::F32, &[st(4)])])
+        .op(
+            "tp::neg",
+            OpClass::Elementwise,
+            vec![x.into()],
+            vec![meta(DType::F32, &[st(4)])],
+        )
         .unwrap();
     b.order(after[0].node, w).unwrap();
     b.output(&[parts[0], e[0], after[0]]).unwrap();
     let mut g = b.finish().unwrap();
     // An order edge into the sink prints on the `return` line.
     let sink = g.output_node().unwrap();
-    g.add_edge(w, sink, tensorplay_ir::graph::Edge::Order).unwrap();
+    g.add_edge(w, sink, tensorplay_ir::graph::Edge::Order)
+        .unwrap();
     let text = g.to_string();
     assert!(text.contains("%0.0, %0.1 = tp::split"), "{text}");
-    assert!(text.contains("# barrier: body reads data; runs opaque; after all; after %0"), "{text}");
+    assert!(
+        text.contains("# barrier: body reads data; runs opaque; after all; after %0"),
+        "{text}"
+    );
     assert!(text.contains("return (%0.0, %1, %3)  # after %2"), "{text}");
     round_trip(&g);
 }
@@ -300,19 +314,33 @@ graph(%a: f32[s0, s1], %b: f32[s1]@cpu) {
 
 /// The message of a parse error.
 fn error(text: &str) -> String {
-    Graph::parse(text, |n| n.starts_with("tp::").then_some(OpClass::Elementwise))
-        .unwrap_err()
-        .to_string()
+    Graph::parse(text, |n| {
+        n.starts_with("tp::").then_some(OpClass::Elementwise)
+    })
+    .unwrap_err()
+    .to_string()
 }
 
 #[test]
 fn errors_name_line_and_column() {
     let cases: [(&str, &str); 16] = [
         ("", "graph text is empty"),
-        ("graph(%x: f32[4]) {\n  return (%y)\n}", "line 2, column 11: `%y` is not defined"),
-        ("graph(%x: f33[4]) {\n  return (%x)\n}", "line 1, column 11: unknown dtype `f33`"),
-        ("graph(%x: f32[4, q]) {\n  return (%x)\n}", "line 1, column 18: expected a size or a symbol"),
-        ("graph(%x: f32[4]@tpu) {\n  return (%x)\n}", "line 1, column 18: unknown device `tpu`"),
+        (
+            "graph(%x: f32[4]) {\n  return (%y)\n}",
+            "line 2, column 11: `%y` is not defined",
+        ),
+        (
+            "graph(%x: f33[4]) {\n  return (%x)\n}",
+            "line 1, column 11: unknown dtype `f33`",
+        ),
+        (
+            "graph(%x: f32[4, q]) {\n  return (%x)\n}",
+            "line 1, column 18: expected a size or a symbol",
+        ),
+        (
+            "graph(%x: f32[4]@tpu) {\n  return (%x)\n}",
+            "line 1, column 18: unknown device `tpu`",
+        ),
         (
             "graph(%x: f32[4]) {\n  %0 = mylib::f(%x) : f32[4]\n  return (%0)\n}",
             "line 2, column 8: unknown op `mylib::f`: the resolver knows no class",
@@ -345,7 +373,10 @@ fn errors_name_line_and_column() {
             "graph(%x: f32[4]) {\n  %0 = tp::f(%x, s=\"open) : f32[4]\n  return (%0)\n}",
             "unterminated string",
         ),
-        ("graph(%x: f32[4]) {\n  return (%x)\n", "the graph is not closed"),
+        (
+            "graph(%x: f32[4]) {\n  return (%x)\n",
+            "the graph is not closed",
+        ),
         (
             "graph(%x: f32[4]) {\n  return (%x)\n}\n  %0 = tp::f(%x) : f32[4]",
             "line 4, column 3: text after the closing `}`",
@@ -357,7 +388,10 @@ fn errors_name_line_and_column() {
     ];
     for (text, want) in cases {
         let got = error(text);
-        assert!(got.contains(want), "for\n{text}\nwant `{want}`, got:\n{got}");
+        assert!(
+            got.contains(want),
+            "for\n{text}\nwant `{want}`, got:\n{got}"
+        );
     }
     // The message shows the line with a caret under the column.
     let got = error("graph(%x: f32[4]) {\n  return (%y)\n}");

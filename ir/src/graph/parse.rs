@@ -203,7 +203,11 @@ impl<'a> Line<'a> {
                 .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
             if body.starts_with(word) && boundary {
                 self.pos += sign + word.len();
-                let v: f64 = if word == "inf" { f64::INFINITY } else { f64::NAN };
+                let v: f64 = if word == "inf" {
+                    f64::INFINITY
+                } else {
+                    f64::NAN
+                };
                 return Ok(Some(Num::Float(if sign == 1 { -v } else { v })));
             }
         }
@@ -237,9 +241,9 @@ impl<'a> Line<'a> {
                 .map(|v| Some(Num::Float(v)))
                 .map_err(|_| self.error_at(start, format!("`{lit}` is not a valid float")))
         } else {
-            lit.parse().map(|v| Some(Num::Int(v))).map_err(|_| {
-                self.error_at(start, format!("`{lit}` is not a valid 64-bit integer"))
-            })
+            lit.parse()
+                .map(|v| Some(Num::Int(v)))
+                .map_err(|_| self.error_at(start, format!("`{lit}` is not a valid 64-bit integer")))
         }
     }
 
@@ -312,7 +316,10 @@ impl<'a> Line<'a> {
         self.skip_ws();
         let start = self.pos;
         if !self.rest().starts_with('%') {
-            return Err(self.error(format!("expected a value like `%3`, found {}", self.found())));
+            return Err(self.error(format!(
+                "expected a value like `%3`, found {}",
+                self.found()
+            )));
         }
         self.pos += 1;
         let rest = self.rest();
@@ -378,7 +385,10 @@ impl<'a> Line<'a> {
                 .map_err(|_| self.error_at(start, format!("`{w}` is not a size or a symbol"))),
             _ => Err(self.error_at(
                 start,
-                format!("expected a size or a symbol like `s0`, found {}", self.found()),
+                format!(
+                    "expected a size or a symbol like `s0`, found {}",
+                    self.found()
+                ),
             )),
         }
     }
@@ -488,7 +498,10 @@ impl<'a> Line<'a> {
         let bools = items.iter().filter(|a| matches!(a, Attr::Bool(_))).count();
         if bools == items.len() {
             return Ok(Attr::BoolList(
-                items.iter().map(|a| matches!(a, Attr::Bool(true))).collect(),
+                items
+                    .iter()
+                    .map(|a| matches!(a, Attr::Bool(true)))
+                    .collect(),
             ));
         }
         if bools > 0 {
@@ -530,7 +543,10 @@ impl<'a> Line<'a> {
             self.pos += "Some(".len();
             let (label, output, at) = self.value()?;
             self.expect(")")?;
-            return Ok((ParsedArg::OptionalTensor(label, output.unwrap_or(usize::MAX)), at));
+            return Ok((
+                ParsedArg::OptionalTensor(label, output.unwrap_or(usize::MAX)),
+                at,
+            ));
         }
         if rest.starts_with("None:Tensor") {
             self.pos += "None:Tensor".len();
@@ -709,7 +725,13 @@ impl Parser<'_> {
     }
 
     /// The producer of `%label[.output]` (`usize::MAX`: no output number was written).
-    fn source(&self, line: &Line<'_>, at: usize, label: &str, output: usize) -> Result<(NodeId, usize)> {
+    fn source(
+        &self,
+        line: &Line<'_>,
+        at: usize,
+        label: &str,
+        output: usize,
+    ) -> Result<(NodeId, usize)> {
         let def = self.lookup(line, at, label)?;
         let output = match output {
             usize::MAX if def.outputs == 1 => 0,
@@ -726,14 +748,22 @@ impl Parser<'_> {
             i => {
                 return Err(line.error_at(
                     at,
-                    format!("`{label}` has {} output(s), so `.{i}` does not exist", def.outputs),
+                    format!(
+                        "`{label}` has {} output(s), so `.{i}` does not exist",
+                        def.outputs
+                    ),
                 ));
             }
         };
         Ok((def.node, output))
     }
 
-    fn order_edges(&mut self, line: &Line<'_>, node: NodeId, after: &[(String, usize)]) -> Result<()> {
+    fn order_edges(
+        &mut self,
+        line: &Line<'_>,
+        node: NodeId,
+        after: &[(String, usize)],
+    ) -> Result<()> {
         for (label, at) in after {
             let def = self.lookup(line, *at, label)?;
             self.graph.add_edge(def.node, node, Edge::Order)?;
@@ -898,7 +928,15 @@ impl Parser<'_> {
             )?;
         }
         self.order_edges(line, node, &comment.after)?;
-        self.define(line, at, &label, Def { node, outputs: n_out })
+        self.define(
+            line,
+            at,
+            &label,
+            Def {
+                node,
+                outputs: n_out,
+            },
+        )
     }
 
     fn constant_line(
