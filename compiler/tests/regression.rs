@@ -261,7 +261,7 @@ fn operand(layout: Layout, k: usize, n: usize, dtype: DType, seed: u64) -> Resul
 #[path = "common/numerics.rs"]
 mod numerics;
 
-use numerics::{Tol, close, compare, describe_inputs, eps, ulp};
+use numerics::{Tol, compare, describe_inputs, eps, ulp};
 
 // ---- running cases -----------------------------------------------------------------------------
 
