@@ -248,7 +248,7 @@ fn classify(g: &Graph, id: NodeId, call: &OpCall, n_outputs: usize) -> Result<Cl
                     && !compiles(&p, out.dtype)
                 {
                     return Ok(Class::Barrier(format!(
-                        "{name} with a {} result runs eagerly",
+                        "{name} runs eagerly for {} results",
                         out.dtype
                     )));
                 }

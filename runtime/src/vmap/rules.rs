@@ -239,8 +239,8 @@ fn classify(op: &OpDef) -> RuleKind {
                 RuleKind::Stack
             })
         }
-        // A declared rule the schema does not fit batches per example.
         VmapRule::Derived | VmapRule::ReduceFlattened => None,
+        // A declared rule the schema does not fit batches per example.
         _ => Some(RuleKind::Fallback),
     };
     if let Some(k) = declared {
