@@ -627,7 +627,9 @@ impl CompiledGraph {
         let outs: SmallVec<[Tensor; 4]> = r
             .outs
             .iter()
-            .map(|&o| Tensor::try_empty(&shapes[o], self.dtypes[o]))
+            // SAFETY: the region kernel launched below writes every element of each output
+            // before anything reads it; if the launch fails, `outs` are dropped unread.
+            .map(|&o| unsafe { Tensor::try_empty_uninit(&shapes[o], self.dtypes[o]) })
             .collect::<Result<_>>()?;
         // The operand references borrow `env` and `outs` until the launch is done.
         {

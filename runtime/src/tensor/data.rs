@@ -26,7 +26,11 @@ impl Tensor {
         // Reading data records nothing, even for a non-contiguous tensor that requires grad.
         let _g = crate::autograd::no_grad();
         let src = self.contiguous()?;
-        let ptr = src.data_ptr("to_vec")? as *const T;
+        let ptr = src.data_ptr("to_vec")?.cast::<T>().cast_const();
+        // SAFETY: `src` is contiguous with `T`'s dtype, so its `numel` elements are consecutive
+        // `T`s inside its storage, and they are initialised (every tensor's data is written before
+        // safe code can reach it: `Tensor::empty` zero-fills, op outputs are filled by their
+        // kernel). The slice lives only for this copy.
         Ok(unsafe { std::slice::from_raw_parts(ptr, src.numel()) }.to_vec())
     }
 

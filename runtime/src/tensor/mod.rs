@@ -251,6 +251,8 @@ impl Tensor {
                 ),
             )
         })?;
+        // SAFETY: views are only built with offsets (and shapes/strides) that address elements
+        // inside their storage, so `offset` elements from the base stay within the allocation.
         Ok(unsafe { base.add(self.0.offset * self.0.dtype.size()) })
     }
 

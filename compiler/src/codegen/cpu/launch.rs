@@ -683,7 +683,7 @@ impl CompiledKernel {
                  tensors: launch it with `relaunch`)"
             )));
         }
-        // SAFETY (for the entry calls below): `p` was built by `plan` for this spec and its
+        // SAFETY: (for the entry calls below) `p` was built by `plan` for this spec and its
         // layout is this kernel's.
         let entry = unsafe { self.entry() };
         let weight = self.work_weight();
@@ -739,6 +739,8 @@ impl CompiledKernel {
         // Loop dim 0 is the (size-1) kept dim, dim 1 the outermost reduced dim.
         let r0 = p.shape[1] as usize;
         let chunks = (p.per_unit / MIN_CHUNK).min(threads * 4).min(r0);
+        // SAFETY: (for the entry calls below) `launch_plan` checked that `p` was built for this
+        // spec and layout, and the chunk arguments below stay inside the plan's range.
         let entry = unsafe { self.entry() };
         if chunks < 2 {
             let args = KernelArgs {

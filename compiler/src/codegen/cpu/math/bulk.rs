@@ -583,7 +583,7 @@ fn block_boundary() {
 #[inline(always)]
 unsafe fn run1<O: Unary, const B: usize, const L: usize>(x: *const f32, out: *mut f32, n: usize) {
     let mut i = 0;
-    // SAFETY (all blocks): `i + len <= n`.
+    // SAFETY: (all blocks) `i + len <= n`.
     unsafe {
         while n - i >= B {
             block1::<O, B>(x.add(i), out.add(i), B);
@@ -639,7 +639,7 @@ unsafe fn run2<O: Binary, const B: usize, const L: usize>(
     n: usize,
 ) {
     let mut i = 0;
-    // SAFETY (all blocks): `i + len <= n`.
+    // SAFETY: (all blocks) `i + len <= n`.
     unsafe {
         while n - i >= B {
             block2::<O, B>(a.add(i), b.add(i), out.add(i), B);
@@ -686,7 +686,7 @@ unsafe fn run_s<O: WithScalar, const B: usize, const L: usize>(
     n: usize,
 ) {
     let mut i = 0;
-    // SAFETY (all blocks): `i + len <= n`.
+    // SAFETY: (all blocks) `i + len <= n`.
     unsafe {
         while n - i >= B {
             block_s::<O, B>(x.add(i), s, out.add(i), B);
