@@ -1014,9 +1014,10 @@ impl Tensor {
             return Err(Error::shape(
                 "sum_to_shape",
                 format!(
-                    "cannot reduce {} to the larger rank {}",
+                    "cannot reduce {} (rank {rank}) to {} of the larger rank {}",
                     tensorplay_ir::shape::fmt_shape(self.shape()),
-                    tensorplay_ir::shape::fmt_shape(shape)
+                    tensorplay_ir::shape::fmt_shape(shape),
+                    shape.len()
                 ),
             ));
         }

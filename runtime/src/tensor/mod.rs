@@ -243,6 +243,18 @@ impl Tensor {
             ));
         }
         let base = self.0.storage.ptr().ok_or_else(|| {
+            if crate::capture::current().is_some() {
+                // The user's closure is being traced on shape-only proxies.
+                return Error::unsupported(
+                    op,
+                    format!(
+                        "reading tensor data inside a compiled closure is not supported (tensor {} \
+                         is a capture proxy with no data); pass the value to the compiled \
+                         function as an input instead",
+                        self.meta()
+                    ),
+                );
+            }
             Error::unsupported(
                 op,
                 format!(
