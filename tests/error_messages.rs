@@ -55,16 +55,6 @@ fn rank_errors_state_the_actual_rank() {
 }
 
 #[test]
-fn a_failing_compiled_select_names_select_and_the_index() {
-    let f = compile(|xs: &[Tensor]| Ok(vec![xs[0].select(0, 7)?.exp()?]));
-    let ok = f.call(&[Tensor::ones(&[10, 3], DType::F32)]).unwrap();
-    assert_eq!(ok[0].shape(), &[3]);
-    // The same graph at a size where index 7 does not exist.
-    let err = f.call(&[Tensor::ones(&[5, 3], DType::F32)]).unwrap_err();
-    assert_mentions(&err, &["select", "7"]);
-}
-
-#[test]
 fn reading_data_inside_a_compiled_closure_says_what_to_do() {
     for read in [0, 1] {
         let f = compile(move |xs: &[Tensor]| {
