@@ -39,7 +39,11 @@ fn round(t: usize, i: usize, shared: &tensorplay::compiler::CompiledFn) -> Resul
     let n = 1 + (t * 7 + i) % 50;
     let x = ramp(n, t);
     let alpha = (t + 1) as f64;
-    let want: Vec<f32> = x.to_vec::<f32>()?.iter().map(|v| v * alpha as f32).collect();
+    let want: Vec<f32> = x
+        .to_vec::<f32>()?
+        .iter()
+        .map(|v| v * alpha as f32)
+        .collect();
 
     let eager = ops::call(&qual, &[x.clone().into(), alpha.into()])?;
     assert_eq!(eager[0].to_vec::<f32>()?, want, "eager {qual}");
@@ -109,8 +113,14 @@ fn eight_threads_register_call_compile_drop_and_clear() {
             ),
         }
     }
-    assert!(rounds.load(Ordering::Relaxed) >= THREADS, "every thread did some work");
+    assert!(
+        rounds.load(Ordering::Relaxed) >= THREADS,
+        "every thread did some work"
+    );
     // The registry and the cache still work after the storm.
     let y = shared.call(&[Tensor::ones(&[3], DType::F32)]).unwrap();
-    assert!(y[0].allclose(&Tensor::full(&[3], 2f32.exp(), DType::F32), 1e-6, 0.0).unwrap());
+    assert!(
+        y[0].allclose(&Tensor::full(&[3], 2f32.exp(), DType::F32), 1e-6, 0.0)
+            .unwrap()
+    );
 }

@@ -29,7 +29,10 @@ fn arg_names_with_the_wrong_count_names_the_op_and_arg_names() {
         .arg_names(&["x"])
         .build(|x: Tensor, y: Tensor| -> Result<Tensor> { x.mul(&y) })
         .unwrap_err();
-    assert_mentions(&err, &["em_argnames::mul", "arg_names", "2 names", "1 names"]);
+    assert_mentions(
+        &err,
+        &["em_argnames::mul", "arg_names", "2 names", "1 names"],
+    );
 }
 
 #[test]
@@ -37,7 +40,9 @@ fn dispatch_key_errors_name_dispatch_key() -> Result<()> {
     let lib = Library::new("em_dispatch_key", "DEF")?;
     lib.define("twice(Tensor x) -> Tensor", "", &[])?;
     let kernel = |x: Tensor| -> Result<Tensor> { x.mul_scalar(2.0) };
-    let err = lib.r#impl("twice", kernel, "CPU", "NoSuchKey", true).unwrap_err();
+    let err = lib
+        .r#impl("twice", kernel, "CPU", "NoSuchKey", true)
+        .unwrap_err();
     assert_mentions(&err, &["dispatch_key", "NoSuchKey"]);
     let err = lib.r#impl("twice", kernel, "tpu", "", true).unwrap_err();
     assert_mentions(&err, &["device_type", "tpu"]);
@@ -51,7 +56,10 @@ fn rank_errors_state_the_actual_rank() {
     assert_mentions(&x.permute(&[1, 0]).unwrap_err(), &["rank-3", "2 dims"]);
     assert_mentions(&x.expand(&[3, 4]).unwrap_err(), &["rank 3", "rank 2"]);
     assert_mentions(&x.softmax(3).unwrap_err(), &["rank 3"]);
-    assert_mentions(&x.sum_to_shape(&[1, 2, 3, 4]).unwrap_err(), &["rank 3", "rank 4"]);
+    assert_mentions(
+        &x.sum_to_shape(&[1, 2, 3, 4]).unwrap_err(),
+        &["rank 3", "rank 4"],
+    );
 }
 
 #[test]
@@ -67,6 +75,36 @@ fn reading_data_inside_a_compiled_closure_says_what_to_do() {
         });
         let err = f.call(&[Tensor::ones(&[3], DType::F32)]).unwrap_err();
         let op = if read == 0 { "item" } else { "to_vec" };
-        assert_mentions(&err, &[op, "inside a compiled closure is not supported", "as an input"]);
+        assert_mentions(
+            &err,
+            &[
+                op,
+                "inside a compiled closure is not supported",
+                "as an input",
+            ],
+        );
     }
+}
+
+#[test]
+fn compile_errors_carry_a_matchable_kind() {
+    use tensorplay::CompileKind;
+    use tensorplay::ir::graph::GraphBuilder;
+    use tensorplay::ir::{Device, TensorMeta};
+
+    let mut b = GraphBuilder::new();
+    b.input("x", TensorMeta::new(&[2], DType::F32, Device::Cpu));
+    let err = b.graph().outputs().unwrap_err();
+    assert_eq!(err.compile_kind(), Some(CompileKind::Graph), "{err:?}");
+
+    // A tensor the closure closes over that is too large to become a constant.
+    let big = Tensor::ones(&[1000], DType::F32);
+    let f = compile(move |xs: &[Tensor]| Ok(vec![xs[0].add(&big)?]));
+    let err = f.call(&[Tensor::ones(&[1000], DType::F32)]).unwrap_err();
+    assert!(
+        matches!(&err, Error::Compile { kind: CompileKind::Capture, msg } if msg.contains("inputs")),
+        "{err:?}"
+    );
+    assert_eq!(err.compile_kind(), Some(CompileKind::Capture));
+    assert_eq!(Error::shape("add", "x").compile_kind(), None);
 }

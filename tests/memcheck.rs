@@ -15,8 +15,18 @@ fn ramp(n: usize) -> Tensor {
 fn empty_is_zero_filled_for_every_dtype() -> Result<()> {
     for n in [0usize, 1, 7, 40_000] {
         // `bool` is the dtype where a stray byte would be undefined behaviour to read.
-        assert!(Tensor::empty(&[n], DType::Bool).to_vec::<bool>()?.iter().all(|&b| !b));
-        assert!(Tensor::empty(&[n], DType::F32).to_vec::<f32>()?.iter().all(|&v| v == 0.0));
+        assert!(
+            Tensor::empty(&[n], DType::Bool)
+                .to_vec::<bool>()?
+                .iter()
+                .all(|&b| !b)
+        );
+        assert!(
+            Tensor::empty(&[n], DType::F32)
+                .to_vec::<f32>()?
+                .iter()
+                .all(|&v| v == 0.0)
+        );
         let like = Tensor::empty_like(&Tensor::ones(&[n, 2], DType::I64));
         assert!(like.to_vec::<i64>()?.iter().all(|&v| v == 0));
     }
@@ -86,7 +96,10 @@ fn eager_ops_on_small_tensors_and_views() -> Result<()> {
     assert!(sm.iter().all(|v| (v - 1.0).abs() < 1e-6));
     let w = Tensor::where_cond(&x.gt(&Tensor::scalar(0f32))?, &x, &x.neg()?)?;
     assert_eq!(w.to_vec::<f32>()?, x.abs()?.to_vec::<f32>()?);
-    let h = x.to_dtype(DType::F16)?.to_dtype(DType::BF16)?.to_dtype(DType::F32)?;
+    let h = x
+        .to_dtype(DType::F16)?
+        .to_dtype(DType::BF16)?
+        .to_dtype(DType::F32)?;
     assert_eq!(h.shape(), &[3, 4]);
     let c = Tensor::cat(&[x.clone(), x.clone()], 0)?;
     assert_eq!(c.shape(), &[6, 4]);

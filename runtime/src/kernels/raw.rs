@@ -185,7 +185,10 @@ pub(crate) unsafe fn run2<A: Element, B: Element, O: Element>(
             }
             return;
         }
-        if a.stride == 1 && std::ptr::eq(a.ptr.cast_const(), o.ptr.cast::<A>()) && A::DTYPE == O::DTYPE {
+        if a.stride == 1
+            && std::ptr::eq(a.ptr.cast_const(), o.ptr.cast::<A>())
+            && A::DTYPE == O::DTYPE
+        {
             // The in-place case `a.op_(b)`: the output is input `a` itself.
             // SAFETY: `o` and `a` are the same initialised, unit-stride run of one type (equal
             // dtypes mean equal Rust types), so one `&mut [O]` covers both; `b` is disjoint from
@@ -323,7 +326,18 @@ mod tests {
         let b = [10i32, 20, 30, 40];
         let pa = op(&mut a, 1);
         // SAFETY: every operand covers 4 live, initialised i32s; nothing else touches them.
-        unsafe { run2(pa, pa, Operand { ptr: b.as_ptr().cast_mut(), stride: 1 }, 4, &|x, y| x + y) };
+        unsafe {
+            run2(
+                pa,
+                pa,
+                Operand {
+                    ptr: b.as_ptr().cast_mut(),
+                    stride: 1,
+                },
+                4,
+                &|x, y| x + y,
+            )
+        };
         assert_eq!(a, [11, 22, 33, 44]);
 
         // out shifted one element past the input: the raw loop, in order.
@@ -331,8 +345,19 @@ mod tests {
         let base = v.as_mut_ptr();
         // SAFETY: elements 0..4 and 1..5 of `v` are live and initialised.
         unsafe {
-            let o = Operand { ptr: base.add(1), stride: 1 };
-            run1(o, Operand { ptr: base, stride: 1 }, 4, &|x: i32| x * 10);
+            let o = Operand {
+                ptr: base.add(1),
+                stride: 1,
+            };
+            run1(
+                o,
+                Operand {
+                    ptr: base,
+                    stride: 1,
+                },
+                4,
+                &|x: i32| x * 10,
+            );
         }
         // Each output reads the value its input held when the loop reached it.
         assert_eq!(v, [1, 10, 100, 1000, 10000]);
@@ -352,9 +377,18 @@ mod tests {
         unsafe {
             run3(
                 o,
-                Operand { ptr: c.as_ptr().cast_mut(), stride: 1 },
-                Operand { ptr: x.as_ptr().cast_mut(), stride: 1 },
-                Operand { ptr: s.as_ptr().cast_mut(), stride: 0 },
+                Operand {
+                    ptr: c.as_ptr().cast_mut(),
+                    stride: 1,
+                },
+                Operand {
+                    ptr: x.as_ptr().cast_mut(),
+                    stride: 1,
+                },
+                Operand {
+                    ptr: s.as_ptr().cast_mut(),
+                    stride: 0,
+                },
                 3,
                 &|c: bool, x: f64, s: f64| if c { x } else { s },
             )

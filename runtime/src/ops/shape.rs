@@ -501,7 +501,10 @@ impl Tensor {
             2 => self.transpose(0, 1),
             r => Err(Error::shape(
                 "t",
-                format!("expects a tensor with <= 2 dims, got rank {r} (shape {})", fmt_shape(self.shape())),
+                format!(
+                    "expects a tensor with <= 2 dims, got rank {r} (shape {})",
+                    fmt_shape(self.shape())
+                ),
             )),
         }
     }

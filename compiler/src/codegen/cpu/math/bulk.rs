@@ -52,6 +52,7 @@
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
 use std::sync::OnceLock;
+use tensorplay_ir::CompileKind;
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{F32, F32X4};
@@ -345,7 +346,10 @@ impl InlineLoop {
     /// ```
     pub fn compile(op: BulkOp) -> Result<InlineLoop> {
         let err = |what: &str, e: &dyn std::fmt::Display| {
-            Error::Compile(format!("inline math loop for {}: {what}: {e}", op.name()))
+            Error::compile(
+                CompileKind::Codegen,
+                format!("inline math loop for {}: {what}: {e}", op.name()),
+            )
         };
         let mut flags = settings::builder();
         flags
