@@ -71,7 +71,7 @@ fn round(t: usize, i: usize, shared: &tensorplay::compiler::CompiledFn) -> Resul
         ops::call(&qual, &[x.into(), alpha.into()]).is_err(),
         "{qual} must be gone once its library is dropped"
     );
-    if (t + i) % 5 == 0 {
+    if (t + i).is_multiple_of(5) {
         cache::clear();
     }
     Ok(())

@@ -120,7 +120,7 @@ impl Library {
             (dispatch_key, "dispatch_key")
         };
         // Errors name the parameter the caller actually filled in.
-        let slots = vec![Slot::parse(op.qualname(), arg, key)?];
+        let slots = [Slot::parse(op.qualname(), arg, key)?];
         if !allow_override
             && let Some(s) = slots
                 .iter()
