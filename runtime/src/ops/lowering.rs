@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 
 use tensorplay_ir::graph::{Arg, Attr, OpCall};
-use tensorplay_ir::{DType, Error, OpId, ReduceOp, Result, ScalarExpr, ScalarOp};
+use tensorplay_ir::{CompileKind, DType, Error, OpId, ReduceOp, Result, ScalarExpr, ScalarOp};
 
 use super::OpDef;
 
@@ -179,10 +179,10 @@ pub fn reduce_op(call: &OpCall) -> Result<Option<ReduceSpec>> {
         Some(Attr::IntList(d)) => Some(d.clone()),
         Some(Attr::Int(d)) => Some(vec![*d]),
         Some(other) => {
-            return Err(Error::Compile(format!(
-                "{}: expected dims as an int list, got {other}",
-                call.name
-            )));
+            return Err(Error::compile(
+                CompileKind::Lowering,
+                format!("{}: expected dims as an int list, got {other}", call.name),
+            ));
         }
     };
     let keepdim = matches!(attrs.get(1), Some(Attr::Bool(true)));
