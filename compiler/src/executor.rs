@@ -24,7 +24,7 @@ use tensorplay_runtime::library::{Operator, registry};
 use tensorplay_runtime::{Scalar, Tensor, Value};
 
 use crate::codegen::cache;
-use crate::codegen::cpu::{CompiledKernel, LaunchPlan, plan as plan_launch};
+use crate::codegen::cpu::{CompiledKernel, LaunchPlan, ScalarArgs, plan as plan_launch};
 use crate::codegen::kernel::{LoweredRegion, lower};
 use crate::passes::{BufferPlan, FusionPlan, RegionKind, Step, buffer_plan, dce, fusion, logging};
 
@@ -48,6 +48,8 @@ struct NodeCall {
 /// One fused region with its lowered kernel spec.
 struct RegionRun {
     lowered: LoweredRegion,
+    /// The kernel's scalar arguments (the region's scalar constants), encoded once.
+    params: ScalarArgs,
     ins: Vec<usize>,
     outs: Vec<usize>,
     /// The value whose shape is the loop's iteration shape.
@@ -279,7 +281,9 @@ impl CompiledGraph {
                         RegionKind::Reduction { reduction, .. } => graph.args_of(*reduction)?[0],
                         RegionKind::Softmax { node, .. } => graph.args_of(*node)?[0],
                     };
+                    let params = ScalarArgs::new(&lowered.spec.param_dtypes(), &lowered.params)?;
                     steps.push(Exec::Region(RegionRun {
+                        params,
                         ins: lowered
                             .inputs
                             .iter()
@@ -647,7 +651,7 @@ impl CompiledGraph {
             let reused = match &last {
                 Some(c) => c
                     .kernel
-                    .relaunch(&c.plan, &in_refs, &out_refs, iter_shape)?,
+                    .relaunch(&c.plan, &in_refs, &out_refs, iter_shape, &r.params)?,
                 None => false,
             };
             if !reused {
@@ -657,7 +661,7 @@ impl CompiledGraph {
                     Some(c) if c.kernel.layout() == plan.layout() => c.kernel.clone(),
                     _ => cache::get_or_compile(spec, plan.layout())?,
                 };
-                kernel.launch_plan(&plan)?;
+                kernel.launch_plan(&plan, &r.params)?;
                 *r.last.lock() = Some(Arc::new(CachedLaunch {
                     plan: plan.detach(),
                     kernel,

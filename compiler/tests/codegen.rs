@@ -112,7 +112,7 @@ fn run(g: &Graph, region: &Region, feed: &HashMap<ValueRef, Tensor>) -> R<Vec<Te
         })
         .collect();
     let out_refs: Vec<&Tensor> = outs.iter().collect();
-    cache::launch(&lowered.spec, &inputs, &out_refs)?;
+    cache::launch_lowered(&lowered, &inputs, &out_refs)?;
     Ok(outs)
 }
 
@@ -828,7 +828,7 @@ fn writes_through_a_transposed_output_view() -> R<()> {
     let inputs: Vec<&Tensor> = lowered.inputs.iter().map(|v| &feed[v]).collect();
     let backing = Tensor::zeros(&[cols, rows], DType::F32);
     let out = backing.t()?;
-    let k = cache::launch(&lowered.spec, &inputs, &[&out])?;
+    let k = cache::launch_lowered(&lowered, &inputs, &[&out])?;
     assert_eq!(k.layout().classes.last(), Some(&StrideClass::Strided));
     assert_same(
         &out.contiguous()?,
@@ -1323,7 +1323,7 @@ fn one_artifact_serves_every_size_with_the_same_layout() -> R<()> {
         let feed = HashMap::from([(x, xt.clone()), (bias, bt.clone()), (r, rt.clone())]);
         let inputs: Vec<&Tensor> = lowered.inputs.iter().map(|v| &feed[v]).collect();
         let out = Tensor::zeros(&[rows, cols], DType::F32);
-        let k = cache::launch(&lowered.spec, &inputs, &[&out])?;
+        let k = cache::launch_lowered(&lowered, &inputs, &[&out])?;
         assert_same(&out, &xt.add(&bt)?.relu()?.add(&rt)?, "w3");
         assert!(cache::contains(&lowered.spec, k.layout()));
         arts.push((lowered.spec, k));

@@ -60,7 +60,7 @@ pub(super) fn liveness(spec: &KernelSpec) -> Vec<bool> {
             Inst::Op { args, .. } => args.iter().for_each(|&a| live[a] = true),
             Inst::Cast { arg, .. } => live[*arg] = true,
             Inst::Store { value, .. } => live[*value] = true,
-            Inst::Load { .. } | Inst::Const { .. } => {}
+            Inst::Load { .. } | Inst::Const { .. } | Inst::Param { .. } => {}
         }
     }
     live
@@ -158,6 +158,8 @@ pub(super) struct Emitter<'a, 'b> {
     pub start: Value,
     pub end: Value,
     pub partials: Value,
+    /// Scalar kernel arguments, loaded once in the entry block: `(scalar, vector splat)`.
+    pub params: Vec<(Value, Option<Value>)>,
     /// The calling convention of calls into Rust (bulk math kernels).
     pub call_conv: CallConv,
     /// Whether expensive f32 math goes to the bulk kernels (see `staging`).
@@ -187,7 +189,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
     }
 
     /// Reads the kernel arguments in the entry block (the current block).
-    pub(super) fn load_args(&mut self, args: Value) {
+    pub(super) fn load_args(&mut self, args: Value) -> Result<()> {
         let flags = MemFlagsData::trusted().with_readonly();
         let ins = |fb: &mut FunctionBuilder, off: i32| fb.ins().load(I64, flags, args, off);
         let ptrs_p = ins(self.fb, offsets::PTRS);
@@ -196,6 +198,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
         self.start = ins(self.fb, offsets::START);
         self.end = ins(self.fb, offsets::END);
         self.partials = ins(self.fb, offsets::PARTIALS);
+        let params_p = ins(self.fb, offsets::PARAMS);
         let dims = self.layout.dims;
         let nops = self.num_operands();
         self.ptrs = (0..nops)
@@ -222,6 +225,46 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 self.fb.ins().imul_imm_s(s, size)
             })
             .collect();
+        self.load_params(params_p)?;
+        Ok(())
+    }
+
+    /// Loads every scalar argument (8-byte slots, the value in the low bytes: see
+    /// [`ScalarArgs`](super::ScalarArgs)) and splats it for the vector loop, here in the entry
+    /// block, so the loops only see loop-invariant registers.
+    fn load_params(&mut self, params_p: Value) -> Result<()> {
+        let flags = MemFlagsData::trusted().with_readonly();
+        for (index, dtype) in self.spec.param_dtypes().into_iter().enumerate() {
+            let off = (index * 8) as i32;
+            let s = match dtype {
+                DType::Bool => {
+                    let b = self.fb.ins().load(I8, flags, params_p, off);
+                    // Any nonzero byte is true; normalise to 0/1.
+                    let zero = self.fb.ins().iconst(I8, 0);
+                    self.fb.ins().icmp(IntCC::NotEqual, b, zero)
+                }
+                d => {
+                    let ty = self.repr(d, false)?;
+                    self.fb.ins().load(ty, flags, params_p, off)
+                }
+            };
+            let v = if self.lanes == Lanes::Scalar {
+                None
+            } else if dtype == DType::Bool {
+                let vty = self.repr(DType::Bool, true)?;
+                let lane = self.fb.ins().uextend(vty.lane_type(), s);
+                let spl = self.fb.ins().splat(vty, lane);
+                let zero = self.iconst(vty, 0);
+                Some(self.fb.ins().icmp(IntCC::NotEqual, spl, zero))
+            } else if dtype.is_float() {
+                let vty = self.repr(dtype, true)?;
+                Some(self.fb.ins().splat(vty, s))
+            } else {
+                None
+            };
+            self.params.push((s, v));
+        }
+        Ok(())
     }
 
     // ---- small helpers ---------------------------------------------------------------------
@@ -705,6 +748,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
             let v = match inst {
                 Inst::Load { input } => Some(self.load_input(row, *input, i, k, vector)?),
                 Inst::Const { value, dtype } => Some(self.constant(*value, *dtype, vector)?),
+                Inst::Param { index, dtype } => Some(self.param(*index, *dtype, vector)?),
                 Inst::Op {
                     op, args, compute, ..
                 } => {
@@ -743,6 +787,19 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 self.iconst(ty, v)
             }
         })
+    }
+
+    /// Scalar argument `index` in its register representation (loaded in the entry block).
+    fn param(&self, index: usize, dtype: DType, vector: bool) -> Result<Value> {
+        let &(s, v) = self
+            .params
+            .get(index)
+            .ok_or_else(|| internal(format!("param {index} of {dtype} was not loaded")))?;
+        if vector {
+            v.ok_or_else(|| internal(format!("no vector form for param {index} of {dtype}")))
+        } else {
+            Ok(s)
+        }
     }
 
     /// A bool (i8 0/1 or lane mask) from a comparison result of the same width.
