@@ -471,6 +471,12 @@ impl CompiledGraph {
         Ok(())
     }
 
+    /// Why `inputs` fail this graph's guards (which input, what was compiled for and what came),
+    /// or `None` when they pass.
+    pub fn guard_failure(&self, inputs: &[Tensor]) -> Option<String> {
+        self.check_guards(inputs).err().map(|e| e.to_string())
+    }
+
     /// True when `inputs` pass this graph's guards.
     pub fn accepts(&self, inputs: &[Tensor]) -> bool {
         inputs.len() == self.guards.len()
@@ -612,7 +618,10 @@ impl CompiledGraph {
         let mut env = self.env_with_inputs(inputs);
         for (si, step) in self.steps.iter().enumerate() {
             match step {
-                Exec::Node(call) => Self::call_node(call, &mut env)?,
+                Exec::Node(call) => {
+                    Self::call_node(call, &mut env)?;
+                    self.check_node_outputs(call, &shapes.shapes, &env)?;
+                }
                 Exec::Region(r) => self.run_region(r, &shapes.shapes, &mut env)?,
             }
             for &v in &self.dies_after[si] {
@@ -620,6 +629,38 @@ impl CompiledGraph {
             }
         }
         self.collect_outputs(&env)
+    }
+
+    /// The outputs of a node run through the dispatcher must be what shape inference (the ops'
+    /// fake kernels) said: the kernels after it were planned for those shapes and dtypes. An op
+    /// whose real kernel disagrees with its fake kernel is named here.
+    fn check_node_outputs(
+        &self,
+        call: &NodeCall,
+        shapes: &[Shape],
+        env: &[Option<Tensor>],
+    ) -> Result<()> {
+        for (k, &o) in call.outs.iter().enumerate() {
+            let Some(t) = &env[o] else { continue };
+            let (want_shape, want_dtype) = (&shapes[o], self.dtypes[o]);
+            if t.shape() != want_shape.as_slice() || t.dtype() != want_dtype {
+                return Err(Error::argument(
+                    call.op.qualname(),
+                    format!("output {k}"),
+                    format!(
+                        "{want_dtype}{} (what its fake kernel said)",
+                        tensorplay_ir::shape::fmt_shape(want_shape)
+                    ),
+                    format!(
+                        "{}{} from its kernel; the fake kernel must return the real kernel's \
+                         shapes and dtypes",
+                        t.dtype(),
+                        tensorplay_ir::shape::fmt_shape(t.shape())
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn run_region(
