@@ -13,7 +13,7 @@ use std::sync::Once;
 
 use tensorplay_compiler::codegen::cpu::math::bulk;
 use tensorplay_compiler::codegen::cpu::{
-    self, CodegenOptions, CompiledKernel, KernelArgs, ScalarArgs, LaunchPlan,
+    self, CodegenOptions, CompiledKernel, KernelArgs, LaunchPlan, ScalarArgs,
 };
 use tensorplay_compiler::codegen::kernel::{KernelSpec, Lit, LoopLayout, StrideClass, lower};
 use tensorplay_compiler::passes::region::{Region, RegionKind};
@@ -959,7 +959,8 @@ fn calls_over_sub_ranges_write_only_their_elements() -> R<()> {
         let full_refs: Vec<&Tensor> = full.iter().collect();
         let p = cpu::plan(&b.spec, &ins, &full_refs, None)?;
         let pair = ks.get(&b.spec, p.layout())?;
-        pair.inline.launch_with_params(&ins, &full_refs, &b.params)?;
+        pair.inline
+            .launch_with_params(&ins, &full_refs, &b.params)?;
         let kernels: Vec<(&str, &CompiledKernel)> = std::iter::once(("inline", &pair.inline))
             .chain(pair.staged.iter().map(|k| ("staged", k)))
             .collect();
