@@ -5,8 +5,11 @@
 //! operands, casts, `where`, `clamp`) over 1–4 inputs whose shapes broadcast (ranks 0–4, size-1
 //! and occasionally size-0 dims, sometimes an incompatible shape), of mixed dtypes, given as
 //! transposed, sliced or expanded views of fresh tensors, optionally ending in a reduction or a
-//! softmax. Input data mixes moderate values with NaN, ±inf, ±0, denormals, halves and integer
-//! extremes.
+//! softmax. Programs also hold mutation barriers (`clone(a).copy_(b)`, read afterwards) and
+//! custom ops, traced through (their body fuses) or opaque (a CPU-only kernel with a fake
+//! kernel). Input data mixes moderate values with NaN, ±inf, ±0, denormals, halves and integer
+//! extremes. Every program that runs is called a second and third time through the same compiled
+//! function with its dims ≥ 2 grown (dynamic shapes: one graph serves several sizes).
 //!
 //! The oracle is eager execution plus a running error analysis: for every value the fuzzer
 //! computes, per element, how far the compiled value may legitimately be from eager's. Exact ops
@@ -20,9 +23,10 @@
 //! the compiled call must fail too (never panic); if eager succeeds, so must the compiled call;
 //! and `CompiledGraph::interpret` must be bit-identical to eager.
 //!
-//! `TP_FUZZ_CASES` sets the number of programs (default 2000), `TP_FUZZ_SEED` the seed (a u64;
-//! the default is fixed so CI is reproducible). A failure prints the shrunk program in readable
-//! form with the seed that found it.
+//! `TP_FUZZ_CASES` sets the number of programs (default 2000), `TP_FUZZ_SEED` the seed (a u64,
+//! decimal or 0x-hex; the default is fixed; `.ci/run` passes one derived from the commit). The
+//! seed is printed first; a failure prints the shrunk program in readable form with the seed that
+//! found it. Long runs are recorded in docs/testing.md.
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -32,8 +36,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
-use tensorplay_compiler::compile;
-use tensorplay_runtime::{DType, Result, Scalar, Tensor};
+use std::sync::OnceLock;
+
+use tensorplay_compiler::{CompiledFn, compile};
+use tensorplay_runtime::library::{self, CustomOpDef};
+use tensorplay_runtime::{DType, Result, Scalar, Tensor, Value};
 
 const INF: f64 = f64::INFINITY;
 const DEFAULT_SEED: u64 = 0x7E45_0F1A_C0DE_2026;
@@ -190,6 +197,47 @@ enum Op {
     Where(usize, usize, usize),
     Clamp(usize, Option<Lit>, Option<Lit>),
     Cast(usize, DType),
+    /// `y = clone(a); y.copy_(b)`: a mutation barrier (`b` broadcast to `a` and cast to its
+    /// dtype), read afterwards.
+    Copy(usize, usize),
+    /// A custom op: traced through (its body, `neg`, fuses) or opaque (a CPU-only `abs` with a
+    /// fake kernel: a barrier run through the dispatcher).
+    Custom(Custom, usize),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Custom {
+    TracedNeg,
+    OpaqueAbs,
+}
+
+/// The fuzzer's custom ops, registered once per process.
+fn custom_ops() -> &'static (CustomOpDef, CustomOpDef) {
+    static OPS: OnceLock<(CustomOpDef, CustomOpDef)> = OnceLock::new();
+    OPS.get_or_init(|| {
+        let traced = library::custom_op("fuzz::neg_traced")
+            .arg_names(&["x"])
+            .build(|x: Tensor| -> Result<Tensor> { x.neg() })
+            .expect("registering fuzz::neg_traced");
+        let opaque = library::custom_op("fuzz::abs_opaque")
+            .arg_names(&["x"])
+            .device_types(&["cpu"])
+            .build(|x: Tensor| -> Result<Tensor> { x.abs() })
+            .expect("registering fuzz::abs_opaque");
+        opaque
+            .register_fake(|x: Tensor| -> Result<Tensor> { Ok(Tensor::empty_like(&x)) })
+            .expect("its fake kernel");
+        (traced, opaque)
+    })
+}
+
+fn custom(c: Custom, x: &Tensor) -> Result<Tensor> {
+    let (traced, opaque) = custom_ops();
+    let op = match c {
+        Custom::TracedNeg => traced,
+        Custom::OpaqueAbs => opaque,
+    };
+    op.call1(&[Value::Tensor(x.clone())])
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,6 +350,8 @@ impl fmt::Display for Program {
                     hi.map_or("None".into(), |l| l.to_string())
                 ),
                 Op::Cast(a, d) => format!("to_dtype({}, {})", name(*a), d.name()),
+                Op::Copy(a, b) => format!("clone({}).copy_({})", name(*a), name(*b)),
+                Op::Custom(c, a) => format!("{c:?}({})", name(*a)),
             };
             writeln!(f, "  v{k} = {rhs}")?;
         }
@@ -562,7 +612,9 @@ impl Op {
             | Op::Binary(_, a, _)
             | Op::Scalar(_, a, _, _)
             | Op::Clamp(a, _, _)
-            | Op::Cast(a, _) => a,
+            | Op::Cast(a, _)
+            | Op::Copy(a, _)
+            | Op::Custom(_, a) => a,
             Op::Where(_, a, _) => a,
         }
     }
@@ -635,6 +687,12 @@ impl Program {
                     values[*a].clamp(lo.map(Lit::scalar), hi.map(Lit::scalar))?
                 }
                 Op::Cast(a, d) => values[*a].to_dtype(*d)?,
+                Op::Copy(a, b) => {
+                    let y = values[*a].clone_tensor()?;
+                    y.copy_(&values[*b])?;
+                    y
+                }
+                Op::Custom(c, a) => custom(*c, &values[*a])?,
             };
             conditions.push(cond);
             values.push(v);
@@ -729,6 +787,15 @@ struct Model {
 
 fn values_of(t: &Tensor) -> Result<Vec<f64>> {
     t.contiguous()?.to_vec_f64()
+}
+
+/// A value as a barrier (an op run through the dispatcher) reads it: stored, so its consumer
+/// bound is its stored bound.
+fn materialized(m: &Model) -> Model {
+    Model {
+        ep: m.es.clone(),
+        ..m.clone()
+    }
 }
 
 fn exact_model(t: &Tensor) -> Result<Model> {
@@ -1318,6 +1385,23 @@ fn analyse(p: &Program, t: &Trace) -> Result<Vec<Model>> {
             }
             Op::Clamp(a, _, _) => model_clamp(&ms[*a], r)?,
             Op::Cast(a, _) => model_cast(&ms[*a], r)?,
+            Op::Copy(_, b) => {
+                // `b` reaches the barrier materialized (its stored bound), broadcast to `y`.
+                let m = materialized(&ms[*b]);
+                let (v, ep) = operand(&m, r.shape());
+                let shaped = Model {
+                    shape: r.shape().to_vec(),
+                    es: ep.clone(),
+                    v,
+                    ep,
+                    ..m
+                };
+                let mut out = model_cast(&shaped, r)?;
+                out.value_eq = shaped.value_eq && r.dtype().is_float();
+                out
+            }
+            Op::Custom(Custom::TracedNeg, a) => model_unary(Un::Neg, &ms[*a], r)?,
+            Op::Custom(Custom::OpaqueAbs, a) => model_unary(Un::Abs, &materialized(&ms[*a]), r)?,
         };
         ms.push(m);
     }
@@ -1481,6 +1565,10 @@ struct Stats {
     exact: AtomicUsize,
     unverifiable: AtomicUsize,
     kernels: AtomicUsize,
+    /// Calls at a second size of an already compiled program.
+    resized: AtomicUsize,
+    /// Of those, how many compiled a new graph.
+    recompiled: AtomicUsize,
 }
 
 static STATS: Stats = Stats {
@@ -1490,6 +1578,8 @@ static STATS: Stats = Stats {
     exact: AtomicUsize::new(0),
     unverifiable: AtomicUsize::new(0),
     kernels: AtomicUsize::new(0),
+    resized: AtomicUsize::new(0),
+    recompiled: AtomicUsize::new(0),
 };
 
 fn bump(c: &AtomicUsize, n: usize) {
@@ -1509,18 +1599,64 @@ fn check_program(p: &Program) -> std::result::Result<(), String> {
     check_repaired(p, &inputs).map_err(|e| format!("program as run:\n{p}\n{e}"))
 }
 
+/// The program's input specs with every dim of size ≥ 2 grown by `grow` (sizes 0 and 1 stay:
+/// the broadcast pattern, and so the guards of a dynamic graph, are unchanged).
+fn resized(p: &Program, grow: usize) -> Program {
+    let mut q = p.clone();
+    for s in &mut q.inputs {
+        for d in &mut s.shape {
+            if *d >= 2 {
+                *d += grow;
+            }
+        }
+    }
+    q
+}
+
 fn check_repaired(p: &Program, inputs: &[Tensor]) -> std::result::Result<(), String> {
-    let inputs = inputs.to_vec();
-    let eager = p.trace(&inputs);
     let prog = Arc::new(p.clone());
     let body = prog.clone();
     let f = compile(move |xs: &[Tensor]| Ok(body.trace(xs)?.outputs));
+    if !compare_call(p, &f, inputs)? {
+        return Ok(());
+    }
+    // Dynamic shapes: the same compiled function called at other sizes.
+    for grow in [3, 1] {
+        let q = resized(p, grow);
+        if q.inputs.iter().zip(&p.inputs).all(|(a, b)| a.shape == b.shape) {
+            break;
+        }
+        let before = f.num_compiled();
+        let xs: Vec<Tensor> = q
+            .inputs
+            .iter()
+            .map(InputSpec::build)
+            .collect::<Result<_>>()
+            .map_err(|e| format!("building the resized inputs failed: {e}"))?;
+        compare_call(&q, &f, &xs).map_err(|e| {
+            format!("called again with dims >= 2 grown by {grow}, inputs now:\n{q}\n{e}")
+        })?;
+        bump(&STATS.resized, 1);
+        bump(&STATS.recompiled, f.num_compiled() - before);
+    }
+    Ok(())
+}
+
+/// Runs `p` eagerly and through `f` on `inputs` and compares (see the module docs); `Ok(false)`
+/// when both reject the inputs.
+fn compare_call(
+    p: &Program,
+    f: &CompiledFn,
+    inputs: &[Tensor],
+) -> std::result::Result<bool, String> {
+    let inputs = inputs.to_vec();
+    let eager = p.trace(&inputs);
     let got = catch_unwind(AssertUnwindSafe(|| f.call(&inputs)))
         .map_err(|e| format!("the compiled call panicked: {}", panic_text(e)))?;
     let (trace, got) = match (eager, got) {
         (Err(_), Err(_)) => {
             bump(&STATS.eager_errors, 1);
-            return Ok(());
+            return Ok(false);
         }
         (Err(e), Ok(_)) => {
             return Err(format!("eager fails ({e}) but the compiled call succeeded"));
@@ -1569,7 +1705,7 @@ fn check_repaired(p: &Program, inputs: &[Tensor]) -> std::result::Result<(), Str
         None => problems.push("no compiled graph after a successful call".into()),
     }
     if problems.is_empty() {
-        Ok(())
+        Ok(true)
     } else {
         Err(problems.join("\n"))
     }
@@ -1585,6 +1721,8 @@ enum OpGen {
     Where(Index, Index, Index),
     Clamp(Index, Option<Lit>, Option<Lit>),
     Cast(Index, DType),
+    Copy(Index, Index),
+    Custom(Custom, Index),
 }
 
 #[derive(Debug, Clone)]
@@ -1642,6 +1780,9 @@ fn op_strategy() -> impl Strategy<Value = OpGen> {
         2 => (any::<Index>(), prop::option::weighted(0.8, number_strategy()), prop::option::weighted(0.8, number_strategy()))
             .prop_map(|(a, lo, hi)| OpGen::Clamp(a, lo, hi)),
         2 => (any::<Index>(), dtype_strategy()).prop_map(|(a, d)| OpGen::Cast(a, d)),
+        1 => (any::<Index>(), any::<Index>()).prop_map(|(a, b)| OpGen::Copy(a, b)),
+        1 => (prop::sample::select(vec![Custom::TracedNeg, Custom::OpaqueAbs]), any::<Index>())
+            .prop_map(|(c, a)| OpGen::Custom(c, a)),
     ]
 }
 
@@ -1762,6 +1903,8 @@ fn build_program(
                 OpGen::Where(c, a, b) => Op::Where(pick(&c, n), pick(&a, n), pick(&b, n)),
                 OpGen::Clamp(a, lo, hi) => Op::Clamp(pick(&a, n), lo, hi),
                 OpGen::Cast(a, d) => Op::Cast(pick(&a, n), d),
+                OpGen::Copy(a, b) => Op::Copy(pick(&a, n), pick(&b, n)),
+                OpGen::Custom(c, a) => Op::Custom(c, pick(&a, n)),
             }
         })
         .collect();
@@ -1816,6 +1959,8 @@ fn seed_bytes(seed: u64) -> [u8; 32] {
 fn compiled_matches_eager_on_random_programs() {
     let cases = env_u64("TP_FUZZ_CASES").unwrap_or(2000) as u32;
     let seed = env_u64("TP_FUZZ_SEED").unwrap_or(DEFAULT_SEED);
+    eprintln!("fuzz: TP_FUZZ_SEED={seed:#x} TP_FUZZ_CASES={cases}");
+    let t0 = std::time::Instant::now();
     let config = Config {
         cases,
         failure_persistence: None,
@@ -1831,13 +1976,16 @@ fn compiled_matches_eager_on_random_programs() {
     });
     let load = |c: &AtomicUsize| c.load(Ordering::Relaxed);
     eprintln!(
-        "fuzz: {} programs ({} rejected by eager and the compiled call alike), {} kernels; output elements: {} checked ({} bit-exact), {} unverifiable",
+        "fuzz: {} programs ({} rejected by eager and the compiled call alike), {} kernels, {} calls at a second size ({} recompiled); output elements: {} checked ({} bit-exact), {} unverifiable; {:.1} s",
         load(&STATS.cases),
         load(&STATS.eager_errors),
         load(&STATS.kernels),
+        load(&STATS.resized),
+        load(&STATS.recompiled),
         load(&STATS.checked),
         load(&STATS.exact),
-        load(&STATS.unverifiable)
+        load(&STATS.unverifiable),
+        t0.elapsed().as_secs_f64()
     );
     match result {
         Ok(()) => {}
