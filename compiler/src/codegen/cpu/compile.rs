@@ -396,7 +396,7 @@ pub fn compile_with(
             start: zero,
             end: zero,
             partials: zero,
-            params: Vec::new(),
+            params: zero,
             call_conv: module.isa().default_call_conv(),
             bulk: options.bulk_math,
             reads: Vec::new(),
