@@ -1623,7 +1623,11 @@ fn check_repaired(p: &Program, inputs: &[Tensor]) -> std::result::Result<(), Str
     // Dynamic shapes: the same compiled function called at other sizes.
     for grow in [3, 1] {
         let q = resized(p, grow);
-        if q.inputs.iter().zip(&p.inputs).all(|(a, b)| a.shape == b.shape) {
+        if q.inputs
+            .iter()
+            .zip(&p.inputs)
+            .all(|(a, b)| a.shape == b.shape)
+        {
             break;
         }
         let before = f.num_compiled();

@@ -192,12 +192,20 @@ fn a_kernel_evicted_while_a_graph_uses_it_is_freed_when_the_graph_drops() -> Res
     let g = compile(|xs: &[Tensor]| Ok(vec![xs[0].sigmoid()?.add(&xs[0])?]));
     g.call(std::slice::from_ref(&x))?;
     let s = cache::stats();
-    assert_eq!((s.entries, s.evictions), (1, 1), "f's kernel was evicted: {s:?}");
+    assert_eq!(
+        (s.entries, s.evictions),
+        (1, 1),
+        "f's kernel was evicted: {s:?}"
+    );
     assert_eq!(live_kernels(), live + 2, "f still holds its kernel");
     // f's kernel is no longer cached but still runs for f.
     assert_eq!(bits32(&f.call(std::slice::from_ref(&x))?[0]), want);
     drop(f);
-    assert_eq!(live_kernels(), live + 1, "dropping f freed its evicted kernel");
+    assert_eq!(
+        live_kernels(),
+        live + 1,
+        "dropping f freed its evicted kernel"
+    );
     drop(g);
     assert_eq!(live_kernels(), live + 1, "g's kernel is still cached");
     cache::set_limit_bytes(0);

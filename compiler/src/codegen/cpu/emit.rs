@@ -126,14 +126,17 @@ fn data_flags() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
 }
 
-/// An input loaded once per row: its scalar value and, in vector kernels, its splat.
+/// An input (or scalar argument) loaded once per row: its scalar value and, in vector kernels,
+/// its splat.
 pub(super) type Hoisted = Option<(Value, Option<Value>)>;
 
 /// Per-row view of the operands: the address of the row's first element for each operand, and
-/// the values of inputs that are constant along the inner dim (stride 0), loaded once per row.
+/// the values of inputs that are constant along the inner dim (stride 0) and of the scalar
+/// arguments, loaded once per row.
 pub(super) struct Row {
     pub base: Vec<Value>,
-    /// For each input: `(scalar, vector)` when hoisted.
+    /// For each input, then each scalar argument: `(scalar, vector)` when hoisted (a shorter
+    /// list hoists nothing past its end: those values are loaded where they are used).
     pub hoisted: Vec<Hoisted>,
 }
 
@@ -648,7 +651,9 @@ impl<'a, 'b> Emitter<'a, 'b> {
         Ok(())
     }
 
-    /// Loads the inputs that are constant along the inner dim (class `Zero`) at the row's base.
+    /// Loads the inputs that are constant along the inner dim (class `Zero`) at the row's base,
+    /// then the live scalar arguments. Rows hold no calls (a staged kernel's bulk calls come
+    /// between its stages' rows), so these registers are never spilled around one.
     pub(super) fn hoist(&mut self, base: &[Value]) -> Result<Vec<Hoisted>> {
         let mut out = Vec::with_capacity(self.spec.inputs.len());
         let loaded: Vec<bool> = (0..self.spec.inputs.len())
@@ -678,6 +683,23 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 Some(self.fb.ins().splat(vty, s))
             };
             out.push(Some((s, v)));
+        }
+        let vector = self.lanes != Lanes::Scalar;
+        for (k, inst) in self.spec.insts.iter().enumerate() {
+            if let Inst::Param { index, dtype } = *inst {
+                let h = if self.live[k] {
+                    let s = self.param(index, dtype, false)?;
+                    let v = if vector && (dtype.is_float() || dtype == DType::Bool) {
+                        Some(self.vector_param(s, dtype)?)
+                    } else {
+                        None
+                    };
+                    Some((s, v))
+                } else {
+                    None
+                };
+                out.push(h);
+            }
         }
         Ok(out)
     }
@@ -710,7 +732,18 @@ impl<'a, 'b> Emitter<'a, 'b> {
             let v = match inst {
                 Inst::Load { input } => Some(self.load_input(row, *input, i, k, vector)?),
                 Inst::Const { value, dtype } => Some(self.constant(*value, *dtype, vector)?),
-                Inst::Param { index, dtype } => Some(self.param(*index, *dtype, vector)?),
+                Inst::Param { index, dtype } => {
+                    let hoisted = row
+                        .hoisted
+                        .get(spec.inputs.len() + index)
+                        .copied()
+                        .flatten();
+                    Some(match (hoisted, vector) {
+                        (Some((s, _)), false) => s,
+                        (Some((_, Some(v))), true) => v,
+                        _ => self.param(*index, *dtype, vector)?,
+                    })
+                }
                 Inst::Op {
                     op, args, compute, ..
                 } => {
@@ -752,11 +785,11 @@ impl<'a, 'b> Emitter<'a, 'b> {
     }
 
     /// Scalar argument `index` in its register representation, read from its 8-byte slot (the
-    /// value in the low bytes, see [`ScalarArgs`](super::ScalarArgs)) where it is used. Like an
-    /// inline constant's load from the constant pool, the read hits L1 and x86 folds it into a
-    /// broadcast; the slot is deliberately not marked read-only, so the read is not hoisted out
-    /// of the loops: a hoisted value occupies a vector register for the whole kernel and is
-    /// spilled and reloaded around every bulk call (measured: W1 ~15 % slower).
+    /// value in the low bytes, see [`ScalarArgs`](super::ScalarArgs)) here. Rows read their
+    /// arguments once ([`hoist`](Self::hoist)); the slot is deliberately not marked read-only,
+    /// so Cranelift does not hoist the read further, out of every loop: a kernel-wide value
+    /// occupies a vector register across the bulk calls of a staged kernel and is spilled and
+    /// reloaded around each (measured: W1 15–25 % slower).
     fn param(&mut self, index: usize, dtype: DType, vector: bool) -> Result<Value> {
         let flags = MemFlagsData::trusted();
         let off = i32::try_from(index * 8)
@@ -776,6 +809,11 @@ impl<'a, 'b> Emitter<'a, 'b> {
         if !vector {
             return Ok(s);
         }
+        self.vector_param(s, dtype)
+    }
+
+    /// The vector form of a scalar argument's value `s`.
+    fn vector_param(&mut self, s: Value, dtype: DType) -> Result<Value> {
         let vty = self.repr(dtype, true)?;
         Ok(if dtype == DType::Bool {
             let lane = self.fb.ins().uextend(vty.lane_type(), s);
