@@ -1589,6 +1589,11 @@ fn bump(c: &AtomicUsize, n: usize) {
 /// Runs one program eagerly and compiled and checks the contract.
 fn check_program(p: &Program) -> std::result::Result<(), String> {
     bump(&STATS.cases, 1);
+    let done = STATS.cases.load(Ordering::Relaxed);
+    if done.is_multiple_of(50_000) {
+        // Long runs (TP_FUZZ_CASES=1000000) report progress, so a run cut short still counts.
+        eprintln!("fuzz: {done} programs so far");
+    }
     let inputs: Vec<Tensor> = p
         .inputs
         .iter()
