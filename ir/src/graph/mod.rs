@@ -26,6 +26,7 @@ pub mod attr;
 mod builder;
 mod dot;
 mod node;
+mod parse;
 mod print;
 mod validate;
 
