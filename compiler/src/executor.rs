@@ -102,7 +102,9 @@ type Env = SmallVec<[Option<Tensor>; 16]>;
 
 enum Exec {
     Node(NodeCall),
-    Region(RegionRun),
+    /// Boxed: a region (its lowered spec, scalar arguments and cached launch) is much larger
+    /// than a node call.
+    Region(Box<RegionRun>),
 }
 
 /// Run-time facts about each graph input that the compiled code relies on.
@@ -282,7 +284,7 @@ impl CompiledGraph {
                         RegionKind::Softmax { node, .. } => graph.args_of(*node)?[0],
                     };
                     let params = ScalarArgs::new(&lowered.spec.param_dtypes(), &lowered.params)?;
-                    steps.push(Exec::Region(RegionRun {
+                    steps.push(Exec::Region(Box::new(RegionRun {
                         params,
                         ins: lowered
                             .inputs
@@ -297,7 +299,7 @@ impl CompiledGraph {
                         iter_value: id(iter_ref)?,
                         lowered,
                         last: Mutex::new(None),
-                    }));
+                    })));
                 }
             }
         }
