@@ -141,11 +141,14 @@ impl TraceState {
         if seen && !aliases_constant {
             return Ok(());
         }
-        Err(Error::Compile(format!(
-            "`{op}` mutates {t:?}, a tensor the compiled closure closes over or made outside the \
-             trace (not derived from its inputs); compiled calls would update a copy of it \
-             captured as a constant. Pass it to the compiled function as an input instead"
-        )))
+        Err(Error::compile(
+            CompileKind::Capture,
+            format!(
+                "`{op}` mutates {t:?}, a tensor the compiled closure closes over or made outside \
+                 the trace (not derived from its inputs); compiled calls would update a copy of \
+                 it captured as a constant. Pass it to the compiled function as an input instead"
+            ),
+        ))
     }
 
     /// Builder arguments for `args`, named after the schema's parameters.
