@@ -170,3 +170,30 @@ fn mutating_custom_ops_on_closed_over_tensors_are_refused_too() -> Result<()> {
     assert_eq!(c.to_vec::<f32>()?, vec![1.0; 2]);
     Ok(())
 }
+
+#[test]
+fn an_unused_integer_remainder_by_zero_still_fails_like_eager() -> Result<()> {
+    // Found by the fuzzer: dead-code elimination dropped the unused remainder, so the compiled
+    // call succeeded where eager reports the zero divisor.
+    let f = compile(|xs: &[Tensor]| {
+        let _unused = xs[0].remainder(&xs[1])?;
+        Ok(vec![xs[0].add(&xs[1])?])
+    });
+    let a = Tensor::from_vec(vec![5i64, 7, 9], &[3])?;
+    let ok = Tensor::from_vec(vec![2i64, 3, 4], &[3])?;
+    assert_eq!(
+        f.call(&[a.clone(), ok.clone()])?[0].to_vec::<i64>()?,
+        vec![7, 10, 13]
+    );
+    let zero = Tensor::from_vec(vec![2i64, 0, 4], &[3])?;
+    let eager = a.remainder(&zero).unwrap_err().to_string();
+    let compiled = f.call(&[a.clone(), zero]).unwrap_err().to_string();
+    assert!(compiled.contains("remainder"), "{compiled}");
+    assert_eq!(compiled, eager);
+    // Floating remainder by zero is NaN, not an error, and stays removable.
+    let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?;
+    let y = Tensor::from_vec(vec![0.0f32, 1.0], &[2])?;
+    assert_eq!(f.call(&[x.clone(), y])?[0].to_vec::<f32>()?, vec![1.0, 3.0]);
+    let _ = x;
+    Ok(())
+}

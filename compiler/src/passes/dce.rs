@@ -4,13 +4,15 @@ use std::collections::BTreeSet;
 
 use tensorplay_ir::graph::{Edge, Graph, NodeId, NodeKind};
 use tensorplay_ir::{OpClass, Result};
+use tensorplay_runtime::ops::lowering::fails_on_values;
 
 /// Returns a copy of `g` without the op and constant nodes that have no data path to the graph
 /// outputs or to a mutating op.
 ///
 /// Kept: the output sink and everything it reads (transitively, through data edges); every
 /// [`OpClass::Mutating`] node (a write is a side effect, even when nobody reads the result) and
-/// everything it reads; every graph input, used or not (input positions are the calling
+/// everything it reads; every builtin call that can fail on its operands' values
+/// ([`fails_on_values`]: integer `remainder` by zero) and everything it reads; every graph input, used or not (input positions are the calling
 /// convention). Order edges do not make a node live: a dead reader ordered around a mutation is
 /// removed, and when the removed nodes carried an ordering between two live nodes (a write, a
 /// dead read, a second write) a direct order edge keeps it. Node ids are preserved.
@@ -46,6 +48,11 @@ pub fn dce(g: &Graph) -> Result<Graph> {
         match &node.kind {
             NodeKind::Input { .. } | NodeKind::Output { .. } => stack.push(id),
             NodeKind::Op(call) if call.class == OpClass::Mutating => stack.push(id),
+            // A call that can fail on its operands' values (integer remainder by zero) is kept
+            // even when unused, so the compiled graph fails exactly where eager does.
+            NodeKind::Op(call) if node.outputs.iter().any(|m| fails_on_values(call, m.dtype)) => {
+                stack.push(id)
+            }
             _ => {}
         }
     }

@@ -113,6 +113,31 @@ pub fn builtin_by_id(id: OpId) -> Option<&'static OpDef> {
     table.get(id.index()).copied().flatten()
 }
 
+/// Whether a call of this builtin can fail on the *values* of its operands (not only on their
+/// shapes and dtypes): an elementwise op declared `float_only` whose result dtype is not
+/// floating (integer division by zero). Dead-code elimination keeps such calls, so a compiled
+/// graph reports the same error eager does even when the result is unused.
+///
+/// ```
+/// use tensorplay_ir::graph::{Arg, OpCall};
+/// use tensorplay_ir::{DType, OpClass};
+/// use tensorplay_runtime::ops::lowering::fails_on_values;
+/// let rem = OpCall::new("tp::remainder", OpClass::Elementwise, vec![Arg::Tensor, Arg::Tensor]);
+/// assert!(fails_on_values(&rem, DType::I64));
+/// assert!(!fails_on_values(&rem, DType::F32));
+/// let add = OpCall::new("tp::add", OpClass::Elementwise, vec![Arg::Tensor, Arg::Tensor]);
+/// assert!(!fails_on_values(&add, DType::I64));
+/// ```
+pub fn fails_on_values(call: &OpCall, result: DType) -> bool {
+    matches!(
+        builtin(call).map(|d| d.lower),
+        Some(Lower::Pointwise(Pointwise {
+            float_only: true,
+            ..
+        }))
+    ) && !result.is_float()
+}
+
 /// The attribute arguments of `call`, in order (tensor slots skipped).
 pub fn attrs(call: &OpCall) -> Vec<&Attr> {
     call.args
