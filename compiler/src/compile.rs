@@ -1,6 +1,7 @@
 //! The front door: [`tp_compile`] for graphs, [`compile`] for closures (capture on first call,
 //! re-capture when inputs fail the guards, like `torch.compile`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -8,7 +9,7 @@ use tensorplay_ir::{Graph, Result, TensorMeta};
 use tensorplay_runtime::Tensor;
 
 use crate::capture::{CaptureOptions, capture};
-use crate::executor::CompiledGraph;
+use crate::executor::{Admission, CompiledGraph};
 
 /// Compiles a graph: dead-code elimination, fusion between barriers, buffer planning and
 /// lowering; kernels are generated (and cached) on first use.
@@ -35,8 +36,19 @@ type UserFn = dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync;
 pub struct CompiledFn {
     f: Arc<UserFn>,
     opts: CaptureOptions,
-    /// Compiled graphs, newest last; the first whose guards accept the inputs runs.
-    entries: Mutex<Vec<Arc<CompiledGraph>>>,
+    /// Compiled graphs, newest last; the newest whose guards accept the inputs runs.
+    entries: Mutex<Vec<Entry>>,
+    /// `compile(vmap(f))` per batch-dim pattern and randomness, for calls on batched inputs.
+    batched: Mutex<BatchedFns>,
+}
+
+type BatchedFns = HashMap<(Vec<Option<i64>>, &'static str), Arc<CompiledFn>>;
+
+/// One compiled graph with the autocast state it was captured under (its casts are recorded in
+/// the graph, so it serves only calls under the same state).
+struct Entry {
+    graph: Arc<CompiledGraph>,
+    autocast: [Option<tensorplay_runtime::DType>; 2],
 }
 
 impl CompiledFn {
@@ -44,25 +56,62 @@ impl CompiledFn {
     /// compiled graph when the inputs pass its guards (same rank, dtype, device and size-1 dims —
     /// other sizes are dynamic), and re-capture otherwise.
     pub fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let found = self
+        if let Some(peeled) = tensorplay_runtime::vmap::peel(inputs)? {
+            return self.call_batched(peeled);
+        }
+        let autocast = tensorplay_runtime::autocast::state();
+        let candidates: Vec<Arc<CompiledGraph>> = self
             .entries
             .lock()
             .iter()
             .rev()
-            .find(|g| g.accepts(inputs))
-            .cloned();
-        match found {
-            // The guards were just checked: run without checking them again.
-            Some(g) => g.run_accepted(inputs),
-            None => {
-                let metas: Vec<TensorMeta> = inputs.iter().map(Tensor::meta).collect();
-                let f = self.f.clone();
-                let g = capture(|xs| f(xs), &metas, self.opts)?;
-                let compiled = Arc::new(CompiledGraph::new(&g)?);
-                self.entries.lock().push(compiled.clone());
-                compiled.run(inputs)
+            .filter(|e| e.autocast == autocast && e.graph.accepts(inputs))
+            .map(|e| e.graph.clone())
+            .collect();
+        for g in candidates {
+            // An error here is the one eager meets on these inputs (see `CompiledGraph::admit`).
+            if let Admission::Run(shapes) = g.admit(inputs)? {
+                return g.run_admitted(inputs, &shapes);
             }
         }
+        let metas: Vec<TensorMeta> = inputs.iter().map(Tensor::meta).collect();
+        let f = self.f.clone();
+        let g = capture(|xs| f(xs), &metas, self.opts)?;
+        let compiled = Arc::new(CompiledGraph::new(&g)?);
+        self.entries.lock().push(Entry {
+            graph: compiled.clone(),
+            autocast,
+        });
+        compiled.run(inputs)
+    }
+
+    /// `vmap(compile(f))`: a call on batched inputs runs `compile(vmap(f))` on their physical
+    /// tensors (one compiled function per batch-dim pattern), whose outputs are batched again.
+    fn call_batched(&self, peeled: tensorplay_runtime::vmap::Peeled) -> Result<Vec<Tensor>> {
+        let key = (peeled.in_dims.clone(), peeled.randomness());
+        let inner = {
+            let mut batched = self.batched.lock();
+            batched
+                .entry(key.clone())
+                .or_insert_with(|| {
+                    let f = self.f.clone();
+                    let (in_dims, randomness) = key;
+                    Arc::new(compile_with(
+                        move |xs: &[Tensor]| {
+                            tensorplay_runtime::vmap::vmap_with_randomness(
+                                |ys: &[Tensor]| f(ys),
+                                in_dims.clone(),
+                                vec![0],
+                                randomness,
+                            )(xs)
+                        },
+                        self.opts,
+                    ))
+                })
+                .clone()
+        };
+        let outs = inner.call(&peeled.physical)?;
+        Ok(peeled.rewrap(outs))
     }
 
     /// How many graphs have been compiled (one per guard miss).
@@ -72,7 +121,7 @@ impl CompiledFn {
 
     /// The most recently compiled graph, if any (for `explain()` and `to_dot()`).
     pub fn latest(&self) -> Option<Arc<CompiledGraph>> {
-        self.entries.lock().last().cloned()
+        self.entries.lock().last().map(|e| e.graph.clone())
     }
 }
 
@@ -105,5 +154,6 @@ pub fn compile_with(
         f: Arc::new(f),
         opts,
         entries: Mutex::new(Vec::new()),
+        batched: Mutex::new(HashMap::new()),
     }
 }
