@@ -476,9 +476,19 @@ impl CompiledGraph {
         &self.buffers
     }
 
-    /// Regions, their ops, and which barrier (and why) split them.
+    /// Regions, their ops, and which barrier (and why) split them; then the size guards, if
+    /// capture recorded any.
     pub fn explain(&self) -> String {
-        self.plan.explain(&self.graph)
+        let mut text = self.plan.explain(&self.graph);
+        let guards = self.graph.size_guards();
+        if !guards.is_empty() {
+            text.push_str("size guards (sizes the captured code read as plain integers):\n");
+            for g in guards {
+                let node = self.graph.describe(g.value.node);
+                text.push_str(&format!("  {g}  ({node})\n"));
+            }
+        }
+        text
     }
 
     /// The graph as DOT, fused regions drawn as clusters.
@@ -531,7 +541,8 @@ impl CompiledGraph {
         Ok(())
     }
 
-    /// True when `inputs` pass this graph's guards.
+    /// True when `inputs` pass this graph's static guards (count, dtype, device, rank, size-1
+    /// dims); the size guards are checked by shape inference when the graph runs.
     pub fn accepts(&self, inputs: &[Tensor]) -> bool {
         inputs.len() == self.guards.len()
             && inputs
