@@ -27,6 +27,7 @@ mod builder;
 mod dot;
 mod guard;
 mod node;
+mod parse;
 mod print;
 mod validate;
 
