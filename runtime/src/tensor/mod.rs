@@ -207,6 +207,9 @@ impl Tensor {
 
     /// Shape, dtype and device as IR metadata.
     pub fn meta(&self) -> TensorMeta {
+        if self.is_fake() {
+            crate::capture::note_size_read(self, None);
+        }
         TensorMeta::new(&self.0.shape, self.0.dtype, self.0.device)
     }
 
