@@ -285,11 +285,14 @@ fn inputs_for(g: &Graph, run: &Run) -> Result<Vec<Tensor>> {
         .map(|v| g.meta(*v).cloned().expect("inputs have metadata"))
         .collect();
     if metas.len() != run.shapes.len() {
-        return Err(tensorplay_runtime::Error::Compile(format!(
-            "the run line gives {} shapes for {} graph inputs",
-            run.shapes.len(),
-            metas.len()
-        )));
+        return Err(tensorplay_runtime::Error::compile(
+            tensorplay_runtime::CompileKind::Graph,
+            format!(
+                "the run line gives {} shapes for {} graph inputs",
+                run.shapes.len(),
+                metas.len()
+            ),
+        ));
     }
     metas
         .iter()

@@ -30,7 +30,7 @@ fn ew(b: &mut GraphBuilder, name: &str, args: Vec<BuilderArg>, out: TensorMeta) 
 
 fn compile_msg(r: Result<impl std::fmt::Debug, Error>) -> String {
     match r {
-        Err(Error::Compile(m)) => m,
+        Err(Error::Compile { msg: m, .. }) => m,
         other => panic!("expected a compile error, got {other:?}"),
     }
 }

@@ -12,6 +12,7 @@
 //!
 //! Errors name the line and column (1-based) and show the line with a caret.
 
+use crate::error::CompileKind;
 use std::collections::HashMap;
 
 use super::node::{Arg, Constant, Edge, Node, NodeId, NodeKind, OpCall};
@@ -69,12 +70,15 @@ impl<'a> Line<'a> {
 
     fn error_at(&self, pos: usize, msg: impl std::fmt::Display) -> Error {
         let column = self.text[..pos.min(self.text.len())].chars().count() + 1;
-        Error::Compile(format!(
-            "graph text line {}, column {column}: {msg}\n  | {}\n  | {}^",
-            self.number,
-            self.text,
-            " ".repeat(column - 1)
-        ))
+        Error::compile(
+            CompileKind::Graph,
+            format!(
+                "graph text line {}, column {column}: {msg}\n  | {}\n  | {}^",
+                self.number,
+                self.text,
+                " ".repeat(column - 1)
+            ),
+        )
     }
 
     fn error(&self, msg: impl std::fmt::Display) -> Error {
@@ -1028,7 +1032,7 @@ impl Parser<'_> {
             }
         };
         constant.check().map_err(|e| match e {
-            Error::Compile(m) => line.error_at(lit_at, m),
+            Error::Compile { msg: m, .. } => line.error_at(lit_at, m),
             other => line.error_at(lit_at, other),
         })?;
         let want = constant.meta(meta.device);
@@ -1120,7 +1124,7 @@ impl Graph {
             .map(|(i, l)| Line::new(l, i + 1))
             .filter(|l| !l.text.trim().is_empty());
         let Some(mut head) = lines.next() else {
-            return Err(Error::Compile("graph text is empty".into()));
+            return Err(Error::compile(CompileKind::Graph, "graph text is empty"));
         };
         parser.header(&mut head)?;
         let mut closed = false;
@@ -1158,19 +1162,23 @@ impl Graph {
             }
         }
         if !closed {
-            return Err(Error::Compile(format!(
-                "graph text line {last}: the graph is not closed with `}}`"
-            )));
-        }
-        if !has_return {
-            return Err(Error::Compile(
-                "graph text: the body has no `return (...)` line".into(),
+            return Err(Error::compile(
+                CompileKind::Graph,
+                format!("graph text line {last}: the graph is not closed with `}}`"),
             ));
         }
-        parser
-            .graph
-            .validate()
-            .map_err(|e| Error::Compile(format!("the parsed graph is invalid: {e}")))?;
+        if !has_return {
+            return Err(Error::compile(
+                CompileKind::Graph,
+                "graph text: the body has no `return (...)` line",
+            ));
+        }
+        parser.graph.validate().map_err(|e| {
+            Error::compile(
+                CompileKind::Graph,
+                format!("the parsed graph is invalid: {e}"),
+            )
+        })?;
         Ok(parser.graph)
     }
 }

@@ -8,8 +8,7 @@ use tensorplay_ir::schema::Schema;
 use tensorplay_ir::{Error, Result};
 
 use super::custom_op::{CustomOpDef, check_definable};
-use super::register;
-use super::registry::{Operator, Origin, Owner, new_library_owner, registry};
+use super::registry::{Operator, Origin, Owner, Slot, new_library_owner, registry};
 use super::typed::IntoKernel;
 
 /// The kind of a [`Library`].
@@ -115,12 +114,13 @@ impl Library {
         allow_override: bool,
     ) -> Result<()> {
         let op = registry().get(&self.qualify(op_name)?)?;
-        let key = if dispatch_key.is_empty() {
-            device_type
+        let (key, arg) = if dispatch_key.is_empty() {
+            (device_type, "device_type")
         } else {
-            dispatch_key
+            (dispatch_key, "dispatch_key")
         };
-        let slots = register::parse_slots(op.qualname(), &[key])?;
+        // Errors name the parameter the caller actually filled in.
+        let slots = [Slot::parse(op.qualname(), arg, key)?];
         if !allow_override
             && let Some(s) = slots
                 .iter()
