@@ -270,9 +270,10 @@ impl CompiledGraph {
         let mut guards_of: HashMap<NodeId, Vec<(usize, SizeGuard)>> = HashMap::new();
         for g in captured.size_guards() {
             let v = id(g.value).map_err(|_| {
-                Error::Compile(format!(
-                    "size guard {g} names a value the graph does not have"
-                ))
+                Error::compile(
+                    CompileKind::Graph,
+                    format!("size guard {g} names a value the graph does not have"),
+                )
             })?;
             guards_of
                 .entry(g.value.node)
@@ -285,7 +286,7 @@ impl CompiledGraph {
         for &n in &captured_order {
             let node = captured
                 .node(n)
-                .ok_or_else(|| Error::Compile(format!("node {n} vanished")))?;
+                .ok_or_else(|| Error::compile(CompileKind::Launch, format!("node {n} vanished")))?;
             let guards = guards_of.remove(&n).unwrap_or_default();
             match &node.kind {
                 NodeKind::Constant(c) => {
@@ -737,9 +738,10 @@ impl CompiledGraph {
         self.check_guards(inputs)?;
         match self.admit(inputs)? {
             Admission::Run(shapes) => self.run_admitted(inputs, &shapes),
-            Admission::Miss(why) => Err(Error::Compile(format!(
-                "guard failed: {why}; recompile for this input"
-            ))),
+            Admission::Miss(why) => Err(Error::compile(
+                CompileKind::Guard,
+                format!("guard failed: {why}; recompile for this input"),
+            )),
         }
     }
 
@@ -833,9 +835,10 @@ impl CompiledGraph {
     pub fn interpret(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.check_guards(inputs)?;
         if let Admission::Miss(why) = self.admit(inputs)? {
-            return Err(Error::Compile(format!(
-                "guard failed: {why}; recompile for this input"
-            )));
+            return Err(Error::compile(
+                CompileKind::Guard,
+                format!("guard failed: {why}; recompile for this input"),
+            ));
         }
         let _ac = tensorplay_runtime::autocast::suspend();
         self.interpret_accepted(inputs)
