@@ -372,8 +372,8 @@ pub fn custom_backend(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>>
     Ok(outs)
 }
 
-/// Output rules: the count matches the schema, fake kernels return fake tensors, and no output
-/// aliases an input or another output.
+/// Output rules: the count matches the schema, fake kernels return fake tensors and real
+/// kernels real ones, and no output aliases an input or another output.
 fn check_outputs(op: &Operator, args: &[Value], outs: &[Tensor], fake: bool) -> Result<()> {
     let name = op.qualname();
     let returns = &op.schema().returns;
@@ -397,6 +397,15 @@ fn check_outputs(op: &Operator, args: &[Value], outs: &[Tensor], fake: bool) -> 
         }
         if fake {
             continue;
+        }
+        if o.is_fake() {
+            return Err(Error::argument(
+                name,
+                "kernel",
+                "real outputs for real inputs (a fake, data-less tensor is what a fake kernel \
+                 returns on fake inputs)",
+                format!("a fake tensor for output {i}"),
+            ));
         }
         // A return annotated with an alias set (`-> Tensor(a!)`) may alias the parameter in
         // that set; every other aliasing is an error.
