@@ -1,5 +1,12 @@
 //! Capture: run a user closure on proxy (fake) tensors with a capture hook installed, recording
-//! every dispatcher call into an IR graph.
+//! every call that reaches the bottom of the dispatcher into an IR graph. Capture is the bottom
+//! layer, so autocast's casts, vmap's batched (physical) ops and per-example calls are recorded
+//! as the ops they became.
+//!
+//! Sizes: the closure sees the example sizes. Every size it reads as a plain integer (through
+//! `shape()`, `size(d)` or `numel()` of a proxy-derived tensor, also inside tensor methods and
+//! batching rules) is recorded as a [`SizeGuard`]: the executor uses the graph only for inputs
+//! under which every guarded value has the same size, so a baked-in integer is never wrong.
 //!
 //! Policy (DESIGN §5.1): builtin ops become nodes of their op-table class. A custom op is traced
 //! through — its builtin ops become fusible nodes — when it does not mutate, is not a triton op,
@@ -14,7 +21,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use tensorplay_ir::CompileKind;
 
-use tensorplay_ir::graph::{Attr, BuilderArg, Constant, GraphBuilder};
+use tensorplay_ir::graph::{Attr, BuilderArg, Constant, GraphBuilder, SizeGuard};
 use tensorplay_ir::schema::Schema;
 use tensorplay_ir::{
     DType, Device, Dim, Error, Graph, NodeId, OpClass, Result, TensorMeta, ValueRef,
@@ -238,10 +245,9 @@ impl Tracer {
                 .borrow()
                 .check_mutation_target(&format!("tp::{}", op.name), target)?;
         }
-        let outs = {
-            let _off = suspend();
-            dispatch::call(op, args)?
-        };
+        // The tracer's own size reads (metadata of the outputs) are not the closure's.
+        let _off = suspend();
+        let outs = dispatch::backend(op, args)?;
         let qualname = format!("tp::{}", op.name);
         let schema = registry().get(&qualname)?.schema().clone();
         let mut st = self.state.borrow_mut();
@@ -311,10 +317,8 @@ impl Tracer {
                 }
             }
         }
-        let outs = {
-            let _off = suspend();
-            dispatch::call_bound(op, args)?
-        };
+        let _off = suspend();
+        let outs = dispatch::custom_backend(op, args)?;
         let mut st = self.state.borrow_mut();
         let (bargs, reads) = st.builder_args(op.schema(), args)?;
         let mutated: Vec<ValueRef> = op
@@ -340,6 +344,25 @@ impl Tracer {
 }
 
 impl CaptureHook for Tracer {
+    fn on_size_read(&self, t: &Tensor, dim: Option<usize>) {
+        let _off = suspend();
+        let mut st = self.state.borrow_mut();
+        // A tensor the graph does not know is not derived from the inputs: its sizes are
+        // constants and need no guard.
+        let Some(&value) = st.values.get(&t.identity()) else {
+            return;
+        };
+        let expected = match dim {
+            None => t.shape().to_vec(),
+            Some(d) => vec![t.shape()[d]],
+        };
+        st.builder.size_guard(SizeGuard {
+            value,
+            dim,
+            expected,
+        });
+    }
+
     fn on_builtin(&self, op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
         self.record_builtin(op, args)
     }
@@ -353,7 +376,12 @@ impl CaptureHook for Tracer {
             return self.record_opaque(op, args, "no device-agnostic body".into());
         };
         let snapshot = self.state.borrow().clone();
-        match body(args) {
+        // The body runs like the kernel it is: autocast off inside, its ops recorded.
+        let result = {
+            let _ac = tensorplay_runtime::autocast::suspend();
+            body(args)
+        };
+        match result {
             Ok(outs) => Ok(outs),
             Err(_) => {
                 *self.state.borrow_mut() = snapshot;

@@ -7,6 +7,7 @@
 //! [`CompiledFn::eager_calls`]. `TP_LOGS=recompiles` prints, for every recompile, which guard
 //! of each compiled graph missed and why, and when the limit sends calls to eager.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -15,7 +16,7 @@ use tensorplay_ir::{Graph, Result, TensorMeta};
 use tensorplay_runtime::Tensor;
 
 use crate::capture::{CaptureOptions, capture};
-use crate::executor::CompiledGraph;
+use crate::executor::{Admission, CompiledGraph};
 use crate::passes::logging;
 
 /// How many graphs a [`CompiledFn`] compiles before further guard misses run eagerly.
@@ -46,12 +47,23 @@ type UserFn = dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync;
 pub struct CompiledFn {
     f: Arc<UserFn>,
     opts: CaptureOptions,
-    /// Compiled graphs, newest last; the first whose guards accept the inputs runs.
-    entries: Mutex<Vec<Arc<CompiledGraph>>>,
+    /// Compiled graphs, newest last; the newest whose guards accept the inputs runs.
+    entries: Mutex<Vec<Entry>>,
+    /// `compile(vmap(f))` per batch-dim pattern and randomness, for calls on batched inputs.
+    batched: Mutex<BatchedFns>,
     /// Most graphs kept; misses past it run eagerly.
     limit: usize,
     /// Calls that ran eagerly because the limit was reached.
     eager: AtomicUsize,
+}
+
+type BatchedFns = HashMap<(Vec<Option<i64>>, &'static str), Arc<CompiledFn>>;
+
+/// One compiled graph with the autocast state it was captured under (its casts are recorded in
+/// the graph, so it serves only calls under the same state).
+struct Entry {
+    graph: Arc<CompiledGraph>,
+    autocast: [Option<tensorplay_runtime::DType>; 2],
 }
 
 impl CompiledFn {
@@ -60,14 +72,25 @@ impl CompiledFn {
     /// other sizes are dynamic), and re-capture otherwise — up to the recompile limit, past
     /// which the closure runs eagerly (see the [module docs](self)).
     pub fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let (found, held) = {
+        if let Some(peeled) = tensorplay_runtime::vmap::peel(inputs)? {
+            return self.call_batched(peeled);
+        }
+        let autocast = tensorplay_runtime::autocast::state();
+        let (candidates, held) = {
             let entries = self.entries.lock();
-            let found = entries.iter().rev().find(|g| g.accepts(inputs)).cloned();
+            let found: Vec<Arc<CompiledGraph>> = entries
+                .iter()
+                .rev()
+                .filter(|e| e.autocast == autocast && e.graph.accepts(inputs))
+                .map(|e| e.graph.clone())
+                .collect();
             (found, entries.len())
         };
-        if let Some(g) = found {
-            // The guards were just checked: run without checking them again.
-            return g.run_accepted(inputs);
+        for g in candidates {
+            // An error here is the one eager meets on these inputs (see `CompiledGraph::admit`).
+            if let Admission::Run(shapes) = g.admit(inputs)? {
+                return g.run_admitted(inputs, &shapes);
+            }
         }
         if held >= self.limit {
             self.eager.fetch_add(1, Ordering::Relaxed);
@@ -100,10 +123,42 @@ impl CompiledFn {
             // Another thread may have compiled meanwhile: never keep more than the limit.
             let mut entries = self.entries.lock();
             if entries.len() < self.limit {
-                entries.push(compiled.clone());
+                entries.push(Entry {
+                    graph: compiled.clone(),
+                    autocast,
+                });
             }
         }
         compiled.run(inputs)
+    }
+
+    /// `vmap(compile(f))`: a call on batched inputs runs `compile(vmap(f))` on their physical
+    /// tensors (one compiled function per batch-dim pattern), whose outputs are batched again.
+    fn call_batched(&self, peeled: tensorplay_runtime::vmap::Peeled) -> Result<Vec<Tensor>> {
+        let key = (peeled.in_dims.clone(), peeled.randomness());
+        let inner = {
+            let mut batched = self.batched.lock();
+            batched
+                .entry(key.clone())
+                .or_insert_with(|| {
+                    let f = self.f.clone();
+                    let (in_dims, randomness) = key;
+                    Arc::new(compile_with(
+                        move |xs: &[Tensor]| {
+                            tensorplay_runtime::vmap::vmap_with_randomness(
+                                |ys: &[Tensor]| f(ys),
+                                in_dims.clone(),
+                                vec![0],
+                                randomness,
+                            )(xs)
+                        },
+                        self.opts,
+                    ))
+                })
+                .clone()
+        };
+        let outs = inner.call(&peeled.physical)?;
+        Ok(peeled.rewrap(outs))
     }
 
     /// Why each compiled graph rejects `inputs`, one line per graph (for `TP_LOGS=recompiles`).
@@ -112,8 +167,9 @@ impl CompiledFn {
             .lock()
             .iter()
             .enumerate()
-            .map(|(i, g)| {
-                let why = g
+            .map(|(i, e)| {
+                let why = e
+                    .graph
                     .guard_failure(inputs)
                     .unwrap_or_else(|| "accepts the inputs".into());
                 format!("  graph {}: {why}", i + 1)
@@ -158,7 +214,7 @@ impl CompiledFn {
 
     /// The most recently compiled graph, if any (for `explain()` and `to_dot()`).
     pub fn latest(&self) -> Option<Arc<CompiledGraph>> {
-        self.entries.lock().last().cloned()
+        self.entries.lock().last().map(|e| e.graph.clone())
     }
 }
 
@@ -191,6 +247,7 @@ pub fn compile_with(
         f: Arc::new(f),
         opts,
         entries: Mutex::new(Vec::new()),
+        batched: Mutex::new(HashMap::new()),
         limit: DEFAULT_RECOMPILE_LIMIT,
         eager: AtomicUsize::new(0),
     }

@@ -6,6 +6,12 @@
 //! tensors) and cached. Guards fix what kernels were specialised for: input count, rank, dtype,
 //! device and which dims have size 1 (the broadcast pattern).
 //!
+//! Size soundness: shape inference replays the whole captured program (dead nodes included, in
+//! capture order) and checks each [`SizeGuard`] right after the value it guards is computed.
+//! A failed guard means the graph does not apply (the closure is captured again); an op whose
+//! meta rule fails before any guard did fails exactly as eager would (same arguments, same
+//! rule), so that error is returned as is.
+//!
 //! A repeated call does little beyond the kernel itself: the guards are checked once,
 //! the shape cache compares the input shapes with its most recent entry before hashing, and each
 //! region keeps its last launch plan and kernel, relaunched without planning when the operands
@@ -17,7 +23,7 @@ use tensorplay_ir::CompileKind;
 
 use parking_lot::Mutex;
 use smallvec::SmallVec;
-use tensorplay_ir::graph::{Arg, Attr, Constant, NodeKind, OpCall};
+use tensorplay_ir::graph::{Arg, Attr, Constant, NodeKind, OpCall, SizeGuard};
 use tensorplay_ir::{DType, Device, Dim, Error, Graph, NodeId, Result, Shape, ValueRef};
 use tensorplay_runtime::autograd::is_grad_enabled;
 use tensorplay_runtime::dispatch;
@@ -68,11 +74,21 @@ struct CachedLaunch {
 }
 
 /// The shapes of every value (dense ids) for one set of input shapes.
-struct ShapeEntry {
+pub(crate) struct ShapeEntry {
     /// The input shapes (the key).
     inputs: Vec<Shape>,
-    /// Every value's shape.
+    /// Every value's shape (empty when a size guard failed).
     shapes: Vec<Shape>,
+    /// The first size guard that failed for these inputs, if any.
+    guard_failure: Option<String>,
+}
+
+/// Whether a graph applies to some inputs.
+pub(crate) enum Admission {
+    /// It does; the value shapes for the inputs.
+    Run(Arc<ShapeEntry>),
+    /// A guard failed (why): capture again.
+    Miss(String),
 }
 
 impl ShapeEntry {
@@ -135,8 +151,15 @@ pub struct CompiledGraph {
     steps: Vec<Exec>,
     /// For each step, the values whose last use it is (dropped after the step).
     dies_after: Vec<Vec<usize>>,
-    /// Every op node in topological order (for shape inference and the autograd path).
+    /// Every op node in topological order (for the autograd path).
     calls: Vec<NodeCall>,
+    /// Every op node of the graph as captured (before DCE), in capture order, with the size
+    /// guards to check after it: shape inference replays these.
+    check_calls: Vec<(NodeCall, Vec<(usize, SizeGuard)>)>,
+    /// Size guards on the graph inputs.
+    input_size_guards: Vec<(usize, SizeGuard)>,
+    /// Constants of the graph as captured (dead ones included).
+    check_constants: Vec<(usize, Tensor)>,
     shape_cache: Mutex<ShapeCache>,
 }
 
@@ -200,16 +223,19 @@ impl CompiledGraph {
     pub fn new(graph: &Graph) -> Result<CompiledGraph> {
         graph.validate()?;
         logging::log("graph", || format!("captured graph:\n{graph}"));
-        let graph = dce::dce(graph)?;
+        let captured = graph;
+        let graph = dce::dce(captured)?;
         let plan = fusion::partition(&graph)?;
         let buffers = buffer_plan::plan(&graph, &plan)?;
 
-        // Dense value ids, in topological order.
+        // Dense value ids over the graph as captured (DCE keeps node ids), in topological
+        // order — for a captured graph that is capture order.
+        let captured_order = captured.topo_order()?;
         let order = graph.topo_order()?;
         let mut ids = HashMap::new();
         let mut dtypes = Vec::new();
-        for &n in &order {
-            let node = graph
+        for &n in &captured_order {
+            let node = captured
                 .node(n)
                 .ok_or_else(|| Error::compile(CompileKind::Launch, format!("node {n} vanished")))?;
             for (i, m) in node.outputs.iter().enumerate() {
@@ -242,6 +268,42 @@ impl CompiledGraph {
             .into_iter()
             .map(id)
             .collect::<Result<Vec<_>>>()?;
+
+        // The replay program of shape inference: every op of the graph as captured, each with
+        // the size guards on its outputs.
+        let mut guards_of: HashMap<NodeId, Vec<(usize, SizeGuard)>> = HashMap::new();
+        for g in captured.size_guards() {
+            let v = id(g.value).map_err(|_| {
+                Error::compile(
+                    CompileKind::Graph,
+                    format!("size guard {g} names a value the graph does not have"),
+                )
+            })?;
+            guards_of
+                .entry(g.value.node)
+                .or_default()
+                .push((v, g.clone()));
+        }
+        let mut check_calls = Vec::new();
+        let mut check_constants = Vec::new();
+        let mut input_size_guards = Vec::new();
+        for &n in &captured_order {
+            let node = captured
+                .node(n)
+                .ok_or_else(|| Error::compile(CompileKind::Launch, format!("node {n} vanished")))?;
+            let guards = guards_of.remove(&n).unwrap_or_default();
+            match &node.kind {
+                NodeKind::Constant(c) => {
+                    let device = node.outputs.first().map_or(Device::Cpu, |m| m.device);
+                    check_constants.push((id(ValueRef::new(n, 0))?, constant_tensor(c, device)?));
+                }
+                NodeKind::Op(call) => {
+                    check_calls.push((Self::node_call(captured, n, call, &id)?, guards));
+                }
+                NodeKind::Input { .. } => input_size_guards.extend(guards),
+                NodeKind::Output { .. } => {}
+            }
+        }
 
         let mut constants = Vec::new();
         let mut calls = Vec::new();
@@ -354,6 +416,9 @@ impl CompiledGraph {
             steps,
             dies_after,
             calls,
+            check_calls,
+            input_size_guards,
+            check_constants,
             shape_cache: Mutex::new(ShapeCache::default()),
         };
         logging::log("fusion", || compiled.explain());
@@ -427,9 +492,19 @@ impl CompiledGraph {
         &self.buffers
     }
 
-    /// Regions, their ops, and which barrier (and why) split them.
+    /// Regions, their ops, and which barrier (and why) split them; then the size guards, if
+    /// capture recorded any.
     pub fn explain(&self) -> String {
-        self.plan.explain(&self.graph)
+        let mut text = self.plan.explain(&self.graph);
+        let guards = self.graph.size_guards();
+        if !guards.is_empty() {
+            text.push_str("size guards (sizes the captured code read as plain integers):\n");
+            for g in guards {
+                let node = self.graph.describe(g.value.node);
+                text.push_str(&format!("  {g}  ({node})\n"));
+            }
+        }
+        text
     }
 
     /// The graph as DOT, fused regions drawn as clusters.
@@ -494,7 +569,8 @@ impl CompiledGraph {
         self.check_guards(inputs).err().map(|e| e.to_string())
     }
 
-    /// True when `inputs` pass this graph's guards.
+    /// True when `inputs` pass this graph's static guards (count, dtype, device, rank, size-1
+    /// dims); the size guards are checked by shape inference when the graph runs.
     pub fn accepts(&self, inputs: &[Tensor]) -> bool {
         inputs.len() == self.guards.len()
             && inputs
@@ -552,7 +628,9 @@ impl CompiledGraph {
     }
 
     /// Shapes of every value for these input shapes (computed once per distinct input shapes by
-    /// running the meta rules on fake tensors).
+    /// replaying the captured program's meta rules on fake tensors, checking the size guards on
+    /// the way). An error is an op's own error, met before any guard failed: eager fails the
+    /// same way on these inputs.
     fn shapes_for(&self, inputs: &[Tensor]) -> Result<Arc<ShapeEntry>> {
         let key = {
             let mut c = self.shape_cache.lock();
@@ -568,30 +646,7 @@ impl CompiledGraph {
             }
             key
         };
-        let mut env: Vec<Option<Tensor>> = vec![None; self.num_values];
-        for (&i, t) in self.input_ids.iter().zip(inputs) {
-            env[i] = Some(Tensor::empty_fake(t.shape(), t.dtype(), t.device()));
-        }
-        for (i, t) in &self.constants {
-            env[*i] = Some(t.clone());
-        }
-        {
-            let _g = tensorplay_runtime::autograd::no_grad();
-            for call in &self.calls {
-                Self::call_node(call, &mut env)?;
-            }
-        }
-        let shapes: Vec<Shape> = env
-            .iter()
-            .map(|t| {
-                t.as_ref()
-                    .map_or_else(Shape::new, |t| Shape::from(t.shape()))
-            })
-            .collect();
-        let entry = Arc::new(ShapeEntry {
-            inputs: key.clone(),
-            shapes,
-        });
+        let entry = Arc::new(self.infer_shapes(inputs, key.clone())?);
         let mut c = self.shape_cache.lock();
         if c.map.len() >= SHAPE_CACHE_LIMIT {
             // A graph fed ever-new shapes must not grow without bound; recomputing is cheap
@@ -601,6 +656,66 @@ impl CompiledGraph {
         c.map.insert(key, entry.clone());
         c.last = Some(entry.clone());
         Ok(entry)
+    }
+
+    fn infer_shapes(&self, inputs: &[Tensor], key: Vec<Shape>) -> Result<ShapeEntry> {
+        let failed = |g: &SizeGuard, got: &[usize]| ShapeEntry {
+            inputs: key.clone(),
+            shapes: Vec::new(),
+            guard_failure: Some(format!(
+                "size guard {g} failed: got {} (the captured code read this size as a plain \
+                 integer)",
+                tensorplay_ir::shape::fmt_shape(got)
+            )),
+        };
+        let mut env: Vec<Option<Tensor>> = vec![None; self.num_values];
+        for (&i, t) in self.input_ids.iter().zip(inputs) {
+            env[i] = Some(Tensor::empty_fake(t.shape(), t.dtype(), t.device()));
+        }
+        for (v, g) in &self.input_size_guards {
+            let shape = env[*v].as_ref().map_or(&[][..], Tensor::shape);
+            if !g.holds(shape) {
+                return Ok(failed(g, shape));
+            }
+        }
+        for (i, t) in &self.check_constants {
+            env[*i] = Some(t.clone());
+        }
+        {
+            let _g = tensorplay_runtime::autograd::no_grad();
+            for (call, guards) in &self.check_calls {
+                Self::call_node(call, &mut env)?;
+                for (v, g) in guards {
+                    let shape = env[*v].as_ref().map_or(&[][..], Tensor::shape);
+                    if !g.holds(shape) {
+                        return Ok(failed(g, shape));
+                    }
+                }
+            }
+        }
+        let shapes: Vec<Shape> = env
+            .iter()
+            .map(|t| {
+                t.as_ref()
+                    .map_or_else(Shape::new, |t| Shape::from(t.shape()))
+            })
+            .collect();
+        Ok(ShapeEntry {
+            inputs: key,
+            shapes,
+            guard_failure: None,
+        })
+    }
+
+    /// Whether the graph applies to `inputs` (which passed the static guards): the size guards,
+    /// checked by shape inference. `Err` is the error eager meets on these inputs.
+    pub(crate) fn admit(&self, inputs: &[Tensor]) -> Result<Admission> {
+        let _ac = tensorplay_runtime::autocast::suspend();
+        let entry = self.shapes_for(inputs)?;
+        Ok(match &entry.guard_failure {
+            Some(why) => Admission::Miss(why.clone()),
+            None => Admission::Run(entry),
+        })
     }
 
     fn env_with_inputs(&self, inputs: &[Tensor]) -> Env {
@@ -629,18 +744,36 @@ impl CompiledGraph {
     }
 
     /// Runs the graph on `inputs`. When gradients are needed (grad mode on and an input requires
-    /// grad), the graph is interpreted op by op through the dispatcher so autograd records it.
+    /// grad), the graph is interpreted op by op through the dispatcher so autograd records it
+    /// (`TP_LOGS=fallback` says so). Inputs that fail a guard are an error.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.check_guards(inputs)?;
-        self.run_accepted(inputs)
+        match self.admit(inputs)? {
+            Admission::Run(shapes) => self.run_admitted(inputs, &shapes),
+            Admission::Miss(why) => Err(Error::compile(
+                CompileKind::Guard,
+                format!("guard failed: {why}; recompile for this input"),
+            )),
+        }
     }
 
-    /// [`CompiledGraph::run`] for inputs already known to pass the guards ([`Self::accepts`]).
-    pub(crate) fn run_accepted(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    /// [`CompiledGraph::run`] for inputs already admitted ([`Self::accepts`] and
+    /// [`Self::admit`]).
+    pub(crate) fn run_admitted(
+        &self,
+        inputs: &[Tensor],
+        shapes: &ShapeEntry,
+    ) -> Result<Vec<Tensor>> {
+        // Autocast's casts were recorded at capture: the graph runs as recorded.
+        let _ac = tensorplay_runtime::autocast::suspend();
         if is_grad_enabled() && inputs.iter().any(Tensor::requires_grad) {
+            logging::log("fallback", || {
+                "an input requires grad: the graph runs op by op through the dispatcher (no \
+                 fused kernels) so autograd records it"
+                    .to_string()
+            });
             return self.interpret_accepted(inputs);
         }
-        let shapes = self.shapes_for(inputs)?;
         let mut env = self.env_with_inputs(inputs);
         for (si, step) in self.steps.iter().enumerate() {
             match step {
@@ -748,6 +881,13 @@ impl CompiledGraph {
     /// the reference the compiled path is checked against, and the path that records autograd.
     pub fn interpret(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.check_guards(inputs)?;
+        if let Admission::Miss(why) = self.admit(inputs)? {
+            return Err(Error::compile(
+                CompileKind::Guard,
+                format!("guard failed: {why}; recompile for this input"),
+            ));
+        }
+        let _ac = tensorplay_runtime::autocast::suspend();
         self.interpret_accepted(inputs)
     }
 

@@ -75,8 +75,9 @@ pub fn autocast(device_type: &str, dtype: DType) -> Result<AutocastGuard> {
     Ok(AutocastGuard { slot, prev })
 }
 
-/// Disables autocast on every device type until the guards drop (kernels run with autocast off).
-pub(crate) fn suspend() -> [AutocastGuard; 2] {
+/// Disables autocast on every device type until the guards drop (kernels run with autocast off;
+/// compiled graphs, whose casts were recorded at capture, run with it off too).
+pub fn suspend() -> [AutocastGuard; 2] {
     let off = |slot: Slot| AutocastGuard {
         slot,
         prev: cell(slot).with(|c| c.replace(None)),
@@ -91,6 +92,20 @@ pub fn active_dtype(device: Device) -> Option<DType> {
         Device::Cuda(_) => CUDA.with(|c| c.get()),
         Device::Meta => None,
     }
+}
+
+/// The autocast dtype of every device type (cpu, cuda): part of a compiled graph's guards, since
+/// the casts autocast inserted were recorded into the graph.
+///
+/// ```
+/// use tensorplay_runtime::{DType, autocast};
+/// assert_eq!(autocast::state(), [None, None]);
+/// let _g = autocast::autocast("cpu", DType::BF16)?;
+/// assert_eq!(autocast::state(), [Some(DType::BF16), None]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn state() -> [Option<DType>; 2] {
+    [CPU.with(|c| c.get()), CUDA.with(|c| c.get())]
 }
 
 /// True when autocast is on for any device type (the dispatcher's fast check).

@@ -1,6 +1,7 @@
-//! The capture layer: the first dispatcher layer. While a capture hook is installed on a thread,
-//! every op call is handed to it instead of running; the compiler's tracer installs one to record
-//! calls into an IR graph (see `tensorplay-compiler`'s `capture`).
+//! The capture layer: the bottom of the dispatcher, a proxy backend. While a capture hook is
+//! installed on a thread, every op call that reaches the backend (after autocast, vmap and
+//! autograd did their part) is handed to it instead of running a kernel; the compiler's tracer
+//! installs one to record calls into an IR graph (see `tensorplay-compiler`'s `capture`).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -19,10 +20,19 @@ pub trait CaptureHook {
     fn on_builtin(&self, op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>>;
     /// A custom op call (arguments bound to the schema).
     fn on_custom(&self, op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>>;
+    /// The traced code read a size of fake tensor `t` as a plain integer (`dim: None` for the
+    /// whole shape): the size is now baked into whatever the code computes from it, so the
+    /// tracer guards it. Batched tensors are reported as their innermost physical tensor.
+    fn on_size_read(&self, _t: &Tensor, _dim: Option<usize>) {}
 }
 
 thread_local! {
     static HOOK: RefCell<Option<Rc<dyn CaptureHook>>> = const { RefCell::new(None) };
+}
+
+/// True when a hook is installed on this thread (the dispatcher's cheap check).
+pub(crate) fn is_installed() -> bool {
+    HOOK.with(|h| h.borrow().is_some())
 }
 
 /// The hook installed on this thread, if any.
@@ -54,4 +64,24 @@ pub fn install(hook: Rc<dyn CaptureHook>) -> HookGuard {
 pub fn suspend() -> HookGuard {
     let prev = HOOK.with(|h| h.borrow_mut().take());
     HookGuard { prev }
+}
+
+/// Reports a size read of fake tensor `t` to the installed hook, if any (called by `Tensor`'s
+/// size accessors; real tensors never get here).
+#[cold]
+pub(crate) fn note_size_read(t: &Tensor, dim: Option<usize>) {
+    let Some(hook) = current() else { return };
+    match t.batch_info() {
+        // A batched tensor's logical sizes are its physical sizes minus the batch dim: guard the
+        // whole physical shape.
+        Some(info) => note_physical(&*hook, &info.physical),
+        None => hook.on_size_read(t, dim),
+    }
+}
+
+fn note_physical(hook: &dyn CaptureHook, t: &Tensor) {
+    match t.batch_info() {
+        Some(info) => note_physical(hook, &info.physical),
+        None => hook.on_size_read(t, None),
+    }
 }

@@ -1,6 +1,9 @@
 //! The dispatcher: every op call, builtin or custom, enters here and passes the layers in a fixed
-//! order — capture → autocast → vmap → autograd → backend. Each layer is a small function below;
-//! the state they consult (capture hook, autocast region, vmap levels, grad mode) is thread-local.
+//! order — autocast → vmap → autograd → backend, where the backend is the capture hook (a proxy
+//! backend recording the call) while one is installed, else the kernel. Each layer is a small
+//! function below; the state they consult (autocast region, vmap levels, grad mode, capture hook)
+//! is thread-local. Because capture is the bottom, a captured graph holds the casts, batched
+//! (physical) ops and per-example calls the layers above produced.
 
 use std::sync::Arc;
 
@@ -21,9 +24,6 @@ use crate::vmap;
 
 /// Calls builtin `op` with boxed `args` (already in schema order), returning its outputs.
 pub fn call(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
-    if let Some(hook) = capture::current() {
-        return hook.on_builtin(op, args);
-    }
     if autocast::any_active()
         && let Some(cast) = autocast::apply_builtin(op, args, common_device(op.name, args)?)?
     {
@@ -76,12 +76,7 @@ pub fn call_bound(op: &Arc<Operator>, bound: &[Value]) -> Result<Vec<Tensor>> {
     }
     match op.builtin() {
         Some(def) => call(def, bound),
-        None => {
-            if let Some(hook) = capture::current() {
-                return hook.on_custom(op, bound);
-            }
-            call_custom(op, bound)
-        }
+        None => call_custom(op, bound),
     }
 }
 
@@ -93,7 +88,7 @@ fn any_requires_grad(args: &[Value]) -> bool {
 
 fn autograd_layer(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
     if !is_grad_enabled() || !any_requires_grad(args) {
-        return backend(op, args);
+        return bottom(op, args);
     }
     if matches!(op.kernel, Kernel::Mutate { .. }) {
         return Err(Error::Autograd(format!(
@@ -104,11 +99,11 @@ fn autograd_layer(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
         )));
     }
     let Some(derivative) = op.derivative else {
-        return backend(op, args);
+        return bottom(op, args);
     };
     let outs = {
         let _g = no_grad();
-        backend(op, args)?
+        bottom(op, args)?
     };
     let inputs: Vec<&Tensor> = args.iter().flat_map(Value::tensors).collect();
     let saved: Vec<&Tensor> = match op.saved {
@@ -187,7 +182,20 @@ fn any_fake(args: &[Value]) -> bool {
     args.iter().flat_map(Value::tensors).any(Tensor::is_fake)
 }
 
-fn backend(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
+/// The bottom of the builtin chain: the capture hook when one is installed (it records the call
+/// and returns fake outputs), else the kernel.
+fn bottom(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
+    if capture::is_installed()
+        && let Some(hook) = capture::current()
+    {
+        return hook.on_builtin(op, args);
+    }
+    backend(op, args)
+}
+
+/// Runs builtin `op`'s kernel (or its meta rule, for fake and meta tensors) on `args`, skipping
+/// every layer above the backend — what a capture hook calls to learn output metadata.
+pub fn backend(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
     let device = common_device(op.name, args)?;
     let fake = device == Device::Meta || any_fake(args);
     if !fake && device != Device::Cpu {
@@ -255,7 +263,7 @@ fn custom_autograd_layer(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tenso
         Some(imp) if needs_grad => {
             let outs = {
                 let _g = no_grad();
-                custom_backend(op, args)?
+                custom_bottom(op, args)?
             };
             let ctx = make_ctx(&imp, args, &outs)?;
             let inputs: Vec<&Tensor> = args.iter().flat_map(Value::tensors).collect();
@@ -271,13 +279,24 @@ fn custom_autograd_layer(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tenso
             Ok(record(op.qualname(), backward, &inputs, &saved, outs))
         }
         // No formula: the kernel's own builtin ops record the graph (implicit autograd).
-        _ => custom_backend(op, args),
+        _ => custom_bottom(op, args),
     }
 }
 
+/// The bottom of the custom chain: the capture hook when installed, else kernel selection.
+fn custom_bottom(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
+    if capture::is_installed()
+        && let Some(hook) = capture::current()
+    {
+        return hook.on_custom(op, args);
+    }
+    custom_backend(op, args)
+}
+
 /// Picks and runs the kernel for `args`: the fake kernel for fake inputs; otherwise the
-/// concrete device slot if registered and enabled, else the default slot.
-fn custom_backend(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
+/// concrete device slot if registered and enabled, else the default slot. Skips every layer
+/// above the backend (a capture hook calls it for opaque nodes).
+pub fn custom_backend(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
     let name = op.qualname();
     let device = common_device(name, args)?;
     let fake = device == Device::Meta || any_fake(args);

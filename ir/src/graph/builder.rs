@@ -470,6 +470,11 @@ impl GraphBuilder {
         Ok(())
     }
 
+    /// Records a size guard on the graph being built (see [`SizeGuard`](super::SizeGuard)).
+    pub fn size_guard(&mut self, guard: super::SizeGuard) {
+        self.graph.add_size_guard(guard);
+    }
+
     /// Validates and returns the graph (see [`Graph::validate`] for what is checked).
     ///
     /// ```

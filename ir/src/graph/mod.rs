@@ -25,6 +25,7 @@
 pub mod attr;
 mod builder;
 mod dot;
+mod guard;
 mod node;
 mod parse;
 mod print;
@@ -40,6 +41,7 @@ use petgraph::visit::{EdgeRef, NodeIndexable};
 
 pub use attr::Attr;
 pub use builder::{BuilderArg, GraphBuilder};
+pub use guard::SizeGuard;
 pub use node::{Arg, Constant, Edge, Node, NodeId, NodeKind, OpCall, ValueRef};
 
 use crate::error::{Error, Result};
@@ -69,9 +71,33 @@ use print::Naming;
 #[derive(Debug, Clone, Default)]
 pub struct Graph {
     g: StableDiGraph<Node, Edge>,
+    /// Sizes capture read as plain integers (see [`SizeGuard`]); not part of the printed form.
+    size_guards: Vec<SizeGuard>,
 }
 
 impl Graph {
+    /// The size guards recorded by capture: the graph is valid only for inputs under which every
+    /// guarded value has the recorded size.
+    pub fn size_guards(&self) -> &[SizeGuard] {
+        &self.size_guards
+    }
+
+    /// Records a size guard (duplicates are kept once).
+    ///
+    /// ```
+    /// use tensorplay_ir::graph::{Graph, NodeId, SizeGuard, ValueRef};
+    /// let mut g = Graph::new();
+    /// let guard = SizeGuard { value: ValueRef::new(NodeId::new(0), 0), dim: None, expected: vec![8] };
+    /// g.add_size_guard(guard.clone());
+    /// g.add_size_guard(guard);
+    /// assert_eq!(g.size_guards().len(), 1);
+    /// ```
+    pub fn add_size_guard(&mut self, guard: SizeGuard) {
+        if !self.size_guards.contains(&guard) {
+            self.size_guards.push(guard);
+        }
+    }
+
     /// An empty graph (no inputs, no output sink yet).
     ///
     /// ```

@@ -126,7 +126,13 @@ impl Tensor {
     }
 
     /// Size of each dimension.
+    ///
+    /// Under capture, reading the sizes of a fake tensor guards them (the compiled graph is used
+    /// only while they stay the same); see `tensorplay_ir::graph::SizeGuard`.
     pub fn shape(&self) -> &[usize] {
+        if self.is_fake() {
+            crate::capture::note_size_read(self, None);
+        }
         &self.0.shape
     }
 
@@ -139,6 +145,9 @@ impl Tensor {
             ));
         }
         let d = tensorplay_ir::shape::normalize_dim("size", dim, self.rank())?;
+        if self.is_fake() {
+            crate::capture::note_size_read(self, Some(d));
+        }
         Ok(self.0.shape[d])
     }
 
@@ -159,6 +168,9 @@ impl Tensor {
 
     /// Number of elements.
     pub fn numel(&self) -> usize {
+        if self.is_fake() {
+            crate::capture::note_size_read(self, None);
+        }
         // Zero-size dims first: a shape like [2^40, 2^40, 0] has no elements, and its plain product
         // would overflow on the way.
         if self.0.shape.contains(&0) {
@@ -195,6 +207,9 @@ impl Tensor {
 
     /// Shape, dtype and device as IR metadata.
     pub fn meta(&self) -> TensorMeta {
+        if self.is_fake() {
+            crate::capture::note_size_read(self, None);
+        }
         TensorMeta::new(&self.0.shape, self.0.dtype, self.0.device)
     }
 

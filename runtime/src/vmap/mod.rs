@@ -374,3 +374,81 @@ fn unwrap_output(out: Tensor, i: usize, out_dim: i64, level: Level) -> Result<Te
     shape.insert(dim, level.batch_size);
     out.unsqueeze(dim as i64)?.expand(&shape)
 }
+
+/// Batched inputs split at the innermost active `vmap` level among them: what a function that
+/// transforms whole calls (the compiler) needs to run the call on physical tensors instead.
+pub struct Peeled {
+    /// Each input's physical tensor at the level (unbatched inputs as they are).
+    pub physical: Vec<Tensor>,
+    /// Each input's batch dim at the level (`None`: not batched at it).
+    pub in_dims: Vec<Option<i64>>,
+    level: Level,
+}
+
+impl Peeled {
+    /// The level's randomness mode (`"error"`, `"different"` or `"same"`).
+    pub fn randomness(&self) -> &'static str {
+        self.level.randomness.as_str()
+    }
+
+    /// Wraps physical outputs whose dim 0 is the batch dim as batched tensors of the level.
+    pub fn rewrap(&self, outs: Vec<Tensor>) -> Vec<Tensor> {
+        outs.into_iter()
+            .map(|t| batched::wrap(t, 0, self.level.id))
+            .collect()
+    }
+}
+
+/// Splits `inputs` at the innermost active level any of them is batched at; `None` when no
+/// input is batched; an error for a batched tensor whose `vmap` is no longer active.
+///
+/// ```
+/// use tensorplay_runtime::{Tensor, DType, vmap};
+/// let f = vmap::vmap(
+///     |xs: &[Tensor]| {
+///         let p = vmap::peel(xs)?.expect("batched");
+///         assert_eq!(p.physical[0].shape(), &[3, 2]);
+///         assert_eq!(p.in_dims, vec![Some(0), None]);
+///         let out = p.physical[0].mul(&xs[1])?; // [3, 2] * [2]
+///         Ok(p.rewrap(vec![out]))
+///     },
+///     vec![Some(0), None],
+///     vec![0],
+/// );
+/// let y = f(&[Tensor::ones(&[3, 2], DType::F32), Tensor::full(&[2], 2.0, DType::F32)])?;
+/// assert_eq!(y[0].to_vec::<f32>()?, vec![2.0; 6]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn peel(inputs: &[Tensor]) -> Result<Option<Peeled>> {
+    let mut innermost: Option<(usize, Level)> = None;
+    for t in inputs {
+        if let Some(info) = t.batch_info() {
+            let found = level_position(info.level).ok_or_else(|| batched::escaped("vmap"))?;
+            if innermost.is_none_or(|(p, _)| found.0 > p) {
+                innermost = Some(found);
+            }
+        }
+    }
+    let Some((_, level)) = innermost else {
+        return Ok(None);
+    };
+    let mut physical = Vec::with_capacity(inputs.len());
+    let mut in_dims = Vec::with_capacity(inputs.len());
+    for t in inputs {
+        match t.batch_info() {
+            Some(info) if info.level == level.id => {
+                physical.push(info.physical.clone());
+                in_dims.push(Some(info.bdim as i64));
+            }
+            _ => {
+                physical.push(t.clone());
+                in_dims.push(None);
+            }
+        }
+    }
+    Ok(Some(Peeled {
+        physical,
+        in_dims,
+        level,
+    }))
+}

@@ -1,0 +1,211 @@
+//! Sizes under compile: a compiled function never returns a result that differs from eager at
+//! any input size, and an input that makes eager fail makes the compiled call fail with the same
+//! error. Sizes the closure reads as plain integers are guarded (a change recompiles).
+
+use proptest::prelude::*;
+use tensorplay_compiler::capture::{CaptureOptions, capture};
+use tensorplay_compiler::{CompiledFn, compile};
+use tensorplay_ir::{DType, Device, TensorMeta};
+use tensorplay_runtime::{Result, Tensor};
+
+type Body = fn(&[Tensor]) -> Result<Vec<Tensor>>;
+
+fn ramp(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.37).sin() * 3.0).collect();
+    Tensor::from_vec(v, shape).unwrap()
+}
+
+/// Eager and compiled agree on `inputs`: the same values (to a few ulp: transcendental functions
+/// meet the numerics contract, not bit equality), or the same error.
+fn agree(name: &str, f: Body, c: &CompiledFn, inputs: &[Tensor]) {
+    let want = f(inputs);
+    let got = c.call(inputs);
+    let shapes: Vec<_> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+    match (want, got) {
+        (Ok(w), Ok(g)) => {
+            assert_eq!(w.len(), g.len(), "{name} at {shapes:?}: output count");
+            for (a, b) in w.iter().zip(&g) {
+                assert_eq!(a.shape(), b.shape(), "{name} at {shapes:?}: shape");
+                assert_eq!(a.dtype(), b.dtype(), "{name} at {shapes:?}: dtype");
+                let (a, b) = (a.to_vec_f64().unwrap(), b.to_vec_f64().unwrap());
+                let same = a.iter().zip(&b).all(|(p, q)| {
+                    (p - q).abs() <= 1e-6 * p.abs().max(1.0) || (p.is_nan() && q.is_nan())
+                });
+                assert!(same, "{name} at {shapes:?}: {a:?} vs {b:?}");
+            }
+        }
+        (Err(w), Err(g)) => {
+            assert_eq!(
+                w.to_string(),
+                g.to_string(),
+                "{name} at {shapes:?}: errors differ"
+            )
+        }
+        (Ok(_), Err(g)) => panic!("{name} at {shapes:?}: eager works, compiled fails: {g}"),
+        (Err(w), Ok(_)) => panic!("{name} at {shapes:?}: eager fails ({w}), compiled works"),
+    }
+}
+
+fn narrow_from_shape(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let n = xs[0].shape()[0];
+    Ok(vec![xs[0].narrow(0, 1, n.saturating_sub(1))?.exp()?])
+}
+
+fn narrow_fixed(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    Ok(vec![xs[0].narrow(0, 0, 5)?.neg()?])
+}
+
+fn select_fixed(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    Ok(vec![xs[0].select(0, 5)?.mul_scalar(2.0)?])
+}
+
+fn branch_on_size(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let y = if xs[0].size(0)? > 4 {
+        xs[0].exp()?
+    } else {
+        xs[0].neg()?
+    };
+    Ok(vec![y.add(&xs[1])?])
+}
+
+fn reshape_from_shape(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let s = xs[0].shape().to_vec();
+    let y = xs[0].reshape(&[s[0] * s[1]])?;
+    Ok(vec![y.relu()?.sum(&[0], false)?])
+}
+
+fn mean_and_softmax(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let m = xs[0].mean(&[-1], true)?;
+    Ok(vec![xs[0].sub(&m)?.softmax(-1)?])
+}
+
+fn expand_and_cat(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let n = xs[0].shape()[0];
+    let row = xs[1].unsqueeze(0)?.expand(&[n, xs[1].shape()[0]])?;
+    Ok(vec![Tensor::cat(&[xs[0].clone(), row], 0)?.tanh()?])
+}
+
+fn full_from_size(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let n = xs[0].size(0)?;
+    let ones = Tensor::full(&[n], 2.0, DType::F32);
+    Ok(vec![xs[0].mul(&ones)?])
+}
+
+fn flatten_and_narrow(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let y = xs[0].flatten(0, -1)?;
+    let k = y.numel() / 2;
+    Ok(vec![y.narrow(0, k, y.numel() - k)?.abs()?])
+}
+
+fn plain(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    Ok(vec![xs[0].mul(&xs[1])?.add_scalar(1.0)?.relu()?])
+}
+
+#[test]
+fn the_issue_examples_match_eager() -> Result<()> {
+    // Captured on [8], called on [12]: 11 elements, as eager.
+    let c = compile(narrow_from_shape);
+    c.call(&[ramp(&[8])])?;
+    let y = c.call(&[ramp(&[12])])?;
+    assert_eq!(y[0].shape(), &[11]);
+    assert_eq!(
+        c.num_compiled(),
+        2,
+        "the read size is guarded: a new size recompiles"
+    );
+
+    // Captured on [8], called on [3]: eager's error, naming narrow.
+    let c = compile(narrow_fixed);
+    c.call(&[ramp(&[8])])?;
+    let e = c.call(&[ramp(&[3])]).unwrap_err().to_string();
+    let want = narrow_fixed(&[ramp(&[3])]).unwrap_err().to_string();
+    assert_eq!(e, want);
+    assert!(e.contains("narrow"), "{e}");
+
+    // select(0, 5) captured on [8, 2], run on [3, 2]: eager's error, naming select.
+    let c = compile(select_fixed);
+    c.call(&[ramp(&[8, 2])])?;
+    let e = c.call(&[ramp(&[3, 2])]).unwrap_err().to_string();
+    assert_eq!(e, select_fixed(&[ramp(&[3, 2])]).unwrap_err().to_string());
+    assert!(e.contains("select"), "{e}");
+    Ok(())
+}
+
+#[test]
+fn closures_that_never_read_sizes_stay_dynamic() -> Result<()> {
+    let c = compile(plain);
+    for n in [3, 17, 64, 5] {
+        agree("plain", plain, &c, &[ramp(&[n, 2]), ramp(&[n, 2])]);
+    }
+    assert_eq!(c.num_compiled(), 1);
+    let g = c.latest().unwrap();
+    assert!(g.graph().size_guards().is_empty());
+    Ok(())
+}
+
+#[test]
+fn a_size_read_becomes_a_guard_of_the_graph() -> Result<()> {
+    let m = TensorMeta::new(&[8], DType::F32, Device::Cpu);
+    let g = capture(narrow_from_shape, &[m], CaptureOptions { dynamic: true })?;
+    let guards: Vec<String> = g.size_guards().iter().map(|g| g.to_string()).collect();
+    assert!(guards.iter().any(|s| s.ends_with("== [8]")), "{guards:?}");
+    // A graph run directly on inputs that break a guard says so.
+    let c = tensorplay_compiler::tp_compile(&g)?;
+    let e = c.run(&[ramp(&[12])]).unwrap_err().to_string();
+    assert!(e.contains("size guard") && e.contains("[12]"), "{e}");
+    assert_eq!(c.run(&[ramp(&[8])])?[0].shape(), &[7]);
+    Ok(())
+}
+
+#[test]
+fn branching_on_a_size_recompiles_when_the_branch_changes() -> Result<()> {
+    let c = compile(branch_on_size);
+    for n in [6, 2, 6, 2] {
+        agree("branch", branch_on_size, &c, &[ramp(&[n]), ramp(&[n])]);
+    }
+    assert_eq!(c.num_compiled(), 2);
+    Ok(())
+}
+
+const BODIES: &[(&str, Body, usize)] = &[
+    ("narrow_from_shape", narrow_from_shape, 1),
+    ("narrow_fixed", narrow_fixed, 1),
+    ("select_fixed", select_fixed, 2),
+    ("branch_on_size", branch_on_size, 1),
+    ("reshape_from_shape", reshape_from_shape, 2),
+    ("mean_and_softmax", mean_and_softmax, 2),
+    ("expand_and_cat", expand_and_cat, 2),
+    ("full_from_size", full_from_size, 1),
+    ("flatten_and_narrow", flatten_and_narrow, 2),
+    ("plain", plain, 2),
+];
+
+/// Inputs for body `i` at sizes (a, b): rank-1 bodies take [a] (twice where they need two).
+fn inputs_for(name: &str, rank: usize, a: usize, b: usize) -> Vec<Tensor> {
+    match (name, rank) {
+        ("branch_on_size", _) => vec![ramp(&[a]), ramp(&[a])],
+        ("expand_and_cat", _) => vec![ramp(&[a, b]), ramp(&[b])],
+        ("plain", _) => vec![ramp(&[a, b]), ramp(&[a, b])],
+        (_, 1) => vec![ramp(&[a])],
+        _ => vec![ramp(&[a, b])],
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// The invariant, at many sizes: each body is compiled once and called on a sequence of
+    /// sizes (so graphs captured at one size meet others); every call agrees with eager.
+    #[test]
+    fn compiled_agrees_with_eager_at_every_size(
+        sizes in proptest::collection::vec((0usize..13, 1usize..5), 1..6)
+    ) {
+        for &(name, body, rank) in BODIES {
+            let c = compile(body);
+            for &(a, b) in &sizes {
+                agree(name, body, &c, &inputs_for(name, rank, a, b));
+            }
+        }
+    }
+}
