@@ -61,7 +61,10 @@ fn attr_of(v: &Value) -> Option<Attr> {
         Value::DType(d) => Attr::DType(*d),
         Value::Device(d) => Attr::Device(*d),
         Value::None | Value::OptionalTensor(None) => Attr::None,
-        Value::Tensor(_) | Value::OptionalTensor(Some(_)) | Value::TensorList(_) => return None,
+        Value::Tensor(_)
+        | Value::OptionalTensor(Some(_))
+        | Value::TensorList(_)
+        | Value::OptionalTensorList(_) => return None,
     })
 }
 
@@ -143,6 +146,22 @@ impl TraceState {
                     let rs = ts
                         .iter()
                         .map(|t| self.value_of(t))
+                        .collect::<Result<Vec<_>>>()?;
+                    reads.extend(&rs);
+                    BuilderArg::TensorList(rs)
+                }
+                // Graphs have no absent list entries; a full `Tensor?[]` is recorded as a list.
+                Value::OptionalTensorList(ts) => {
+                    let rs = ts
+                        .iter()
+                        .map(|t| match t {
+                            Some(t) => self.value_of(t),
+                            None => Err(Error::Compile(format!(
+                                "capture: argument `{}` is a Tensor?[] with absent entries, \
+                                 which graphs cannot hold",
+                                name.as_deref().unwrap_or("?")
+                            ))),
+                        })
                         .collect::<Result<Vec<_>>>()?;
                     reads.extend(&rs);
                     BuilderArg::TensorList(rs)
@@ -251,7 +270,7 @@ impl Tracer {
         args: &[Value],
         reason: String,
     ) -> Result<Vec<Tensor>> {
-        if !op.has_fake() && !op.schema().returns.is_empty() {
+        if !op.runs_on_fake() {
             return Err(Error::Compile(format!(
                 "`{}` runs as an opaque node under capture ({reason}) and needs a fake kernel; \
                  register one with register_fake",

@@ -5,10 +5,12 @@ use std::sync::Arc;
 use tensorplay_ir::schema::{Schema, validate_qualname};
 use tensorplay_ir::{DType, Error, Result};
 
-use super::autograd::{AutogradCtx, AutogradImpl, SetupContextBox};
+use super::autograd::{AutogradCtx, AutogradImpl, IntoGrads, SetupContextBox};
 use super::infer_schema::{MutatesArgs, Prototype, infer_schema};
 use super::register;
+use super::device_types::{DeviceType, DeviceTypes};
 use super::registry::{Operator, Origin, Owner, Slot, registry};
+use super::validate;
 use super::triton::TritonInfo;
 use super::typed::IntoKernel;
 use super::vmap_rule::VmapInfo;
@@ -47,15 +49,15 @@ impl std::fmt::Debug for CustomOpDef {
 #[must_use = "the flag is restored when the guard drops; bind it to a variable"]
 pub struct KernelEnabledGuard {
     op: Arc<Operator>,
-    device_type: String,
+    slot: Slot,
     prev: bool,
+    warning: Option<String>,
 }
 
 impl Drop for KernelEnabledGuard {
     fn drop(&mut self) {
-        // The slot existed when the guard was made; it can only be gone if a Library owning it
-        // dropped meanwhile, and then there is nothing to restore.
-        let _ = register::set_kernel_enabled(&self.op, &self.device_type, self.prev);
+        // The flag belongs to the slot, which always exists; restoring cannot fail.
+        let _ = register::set_kernel_enabled(&self.op, self.slot, self.prev);
     }
 }
 
@@ -63,6 +65,11 @@ impl KernelEnabledGuard {
     /// The flag before the change.
     pub fn previous(&self) -> bool {
         self.prev
+    }
+
+    /// The warning given when the slot held no kernel (also printed with `TP_LOGS=library`).
+    pub fn warning(&self) -> Option<&str> {
+        self.warning.as_deref()
     }
 }
 
@@ -73,22 +80,24 @@ impl CustomOpDef {
 
     /// The qualified name.
     pub fn name(&self) -> &str {
+        // Redefinitions keep the name, so the handle's own op answers for the newest one.
         self.op.qualname()
     }
 
-    /// The schema (given or inferred).
-    pub fn schema(&self) -> &Schema {
-        self.op.schema()
+    /// The schema (given or inferred) of the newest definition.
+    pub fn schema(&self) -> Schema {
+        self.operator().schema().clone()
     }
 
-    /// The registry entry.
-    pub fn operator(&self) -> &Arc<Operator> {
-        &self.op
+    /// The registry entry: the newest definition under this name (a `custom_op` redefinition
+    /// replaces the op for every handle).
+    pub fn operator(&self) -> Arc<Operator> {
+        self.op.latest()
     }
 
     /// Calls the op with positional arguments.
     pub fn call(&self, args: &[Value]) -> Result<Vec<Tensor>> {
-        call_operator(&self.op, args, &[])
+        call_operator(&self.operator(), args, &[])
     }
 
     /// Calls the op with positional and keyword arguments.
@@ -97,7 +106,7 @@ impl CustomOpDef {
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
             .collect();
-        call_operator(&self.op, args, &kw)
+        call_operator(&self.operator(), args, &kw)
     }
 
     /// Calls an op that returns exactly one tensor.
@@ -114,25 +123,28 @@ impl CustomOpDef {
         Ok(outs.swap_remove(0))
     }
 
-    /// Registers a kernel for `device_types` (`[]` = the device-agnostic slot; `cpu`, `cuda` and
-    /// `Composite…` spellings accepted).
+    /// Registers a kernel for `device_types`: lower-case `"cpu"`/`"cuda"`, a [`Device`] or
+    /// [`Slot`] (one or a list); `&[]` is the device-agnostic slot.
+    ///
+    /// [`Device`]: tensorplay_ir::Device
     pub fn register_kernel<M>(
         &self,
-        device_types: &[&str],
+        device_types: impl DeviceTypes,
         f: impl IntoKernel<M>,
     ) -> Result<&Self> {
-        self.register_kernel_owned(device_types, f, Owner::Process)
+        let slots = device_types.slots(self.name(), "device_types")?;
+        self.register_kernel_slots(&slots, f, Owner::Process)
     }
 
-    pub(crate) fn register_kernel_owned<M, F: IntoKernel<M>>(
+    pub(crate) fn register_kernel_slots<M, F: IntoKernel<M>>(
         &self,
-        device_types: &[&str],
+        slots: &[Slot],
         f: F,
         owner: Owner,
     ) -> Result<&Self> {
-        register::check_arity::<F, M>(&self.op, "the kernel")?;
-        let slots = register::parse_slots(self.name(), device_types)?;
-        register::register_kernel(&self.op, &slots, f.into_kernel(self.name()), owner)?;
+        let op = self.operator();
+        register::check_arity::<F, M>(&op, "the kernel")?;
+        register::register_kernel(&op, slots, f.into_kernel(self.name()), owner)?;
         Ok(self)
     }
 
@@ -147,45 +159,42 @@ impl CustomOpDef {
         owner: Owner,
         allow_override: bool,
     ) -> Result<&Self> {
-        register::check_arity::<F, M>(&self.op, "the fake kernel")?;
-        register::register_fake(&self.op, f.into_kernel(self.name()), owner, allow_override)?;
+        let op = self.operator();
+        register::check_arity::<F, M>(&op, "the fake kernel")?;
+        register::register_fake(&op, f.into_kernel(self.name()), owner, allow_override)?;
         Ok(self)
     }
 
     /// Registers an autograd formula: `backward(ctx, grads)` returns one optional gradient per
     /// parameter; `setup_context(ctx, inputs, outputs)` saves what backward needs.
-    pub fn register_autograd(
+    pub fn register_autograd<G: IntoGrads>(
         &self,
-        backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>>
-        + Send
-        + Sync
-        + 'static,
+        backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<G> + Send + Sync + 'static,
         setup_context: Option<SetupContextBox>,
     ) -> Result<&Self> {
         self.register_autograd_owned(backward, setup_context, Owner::Process)
     }
 
-    pub(crate) fn register_autograd_owned(
+    pub(crate) fn register_autograd_owned<G: IntoGrads>(
         &self,
-        backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>>
-        + Send
-        + Sync
-        + 'static,
+        backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<G> + Send + Sync + 'static,
         setup_context: Option<SetupContextBox>,
         owner: Owner,
     ) -> Result<&Self> {
         let imp = AutogradImpl {
-            backward: Arc::new(backward),
+            backward: Arc::new(move |ctx: &AutogradCtx, g: &[Option<Tensor>]| {
+                backward(ctx, g).map(IntoGrads::into_grads)
+            }),
             setup_context: setup_context.map(Arc::from),
         };
-        register::register_autograd(&self.op, imp, owner)?;
+        register::register_autograd(&self.operator(), imp, owner)?;
         Ok(self)
     }
 
     /// Inside an autocast region for `device_type`, casts floating inputs (not f64) to
     /// `cast_inputs` before the kernel runs.
     pub fn register_autocast(&self, device_type: &str, cast_inputs: DType) -> Result<&Self> {
-        register::register_autocast(&self.op, device_type, cast_inputs, Owner::Process)?;
+        register::register_autocast(&self.operator(), device_type, cast_inputs, Owner::Process)?;
         Ok(self)
     }
 
@@ -201,22 +210,28 @@ impl CustomOpDef {
         + Sync
         + 'static,
     ) -> Result<&Self> {
-        register::register_vmap(&self.op, Arc::new(rule), Owner::Process)?;
+        register::register_vmap(&self.operator(), Arc::new(rule), Owner::Process)?;
         Ok(self)
     }
 
-    /// Enables or disables the kernel in a concrete slot (`cpu`/`cuda`); a disabled slot falls
-    /// back to the default kernel. The returned guard restores the previous flag when dropped.
+    /// Enables or disables the kernel slot of a concrete device type (`"cpu"`/`"cuda"`, a
+    /// [`Device`](tensorplay_ir::Device) or [`Slot`]); a disabled slot falls back to the default
+    /// kernel. A slot with no kernel is a warning ([`KernelEnabledGuard::warning`]), and a kernel
+    /// registered while its slot is disabled stays disabled. The guard restores the previous flag
+    /// when dropped.
     pub fn set_kernel_enabled(
         &self,
-        device_type: &str,
+        device_type: impl DeviceType,
         enabled: bool,
     ) -> Result<KernelEnabledGuard> {
-        let prev = register::set_kernel_enabled(&self.op, device_type, enabled)?;
+        let op = self.operator();
+        let slot = device_type.slot(self.name(), "device_type")?;
+        let change = register::set_kernel_enabled(&op, slot, enabled)?;
         Ok(KernelEnabledGuard {
-            op: self.op.clone(),
-            device_type: device_type.to_string(),
-            prev,
+            op,
+            slot,
+            prev: change.prev,
+            warning: change.warning,
         })
     }
 }
@@ -226,10 +241,13 @@ impl CustomOpDef {
 pub struct CustomOpBuilder {
     name: String,
     mutates_args: MutatesArgs,
-    device_types: Option<Vec<String>>,
+    /// `None`: every device (the default slot). An invalid spelling is kept as the error `build`
+    /// reports.
+    device_types: Option<std::result::Result<Vec<Slot>, String>>,
     schema: Option<String>,
     arg_names: Option<Vec<String>>,
     triton: bool,
+    owner: Owner,
 }
 
 /// Defines a custom operator whose body is `kernel` (see [`CustomOpBuilder::build`]).
@@ -253,6 +271,7 @@ pub fn custom_op(name: &str) -> CustomOpBuilder {
         schema: None,
         arg_names: None,
         triton: false,
+        owner: Owner::Process,
     }
 }
 
@@ -272,12 +291,22 @@ impl CustomOpBuilder {
         self
     }
 
-    /// Device types (`cpu`, `cuda`) whose kernel slots the body fills; every device when omitted
-    /// or empty (as `register_kernel(op, [])`: the device-agnostic slot, never an op without a
-    /// kernel).
-    pub fn device_types(mut self, types: &[&str]) -> Self {
-        self.device_types =
-            (!types.is_empty()).then(|| types.iter().map(|s| s.to_string()).collect());
+    /// Device types (`"cpu"`, `"cuda"`, [`Device`](tensorplay_ir::Device) values) whose kernel
+    /// slots the body fills; every device when omitted or empty (as `register_kernel(op, [])`:
+    /// the device-agnostic slot, never an op without a kernel). An op without tensor parameters
+    /// dispatches on its `Device` parameter.
+    pub fn device_types(mut self, types: impl DeviceTypes) -> Self {
+        self.device_types = match types.slots(&self.name, "device_types") {
+            Ok(slots) if slots == [Slot::Default] => None,
+            Ok(slots) => Some(Ok(slots)),
+            Err(e) => Some(Err(e.to_string())),
+        };
+        self
+    }
+
+    /// Scopes the op to `lib`: it is removed when the library drops (PyTorch's `lib=`).
+    pub fn lib(mut self, lib: &super::Library) -> Self {
+        self.owner = lib.owner;
         self
     }
 
@@ -296,19 +325,8 @@ impl CustomOpBuilder {
     fn slots(&self) -> Result<Vec<Slot>> {
         match &self.device_types {
             None => Ok(vec![Slot::Default]),
-            Some(types) => types
-                .iter()
-                .map(|t| match t.as_str() {
-                    "cpu" => Ok(Slot::Cpu),
-                    "cuda" => Ok(Slot::Cuda),
-                    other => Err(Error::argument(
-                        &self.name,
-                        "device_types",
-                        "lower-case `cpu` or `cuda` (no index)",
-                        format!("`{other}`"),
-                    )),
-                })
-                .collect(),
+            Some(Ok(slots)) => Ok(slots.clone()),
+            Some(Err(e)) => Err(Error::Registration(e.clone())),
         }
     }
 
@@ -429,16 +447,20 @@ impl CustomOpBuilder {
         let (ns, name, overload) = check_definable(&self.name)?;
         let slots = self.slots()?;
         let schema = self.resolve_schema::<F, M>(&ns, &name, &overload)?;
+        validate::check_definition(&schema)?;
         let qualname = schema.qualified_name();
+        if self.device_types.is_some() {
+            validate::check_dispatchable(&schema)?;
+        }
         let op = Arc::new(Operator::new_custom(
             qualname.clone(),
             schema,
             Origin::CustomOp,
-            Owner::Process,
+            self.owner,
             self.device_types.as_ref().map(|_| slots.clone()),
             self.triton.then_some(TritonInfo),
         ));
-        register::register_kernel(&op, &slots, kernel.into_kernel(&qualname), Owner::Process)?;
+        register::register_kernel(&op, &slots, kernel.into_kernel(&qualname), self.owner)?;
         let op = registry().insert(op, |existing| match existing.origin() {
             Origin::CustomOp => Ok(()),
             Origin::Builtin => Err(Error::Registration(format!("`{qualname}` is a builtin op"))),

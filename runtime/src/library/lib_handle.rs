@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 
-use tensorplay_ir::schema::Schema;
+use tensorplay_ir::schema::{Schema, validate_qualname};
 use tensorplay_ir::{Error, Result};
 
 use super::custom_op::{CustomOpDef, check_definable};
 use super::register;
 use super::registry::{Operator, Origin, Owner, new_library_owner, registry};
 use super::typed::IntoKernel;
+use super::validate;
 
 /// The kind of a [`Library`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +54,14 @@ impl Library {
                 ));
             }
         };
-        check_definable(&format!("{namespace}::x")).map_err(|e| {
+        // Only defining into a reserved namespace is refused: an IMPL library may add kernels
+        // to `prim` ops.
+        let valid = if kind == LibraryKind::Impl {
+            validate_qualname(&format!("{namespace}::x")).map(|_| ())
+        } else {
+            check_definable(&format!("{namespace}::x")).map(|_| ())
+        };
+        valid.map_err(|e| {
             Error::Registration(format!("invalid library namespace `{namespace}`: {e}"))
         })?;
         let owner = new_library_owner();
@@ -122,16 +130,14 @@ impl Library {
         };
         let slots = register::parse_slots(op.qualname(), &[key])?;
         if !allow_override
-            && let Some(s) = slots
-                .iter()
-                .find(|s| op.regs.read().kernels.contains_key(s))
+            && let Some(s) = slots.iter().find(|s| op.kernel_in(**s).is_some())
         {
             return Err(Error::Registration(format!(
                 "`{}` already has a {s} kernel (allow_override is false)",
                 op.qualname()
             )));
         }
-        CustomOpDef::from_operator(op).register_kernel_owned(&[key], f, self.owner)?;
+        CustomOpDef::from_operator(op).register_kernel_slots(&slots, f, self.owner)?;
         Ok(())
     }
 
@@ -162,7 +168,7 @@ pub(crate) fn define_op(
     owner: Owner,
     strict: bool,
 ) -> Result<String> {
-    let mut schema = Schema::parse(text)?;
+    let mut schema = Schema::parse(&validate::complete_loose(text))?;
     match (&schema.namespace, default_ns) {
         (None, Some(ns)) => schema.namespace = Some(ns.to_string()),
         (None, None) => {
@@ -179,6 +185,7 @@ pub(crate) fn define_op(
     }
     let qualname = schema.qualified_name();
     check_definable(&qualname)?;
+    validate::check_definition(&schema)?;
     if !strict
         && let Some(existing) = registry().find(&qualname)
         && existing.origin() == Origin::Defined
