@@ -120,6 +120,17 @@ impl From<Vec<Option<Tensor>>> for Value {
         Value::OptionalTensorList(t)
     }
 }
+impl From<Option<&Tensor>> for Value {
+    fn from(t: Option<&Tensor>) -> Self {
+        Value::OptionalTensor(t.cloned())
+    }
+}
+
+impl From<&[Tensor]> for Value {
+    fn from(t: &[Tensor]) -> Self {
+        Value::TensorList(t.to_vec())
+    }
+}
 impl From<i64> for Value {
     fn from(v: i64) -> Self {
         Value::Int(v)
@@ -148,6 +159,21 @@ impl From<Vec<i64>> for Value {
 impl From<DType> for Value {
     fn from(v: DType) -> Self {
         Value::DType(v)
+    }
+}
+impl From<String> for Value {
+    fn from(v: String) -> Self {
+        Value::Str(v)
+    }
+}
+impl From<Vec<f64>> for Value {
+    fn from(v: Vec<f64>) -> Self {
+        Value::FloatList(v)
+    }
+}
+impl From<Vec<bool>> for Value {
+    fn from(v: Vec<bool>) -> Self {
+        Value::BoolList(v)
     }
 }
 impl From<Device> for Value {

@@ -46,6 +46,7 @@ fn add_op(name: &str, delta: f64) -> Result<CustomOpDef> {
     library::custom_op(name)
         .arg_names(&["x"])
         .build(move |x: Tensor| -> Result<Tensor> { x.add_scalar(delta) })
+        .map(Into::into)
 }
 
 /// A boxed kernel adding `delta` to its single tensor argument.
@@ -230,8 +231,13 @@ fn custom_op_redefinition_replaces_the_op() -> Result<()> {
         "ls_redef::op(Tensor x, float scale) -> Tensor"
     );
     let found = registry().get("ls_redef::op")?;
-    assert!(Arc::ptr_eq(&found, v2.operator()));
-    assert!(!Arc::ptr_eq(&found, v1.operator()));
+    assert!(Arc::ptr_eq(&found, &v2.operator()));
+    // Item 1: the old handle follows the redefinition (schema and body) instead of keeping
+    // the op it was created with.
+    assert!(Arc::ptr_eq(&found, &v1.operator()));
+    assert_eq!(v1.schema(), v2.schema());
+    let y = v1.call((&x, 10.0))?;
+    assert_eq!(vals(&y[0]), vec![10.0, 20.0]);
     let y = ops::call("ls_redef::op", &[x.clone().into(), 10.0.into()])?;
     assert_eq!(vals(&y[0]), vec![10.0, 20.0]);
     // The old schema no longer binds through the registry.
@@ -327,7 +333,7 @@ fn declared_mutation_runs_in_place() -> Result<()> {
     assert_eq!(op.operator().mutated_params(), vec!["out"]);
     let t = Tensor::zeros(&[3], DType::F32);
     let v0 = t.version();
-    let outs = op.call(&[t.clone().into(), 2.5.into()])?;
+    let outs = op.def().call(&[t.clone().into(), 2.5.into()])?;
     assert!(outs.is_empty());
     assert_eq!(vals(&t), vec![2.5; 3]);
     assert!(t.version() > v0, "an in-place write bumps the version");
@@ -851,8 +857,8 @@ fn two_outputs_aliasing_each_other_is_an_error() -> Result<()> {
         .build(|x: Tensor| -> Result<(Tensor, Tensor)> {
             Ok((x.add_scalar(1.0)?, x.add_scalar(2.0)?))
         })?;
-    let outs = ok.call(&[f32s(&[1.0]).into()])?;
-    assert_eq!((vals(&outs[0]), vals(&outs[1])), (vec![2.0], vec![3.0]));
+    let outs = ok.call((f32s(&[1.0]),))?;
+    assert_eq!((vals(&outs.0), vals(&outs.1)), (vec![2.0], vec![3.0]));
     Ok(())
 }
 
@@ -1353,6 +1359,7 @@ fn axpy_op(ns: &str) -> Result<CustomOpDef> {
                 if negate { r.mul_scalar(-1.0) } else { Ok(r) }
             },
         )
+        .map(Into::into)
 }
 
 #[test]
@@ -1476,7 +1483,7 @@ fn optional_and_list_arguments_bind() -> Result<()> {
     );
     let x = Tensor::ones(&[2, 3], DType::F32);
     let r = op.call(&[x.clone().into(), Value::None, vec![1i64].into()])?;
-    assert_eq!(vals(&r[0]), vec![3.0, 3.0]);
+    assert_eq!(vals(&r), vec![3.0, 3.0]);
     let r = op.call_kw(
         &[x.clone().into()],
         &[
@@ -1484,10 +1491,10 @@ fn optional_and_list_arguments_bind() -> Result<()> {
             ("bias", Some(f32s(&[1.0])).into()),
         ],
     )?;
-    assert_eq!(vals(&r[0]), vec![3.0, 3.0, 3.0]);
+    assert_eq!(vals(&r), vec![3.0, 3.0, 3.0]);
     // An optional without default may be omitted.
     let r = op.call_kw(&[x.clone().into()], &[("dims", vec![0i64, 1].into())])?;
-    assert_eq!(vals(&r[0]), vec![6.0]);
+    assert_eq!(vals(&r), vec![6.0]);
     assert_argument(
         op.call(&[x.into(), Value::None, 1.5.into()]).unwrap_err(),
         "dims",

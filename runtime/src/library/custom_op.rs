@@ -1,5 +1,7 @@
 //! `custom_op` / `triton_op` and the `CustomOpDef` handle they return.
 
+use std::marker::PhantomData;
+use std::ops::Deref;
 use std::sync::Arc;
 
 use tensorplay_ir::schema::{Schema, validate_qualname};
@@ -12,7 +14,8 @@ use super::device_types::{DeviceType, DeviceTypes};
 use super::registry::{Operator, Origin, Owner, Slot, registry};
 use super::validate;
 use super::triton::TritonInfo;
-use super::typed::IntoKernel;
+use super::call_args::{CallArgs, kwargs_owned};
+use super::typed::{IntoKernel, ReturnType};
 use super::vmap_rule::VmapInfo;
 use crate::dispatch::call_operator;
 use crate::tensor::Tensor;
@@ -95,22 +98,23 @@ impl CustomOpDef {
         self.op.latest()
     }
 
-    /// Calls the op with positional arguments.
-    pub fn call(&self, args: &[Value]) -> Result<Vec<Tensor>> {
-        call_operator(&self.operator(), args, &[])
+    /// Calls the op with positional arguments: a tuple of Rust values (`(&x, &w, 2.0)`) or
+    /// boxed [`Value`]s.
+    pub fn call(&self, args: impl CallArgs) -> Result<Vec<Tensor>> {
+        call_operator(&self.operator(), &args.into_values(), &[])
     }
 
-    /// Calls the op with positional and keyword arguments.
-    pub fn call_kw(&self, args: &[Value], kwargs: &[(&str, Value)]) -> Result<Vec<Tensor>> {
-        let kw: Vec<(String, Value)> = kwargs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        call_operator(&self.operator(), args, &kw)
+    /// Calls the op with positional and keyword arguments (`&[("eps", 1e-3.into())]`).
+    pub fn call_kw(&self, args: impl CallArgs, kwargs: &[(&str, Value)]) -> Result<Vec<Tensor>> {
+        call_operator(
+            &self.operator(),
+            &args.into_values(),
+            &kwargs_owned(kwargs),
+        )
     }
 
     /// Calls an op that returns exactly one tensor.
-    pub fn call1(&self, args: &[Value]) -> Result<Tensor> {
+    pub fn call1(&self, args: impl CallArgs) -> Result<Tensor> {
         let mut outs = self.call(args)?;
         if outs.len() != 1 {
             return Err(Error::argument(
@@ -441,9 +445,9 @@ impl CustomOpBuilder {
         Ok(schema)
     }
 
-    /// Defines (or redefines) the op with `kernel` as its body and returns its handle. Nothing is
-    /// registered when this fails.
-    pub fn build<M, F: IntoKernel<M>>(self, kernel: F) -> Result<CustomOpDef> {
+    /// Defines (or redefines) the op with `kernel` as its body and returns its typed handle
+    /// (calls return the kernel's result type). Nothing is registered when this fails.
+    pub fn build<M, F: IntoKernel<M>>(self, kernel: F) -> Result<CustomOp<F::Output>> {
         let (ns, name, overload) = check_definable(&self.name)?;
         let slots = self.slots()?;
         let schema = self.resolve_schema::<F, M>(&ns, &name, &overload)?;
@@ -468,6 +472,78 @@ impl CustomOpBuilder {
                 "`{qualname}` was created with define/Library::define; custom_op cannot redefine it"
             ))),
         })?;
-        Ok(CustomOpDef { op })
+        Ok(CustomOp {
+            def: CustomOpDef { op },
+            ret: PhantomData,
+        })
     }
 }
+
+/// A typed handle from [`CustomOpBuilder::build`]: [`CustomOp::call`] returns the kernel's result
+/// type `R`; everything else is [`CustomOpDef`]'s (it derefs to one).
+///
+/// ```
+/// use tensorplay_runtime::{library, Tensor, DType, Result};
+/// let ws = library::custom_op("docs_typed::weighted_sum")
+///     .arg_names(&["x", "w"])
+///     .build(|x: &Tensor, w: &Tensor| -> Result<Tensor> { x.mul(w)?.sum_all() })?;
+/// let x = Tensor::ones(&[3], DType::F32);
+/// let y: Tensor = ws.call((&x, &x))?;
+/// assert_eq!(y.item::<f32>()?, 3.0);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub struct CustomOp<R> {
+    def: CustomOpDef,
+    ret: PhantomData<fn() -> R>,
+}
+
+impl<R> Clone for CustomOp<R> {
+    fn clone(&self) -> Self {
+        CustomOp {
+            def: self.def.clone(),
+            ret: PhantomData,
+        }
+    }
+}
+
+impl<R> std::fmt::Debug for CustomOp<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.def.fmt(f)
+    }
+}
+
+impl<R> Deref for CustomOp<R> {
+    type Target = CustomOpDef;
+    fn deref(&self) -> &CustomOpDef {
+        &self.def
+    }
+}
+
+impl<R> From<CustomOp<R>> for CustomOpDef {
+    fn from(op: CustomOp<R>) -> CustomOpDef {
+        op.def
+    }
+}
+
+impl<R: ReturnType> CustomOp<R> {
+    /// Calls the op: positional arguments as a tuple (`(&x, &w)`) or boxed values.
+    pub fn call(&self, args: impl CallArgs) -> Result<R> {
+        R::from_tensors(self.name(), self.def.call(args)?)
+    }
+
+    /// Calls the op with keyword arguments too.
+    pub fn call_kw(&self, args: impl CallArgs, kwargs: &[(&str, Value)]) -> Result<R> {
+        R::from_tensors(self.name(), self.def.call_kw(args, kwargs)?)
+    }
+
+    /// The untyped handle.
+    pub fn def(&self) -> &CustomOpDef {
+        &self.def
+    }
+
+    /// Converts into the untyped handle.
+    pub fn into_def(self) -> CustomOpDef {
+        self.def
+    }
+}
+

@@ -11,6 +11,7 @@
 pub mod autograd;
 pub(crate) mod backend;
 pub mod bind;
+pub mod call_args;
 pub mod custom_op;
 pub mod device_types;
 pub mod fake_ctx;
@@ -31,7 +32,8 @@ use tensorplay_ir::{DType, Error, Result};
 pub use autograd::{AutogradCtx, Grad, IntoGrads};
 pub use device_types::{DeviceType, DeviceTypes};
 pub use fake_ctx::{DynamicSize, FakeCtx, get_ctx};
-pub use custom_op::{CustomOpBuilder, CustomOpDef, KernelEnabledGuard, custom_op, triton_op};
+pub use call_args::CallArgs;
+pub use custom_op::{CustomOp, CustomOpBuilder, CustomOpDef, KernelEnabledGuard, custom_op, triton_op};
 pub use infer_schema::{IntoPrototype, MutatesArgs, Prototype, infer_schema};
 pub use lib_handle::{Library, LibraryKind};
 pub use registry::{KernelFn, Operator, Owner, Slot, registry};
@@ -75,12 +77,30 @@ impl OpLike for CustomOpDef {
     }
 }
 
+impl<R> OpLike for &CustomOp<R> {
+    fn resolve(&self) -> Result<Arc<Operator>> {
+        Ok(self.operator())
+    }
+}
+
 fn owner(lib: Option<&Library>) -> Owner {
     lib.map_or(Owner::Process, |l| l.owner)
 }
 
 fn handle(op: impl OpLike) -> Result<CustomOpDef> {
     Ok(CustomOpDef::from_operator(op.resolve()?))
+}
+
+/// The handle of a `define`d (or any registered) op, to call it and register on it.
+///
+/// ```
+/// use tensorplay_runtime::library;
+/// library::define("docs_handle::f(Tensor x) -> Tensor", None, None)?;
+/// assert_eq!(library::op_handle("docs_handle::f")?.name(), "docs_handle::f");
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn op_handle(op: impl OpLike) -> Result<CustomOpDef> {
+    handle(op)
 }
 
 /// Defines an operator if absent (kernels are attached later with [`r#impl`] or

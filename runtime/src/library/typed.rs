@@ -354,6 +354,9 @@ pub struct Boxed;
 
 /// Anything that can serve as a kernel: a typed closure (its types known) or a boxed one.
 pub trait IntoKernel<Marker>: Send + Sync + 'static {
+    /// What a call returns through a typed handle: the closure's result type, or the output
+    /// tensors for a boxed kernel.
+    type Output: ReturnType;
     /// Schema types of the parameters, when the closure is typed.
     fn param_types() -> Option<Vec<&'static str>>;
     /// Schema return, when the closure is typed.
@@ -366,6 +369,7 @@ impl<F> IntoKernel<Boxed> for F
 where
     F: Fn(&[Value]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
 {
+    type Output = Vec<Tensor>;
     fn param_types() -> Option<Vec<&'static str>> {
         None
     }
@@ -392,6 +396,7 @@ macro_rules! typed_kernel {
             R: ReturnType,
             $($A: KernelArg,)*
         {
+            type Output = R;
             fn param_types() -> Option<Vec<&'static str>> {
                 Some(vec![$($A::SCHEMA),*])
             }
