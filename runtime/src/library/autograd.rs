@@ -185,29 +185,40 @@ impl BackwardFn for CustomBackward {
             let n = arg.tensors().count();
             let bad = |why: &str| {
                 Err(Error::Autograd(format!(
-                    "backward of `{}`: the gradient for `{}` {why}",
+                    "backward of `{}` returned a gradient for `{}`, {why}",
                     self.op, param.name
                 )))
             };
             match grad {
                 Grad::None => flat.extend(std::iter::repeat_n(None, n)),
                 _ if !param.ty.is_tensor_like() => {
-                    return bad("must be None: it is not a tensor");
+                    return bad("which is not a tensor (return None)");
+                }
+                // `Tensor?[]`: one entry per list element; absent elements take none.
+                Grad::List(gs) if let Value::OptionalTensorList(ts) = arg => {
+                    if gs.len() != ts.len() {
+                        return bad(&format!(
+                            "a list of {} entries, but the list input had {} entries",
+                            gs.len(),
+                            ts.len()
+                        ));
+                    }
+                    flat.extend(gs.into_iter().zip(ts).filter(|(_, t)| t.is_some()).map(|(g, _)| g));
                 }
                 Grad::List(gs) if param.ty.is_tensor_list() => {
                     if gs.len() != n {
                         return bad(&format!(
-                            "has {} entries, but the list input had {n} tensors",
+                            "a list of {} entries, but the list input had {n} tensors",
                             gs.len()
                         ));
                     }
                     flat.extend(gs);
                 }
-                Grad::List(_) => return bad("is a list, but the input is a single tensor"),
+                Grad::List(_) => return bad("a list, but the input is a single tensor"),
                 Grad::Tensor(_) if param.ty.is_tensor_list() => {
-                    return bad("must be a list (Vec<Option<Tensor>>): the input is a Tensor[]");
+                    return bad("a single tensor, but the input is a Tensor[] (return a list: Grad::List)");
                 }
-                Grad::Tensor(_) if n == 0 => return bad("must be None: the input was None"),
+                Grad::Tensor(_) if n == 0 => return bad("which was None"),
                 Grad::Tensor(t) => flat.push(Some(t)),
             }
         }

@@ -229,7 +229,11 @@ impl CustomOpDef {
         enabled: bool,
     ) -> Result<KernelEnabledGuard> {
         let op = self.operator();
-        let slot = device_type.slot(self.name(), "device_type")?;
+        let slot = if device_type.names_default_slot() {
+            Slot::Default // refused below with its own message
+        } else {
+            device_type.slot(self.name(), "device_type")?
+        };
         let change = register::set_kernel_enabled(&op, slot, enabled)?;
         Ok(KernelEnabledGuard {
             op,
@@ -247,7 +251,7 @@ pub struct CustomOpBuilder {
     mutates_args: MutatesArgs,
     /// `None`: every device (the default slot). An invalid spelling is kept as the error `build`
     /// reports.
-    device_types: Option<std::result::Result<Vec<Slot>, String>>,
+    device_types: Option<Result<Vec<Slot>>>,
     schema: Option<String>,
     arg_names: Option<Vec<String>>,
     triton: bool,
@@ -303,7 +307,7 @@ impl CustomOpBuilder {
         self.device_types = match types.slots(&self.name, "device_types") {
             Ok(slots) if slots == [Slot::Default] => None,
             Ok(slots) => Some(Ok(slots)),
-            Err(e) => Some(Err(e.to_string())),
+            Err(e) => Some(Err(e)),
         };
         self
     }
@@ -330,7 +334,7 @@ impl CustomOpBuilder {
         match &self.device_types {
             None => Ok(vec![Slot::Default]),
             Some(Ok(slots)) => Ok(slots.clone()),
-            Some(Err(e)) => Err(Error::Registration(e.clone())),
+            Some(Err(e)) => Err(e.clone()),
         }
     }
 

@@ -24,17 +24,33 @@ pub fn parse_device_type(op: &str, arg: &str, s: &str) -> Result<Slot> {
 pub trait DeviceType {
     /// The slot it names; `op` and `arg` name the call in errors.
     fn slot(&self, op: &str, arg: &str) -> Result<Slot>;
+
+    /// True for spellings of the device-agnostic slot (`default`, `Composite…`, `Slot::Default`),
+    /// so callers that refuse it can say why.
+    fn names_default_slot(&self) -> bool {
+        false
+    }
+}
+
+fn is_default_spelling(s: &str) -> bool {
+    Slot::parse("", "", s).is_ok_and(|slot| slot == Slot::Default)
 }
 
 impl DeviceType for &str {
     fn slot(&self, op: &str, arg: &str) -> Result<Slot> {
         parse_device_type(op, arg, self)
     }
+    fn names_default_slot(&self) -> bool {
+        is_default_spelling(self)
+    }
 }
 
 impl DeviceType for String {
     fn slot(&self, op: &str, arg: &str) -> Result<Slot> {
         parse_device_type(op, arg, self)
+    }
+    fn names_default_slot(&self) -> bool {
+        is_default_spelling(self)
     }
 }
 
@@ -50,6 +66,9 @@ impl DeviceType for Slot {
     fn slot(&self, _op: &str, _arg: &str) -> Result<Slot> {
         Ok(*self)
     }
+    fn names_default_slot(&self) -> bool {
+        *self == Slot::Default
+    }
 }
 
 /// A list of device types for `register_kernel`; empty means the device-agnostic slot.
@@ -57,10 +76,10 @@ impl DeviceType for Slot {
 /// ```
 /// use tensorplay_runtime::library::{DeviceTypes, Slot};
 /// use tensorplay_runtime::Device;
-/// assert_eq!(["cpu", "cuda"].slots("op", "device_types")?, vec![Slot::Cpu, Slot::Cuda]);
+/// assert_eq!((&["cpu", "cuda"]).slots("op", "device_types")?, vec![Slot::Cpu, Slot::Cuda]);
 /// assert_eq!(Device::Cuda(0).slots("op", "device_types")?, vec![Slot::Cuda]);
 /// assert_eq!((&[] as &[&str]).slots("op", "device_types")?, vec![Slot::Default]);
-/// assert!(["CUDA"].slots("op", "device_types").is_err());
+/// assert!((&["CUDA"]).slots("op", "device_types").is_err());
 /// # Ok::<(), tensorplay_runtime::Error>(())
 /// ```
 pub trait DeviceTypes {

@@ -54,9 +54,9 @@ impl Library {
                 ));
             }
         };
-        // Only defining into a reserved namespace is refused: an IMPL library may add kernels
-        // to `prim` ops.
-        let valid = if kind == LibraryKind::Impl {
+        // An IMPL library may add kernels to `prim` ops (only defining into `prim` is reserved;
+        // `tp` holds the builtins, which take no registrations at all).
+        let valid = if kind == LibraryKind::Impl && namespace == "prim" {
             validate_qualname(&format!("{namespace}::x")).map(|_| ())
         } else {
             check_definable(&format!("{namespace}::x")).map(|_| ())
@@ -168,7 +168,10 @@ pub(crate) fn define_op(
     owner: Owner,
     strict: bool,
 ) -> Result<String> {
-    let mut schema = Schema::parse(&validate::complete_loose(text))?;
+    // The seed's loose spelling (`ns::add(Tensor, Tensor)`) is completed only when the text does
+    // not parse as given, so errors keep pointing into the caller's text.
+    let mut schema = Schema::parse(text)
+        .or_else(|e| Schema::parse(&validate::complete_loose(text)).map_err(|_| e))?;
     match (&schema.namespace, default_ns) {
         (None, Some(ns)) => schema.namespace = Some(ns.to_string()),
         (None, None) => {

@@ -184,7 +184,7 @@ pub(crate) fn set_kernel_enabled(op: &Operator, slot: Slot, enabled: bool) -> Re
     let prev = if enabled {
         !regs.disabled.remove(&slot)
     } else {
-        !regs.disabled.insert(slot)
+        regs.disabled.insert(slot)
     };
     Ok(FlagChange { prev, warning })
 }

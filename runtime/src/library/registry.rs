@@ -359,7 +359,7 @@ impl Operator {
     }
 
     /// The autocast dtype registered for `slot`.
-    pub(crate) fn autocast_dtype(&self, slot: Slot) -> Option<DType> {
+    pub fn autocast_dtype(&self, slot: Slot) -> Option<DType> {
         self.regs
             .read()
             .autocast
