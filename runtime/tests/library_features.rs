@@ -219,7 +219,9 @@ fn a_mutating_op_returning_nothing_needs_no_fake_kernel() -> Result<()> {
         })?;
     assert!(!op.operator().has_fake());
     for device in [Device::Cpu, Device::Cuda(0), Device::Meta] {
-        let outs = op.def().call(&[fake(&[3], DType::F32, device).into(), 2.0.into()])?;
+        let outs = op
+            .def()
+            .call(&[fake(&[3], DType::F32, device).into(), 2.0.into()])?;
         assert!(outs.is_empty());
     }
     // A mutating op that returns something does need one.

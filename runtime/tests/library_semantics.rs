@@ -27,7 +27,12 @@ fn message(r: Result<impl std::fmt::Debug>) -> String {
 fn boxed_add(delta: f64) -> impl Fn(&[Value]) -> Result<Vec<Tensor>> + Send + Sync + 'static {
     move |args: &[Value]| match &args[0] {
         Value::Tensor(t) => Ok(vec![t.add_scalar(delta)?]),
-        other => Err(Error::argument("test", "x", "a tensor", format!("{other:?}"))),
+        other => Err(Error::argument(
+            "test",
+            "x",
+            "a tensor",
+            format!("{other:?}"),
+        )),
     }
 }
 
@@ -82,8 +87,16 @@ fn item03_register_kernel_takes_lower_case_device_types_or_devices() -> Result<(
         .arg_names(&["x"])
         .build(|x: &Tensor| -> Result<Tensor> { x.add_scalar(1.0) })?;
     let err = message(op.register_kernel(&["CUDA"], boxed_add(2.0)));
-    assert!(err.contains("`cpu` or `cuda`") && err.contains("CUDA"), "{err}");
-    let err = message(library::register_kernel(&op, &["CPU"], boxed_add(2.0), None));
+    assert!(
+        err.contains("`cpu` or `cuda`") && err.contains("CUDA"),
+        "{err}"
+    );
+    let err = message(library::register_kernel(
+        &op,
+        &["CPU"],
+        boxed_add(2.0),
+        None,
+    ));
     assert!(err.contains("`cpu` or `cuda`"), "{err}");
     assert_eq!(op.operator().kernel_slots(), vec![(Slot::Default, true)]);
     op.register_kernel(Device::Cuda(0), boxed_add(3.0))?;
@@ -141,7 +154,9 @@ fn item05_disabling_a_missing_kernel_warns_and_sticks_to_later_registrations() -
     {
         let guard = op.set_kernel_enabled("cpu", false)?;
         assert!(guard.previous());
-        let warning = guard.warning().expect("a warning for a slot without a kernel");
+        let warning = guard
+            .warning()
+            .expect("a warning for a slot without a kernel");
         assert!(warning.contains("no cpu kernel"), "{warning}");
         // Registered while disabled: stays disabled, the default kernel runs.
         op.register_kernel(&["cpu"], boxed_add(100.0))?;
@@ -228,10 +243,7 @@ fn item07_dropping_a_library_restores_what_it_overrode() -> Result<()> {
     let xg = f32s(&[0.0]).requires_grad_(true)?;
     op.call((&xg,))?.sum_all()?.backward()?;
     assert_eq!(backward_calls.load(Ordering::SeqCst), 1);
-    assert_eq!(
-        op.operator().autocast_dtype(Slot::Cpu),
-        Some(DType::F16)
-    );
+    assert_eq!(op.operator().autocast_dtype(Slot::Cpu), Some(DType::F16));
     let k = library::get_kernel(&op, "cpu")?;
     assert_eq!(vals(&k(&[x.into()])?[0]), vec![2.0]);
     Ok(())
@@ -413,9 +425,10 @@ fn item12_impl_libraries_may_target_prim() -> Result<()> {
 #[test]
 fn item13_infer_schema_covers_optional_lists_kwargs_and_mixed_tuples() -> Result<()> {
     let s = infer_schema(
-        (["xs", "y"], |_xs: Vec<Option<Tensor>>, y: &Tensor| -> Result<Tensor> {
-            Ok(y.clone())
-        }),
+        (
+            ["xs", "y"],
+            |_xs: Vec<Option<Tensor>>, y: &Tensor| -> Result<Tensor> { Ok(y.clone()) },
+        ),
         MutatesArgs::None,
         Some("ns::op"),
     )?;
@@ -445,7 +458,9 @@ fn item13_infer_schema_covers_optional_lists_kwargs_and_mixed_tuples() -> Result
     tensorplay_ir::schema::Schema::parse(&s)?;
     assert!(
         infer_schema(
-            Prototype::new("Tensor").kwarg("n", "SymInt").param("x", "Tensor"),
+            Prototype::new("Tensor")
+                .kwarg("n", "SymInt")
+                .param("x", "Tensor"),
             MutatesArgs::None,
             None
         )
@@ -471,7 +486,10 @@ fn item13_infer_schema_covers_optional_lists_kwargs_and_mixed_tuples() -> Result
                 x.numel() as i64,
                 x.sum_all()?.item::<f32>()? as f64,
                 present.is_empty(),
-                present.iter().map(|t| t.add_scalar(1.0)).collect::<Result<_>>()?,
+                present
+                    .iter()
+                    .map(|t| t.add_scalar(1.0))
+                    .collect::<Result<_>>()?,
             ))
         })?;
     assert_eq!(
@@ -496,8 +514,10 @@ fn item15_triton_ops_without_fake_run_their_body_on_fake_tensors() -> Result<()>
     let count = launched.clone();
     let kernel = wrap_triton(CpuLauncher::new("lsem_double", move |pid, args| {
         count.fetch_add(1, Ordering::SeqCst);
-        let (tensorplay_runtime::library::ProgramArg::Tensor(x), tensorplay_runtime::library::ProgramArg::Tensor(out)) =
-            (&args[0], &args[1])
+        let (
+            tensorplay_runtime::library::ProgramArg::Tensor(x),
+            tensorplay_runtime::library::ProgramArg::Tensor(out),
+        ) = (&args[0], &args[1])
         else {
             return Ok(());
         };
@@ -527,7 +547,11 @@ fn item15_triton_ops_without_fake_run_their_body_on_fake_tensors() -> Result<()>
     let fake = op.call((Tensor::empty_fake(&[3], DType::F32, Device::Cpu),))?;
     assert!(fake.is_fake());
     assert_eq!(fake.shape(), &[3, 2]);
-    assert_eq!(launched.load(Ordering::SeqCst), before, "launches are skipped");
+    assert_eq!(
+        launched.load(Ordering::SeqCst),
+        before,
+        "launches are skipped"
+    );
     Ok(())
 }
 

@@ -587,7 +587,11 @@ fn seed_weighted_sum_under_vmap_and_its_gradient() -> Result<()> {
     let weighted_sum = library::custom_op("vmaptest::weighted_sum")
         .arg_names(&["x", "weight"])
         .build(|x: Tensor, w: Tensor| -> Result<Tensor> { x.mul(&w)?.sum_all() })?;
-    let f: &Fun<'_> = &|xs| weighted_sum.def().call(&[xs[0].clone().into(), xs[1].clone().into()]);
+    let f: &Fun<'_> = &|xs| {
+        weighted_sum
+            .def()
+            .call(&[xs[0].clone().into(), xs[1].clone().into()])
+    };
     check(
         f,
         &[randn(&[5, 3], 1), randn(&[3], 2)],

@@ -161,7 +161,11 @@ impl CustomBackward {
              (one per tensor input passed: {})",
             self.op,
             params.len(),
-            params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+            params
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
             passed.len(),
             passed
                 .iter()
@@ -203,7 +207,12 @@ impl BackwardFn for CustomBackward {
                             ts.len()
                         ));
                     }
-                    flat.extend(gs.into_iter().zip(ts).filter(|(_, t)| t.is_some()).map(|(g, _)| g));
+                    flat.extend(
+                        gs.into_iter()
+                            .zip(ts)
+                            .filter(|(_, t)| t.is_some())
+                            .map(|(g, _)| g),
+                    );
                 }
                 Grad::List(gs) if param.ty.is_tensor_list() => {
                     if gs.len() != n {
@@ -216,7 +225,9 @@ impl BackwardFn for CustomBackward {
                 }
                 Grad::List(_) => return bad("a list, but the input is a single tensor"),
                 Grad::Tensor(_) if param.ty.is_tensor_list() => {
-                    return bad("a single tensor, but the input is a Tensor[] (return a list: Grad::List)");
+                    return bad(
+                        "a single tensor, but the input is a Tensor[] (return a list: Grad::List)",
+                    );
                 }
                 Grad::Tensor(_) if n == 0 => return bad("which was None"),
                 Grad::Tensor(t) => flat.push(Some(t)),

@@ -87,8 +87,12 @@ fn run_fake(op: &Arc<Operator>, args: &[Value], device: Device) -> Result<Vec<Te
         return Ok(vec![]);
     }
     if op.is_triton() {
-        let body = select_kernel(op, device)
-            .or_else(|e| op.kernel_slots().first().and_then(|(s, _)| op.kernel_in(*s)).ok_or(e))?;
+        let body = select_kernel(op, device).or_else(|e| {
+            op.kernel_slots()
+                .first()
+                .and_then(|(s, _)| op.kernel_in(*s))
+                .ok_or(e)
+        })?;
         let outs = run_kernel(op, args, &body, true)?
             .into_iter()
             .map(|t| {
@@ -173,7 +177,7 @@ fn check_undeclared_mutation(
         Some((name, _, _)) => Err(Error::argument(
             op.qualname(),
             *name,
-            "an input the kernel leaves unchanged (or declare it in mutates_args)",
+            "an input the kernel leaves unchanged (it is not declared in mutates_args)",
             "a tensor the kernel wrote to in place",
         )),
         None => Ok(()),

@@ -56,7 +56,9 @@ fn coerce(op: &str, param: &Param, ty: &SchemaType, v: Value) -> Result<Value> {
                 }
                 (BaseType::Tensor, Value::TensorList(ts)) if inner.is_optional() => {
                     check_len(ts.len())?;
-                    Ok(Value::OptionalTensorList(ts.into_iter().map(Some).collect()))
+                    Ok(Value::OptionalTensorList(
+                        ts.into_iter().map(Some).collect(),
+                    ))
                 }
                 (BaseType::Tensor, Value::TensorList(ts)) => {
                     check_len(ts.len())?;

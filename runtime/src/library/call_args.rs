@@ -81,4 +81,3 @@ pub(crate) fn kwargs_owned(kwargs: &[(&str, Value)]) -> Vec<(String, Value)> {
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect()
 }
-

@@ -8,14 +8,14 @@ use tensorplay_ir::schema::{Schema, validate_qualname};
 use tensorplay_ir::{DType, Error, Result};
 
 use super::autograd::{AutogradCtx, AutogradImpl, IntoGrads, SetupContextBox};
+use super::call_args::{CallArgs, kwargs_owned};
+use super::device_types::{DeviceType, DeviceTypes};
 use super::infer_schema::{MutatesArgs, Prototype, infer_schema};
 use super::register;
-use super::device_types::{DeviceType, DeviceTypes};
 use super::registry::{Operator, Origin, Owner, Slot, registry};
-use super::validate;
 use super::triton::TritonInfo;
-use super::call_args::{CallArgs, kwargs_owned};
 use super::typed::{IntoKernel, ReturnType};
+use super::validate;
 use super::vmap_rule::VmapInfo;
 use crate::dispatch::call_operator;
 use crate::tensor::Tensor;
@@ -106,11 +106,7 @@ impl CustomOpDef {
 
     /// Calls the op with positional and keyword arguments (`&[("eps", 1e-3.into())]`).
     pub fn call_kw(&self, args: impl CallArgs, kwargs: &[(&str, Value)]) -> Result<Vec<Tensor>> {
-        call_operator(
-            &self.operator(),
-            &args.into_values(),
-            &kwargs_owned(kwargs),
-        )
+        call_operator(&self.operator(), &args.into_values(), &kwargs_owned(kwargs))
     }
 
     /// Calls an op that returns exactly one tensor.
@@ -550,4 +546,3 @@ impl<R: ReturnType> CustomOp<R> {
         self.def
     }
 }
-

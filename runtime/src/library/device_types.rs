@@ -56,9 +56,8 @@ impl DeviceType for String {
 
 impl DeviceType for Device {
     fn slot(&self, op: &str, arg: &str) -> Result<Slot> {
-        Slot::for_device(*self).ok_or_else(|| {
-            Error::argument(op, arg, "a cpu or cuda device", format!("{self}"))
-        })
+        Slot::for_device(*self)
+            .ok_or_else(|| Error::argument(op, arg, "a cpu or cuda device", format!("{self}")))
     }
 }
 

@@ -86,13 +86,16 @@ impl fmt::Display for DynamicSize {
 /// assert!(get_ctx().is_err());
 /// ```
 pub fn get_ctx() -> Result<FakeCtx> {
-    FAKE_OPS.with(|s| s.borrow().last().cloned()).map(|op| FakeCtx { op }).ok_or_else(|| {
-        Error::Lookup(
+    FAKE_OPS
+        .with(|s| s.borrow().last().cloned())
+        .map(|op| FakeCtx { op })
+        .ok_or_else(|| {
+            Error::Lookup(
             "get_ctx: no fake kernel is running on this thread (call it inside register_fake's \
              function)"
                 .to_string(),
         )
-    })
+        })
 }
 
 impl FakeCtx {

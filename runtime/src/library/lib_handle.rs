@@ -129,9 +129,7 @@ impl Library {
             dispatch_key
         };
         let slots = register::parse_slots(op.qualname(), &[key])?;
-        if !allow_override
-            && let Some(s) = slots.iter().find(|s| op.kernel_in(**s).is_some())
-        {
+        if !allow_override && let Some(s) = slots.iter().find(|s| op.kernel_in(**s).is_some()) {
             return Err(Error::Registration(format!(
                 "`{}` already has a {s} kernel (allow_override is false)",
                 op.qualname()

@@ -30,10 +30,12 @@ use std::sync::Arc;
 use tensorplay_ir::{DType, Error, Result};
 
 pub use autograd::{AutogradCtx, Grad, IntoGrads};
+pub use call_args::CallArgs;
+pub use custom_op::{
+    CustomOp, CustomOpBuilder, CustomOpDef, KernelEnabledGuard, custom_op, triton_op,
+};
 pub use device_types::{DeviceType, DeviceTypes};
 pub use fake_ctx::{DynamicSize, FakeCtx, get_ctx};
-pub use call_args::CallArgs;
-pub use custom_op::{CustomOp, CustomOpBuilder, CustomOpDef, KernelEnabledGuard, custom_op, triton_op};
 pub use infer_schema::{IntoPrototype, MutatesArgs, Prototype, infer_schema};
 pub use lib_handle::{Library, LibraryKind};
 pub use registry::{KernelFn, Operator, Owner, Slot, registry};

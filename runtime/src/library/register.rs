@@ -137,10 +137,15 @@ pub(crate) fn register_autocast(
             dtype.to_string(),
         ));
     }
-    op.regs.write().autocast.entry(slot).or_default().push(Entry {
-        value: dtype,
-        owner,
-    });
+    op.regs
+        .write()
+        .autocast
+        .entry(slot)
+        .or_default()
+        .push(Entry {
+            value: dtype,
+            owner,
+        });
     Ok(())
 }
 
