@@ -250,7 +250,7 @@ fn returns() -> Result<()> {
     // No parameters at all.
     assert_eq!(
         infer_schema(
-            &Prototype::new("Tensor"),
+            Prototype::new("Tensor"),
             MutatesArgs::None,
             Some("ns::make")
         )?,

@@ -47,6 +47,7 @@ fn is_device(ty: &SchemaType) -> bool {
     matches!(ty.non_optional(), SchemaType::Base(BaseType::Device))
 }
 
+#[allow(clippy::match_like_matches_macro)] // one arm per accepted pairing reads best
 fn default_fits(ty: &SchemaType, d: &DefaultValue) -> bool {
     match (ty, d) {
         (SchemaType::Optional(_), DefaultValue::None) => true,
