@@ -103,6 +103,30 @@ fn throughput(c: &mut Criterion) {
     });
     g.finish();
 
+    // In-place ops write into their own input: the aliasing fast path of `kernels/raw.rs`.
+    let mut g = c.benchmark_group("inplace_2^24");
+    g.sample_size(20);
+    g.throughput(Throughput::Bytes((LARGE * 12) as u64));
+    let acc = a.clone_tensor().unwrap();
+    g.bench_function(BenchmarkId::new("eager_add_", threads), |bench| {
+        bench.iter(|| black_box(acc.add_(&b).unwrap()))
+    });
+    g.finish();
+
+    // What zero-filling `Tensor::empty` costs over an uninitialised buffer (both reuse the
+    // caching allocator's buffer, so this is the memset alone).
+    let mut g = c.benchmark_group("alloc_2^24");
+    g.sample_size(20);
+    g.throughput(Throughput::Bytes((LARGE * 4) as u64));
+    g.bench_function("empty_zeroed", |bench| {
+        bench.iter(|| black_box(Tensor::empty(&[LARGE], DType::F32)))
+    });
+    g.bench_function("empty_uninit", |bench| {
+        // SAFETY: the tensor is dropped unread.
+        bench.iter(|| black_box(unsafe { Tensor::try_empty_uninit(&[LARGE], DType::F32) }))
+    });
+    g.finish();
+
     let mut g = c.benchmark_group("reduction_2^24");
     g.sample_size(20);
     g.throughput(Throughput::Bytes((LARGE * 4) as u64));

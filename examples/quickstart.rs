@@ -81,9 +81,10 @@ fn main() -> Result<()> {
     );
     println!("compiled == eager: max |difference| = {max_diff:.2e}");
     if !compiled_out.allclose(&eager_out, 1e-4, 1e-5)? {
-        return Err(tensorplay::Error::Compile(format!(
-            "compiled output differs from eager (max |difference| {max_diff:e})"
-        )));
+        return Err(tensorplay::Error::compile(
+            tensorplay::CompileKind::Launch,
+            format!("compiled output differs from eager (max |difference| {max_diff:e})"),
+        ));
     }
     let iters = 50;
     let time = |f: &dyn Fn() -> Result<Tensor>| -> Result<f64> {

@@ -12,6 +12,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
+use tensorplay_ir::CompileKind;
 
 use tensorplay_ir::graph::{Attr, BuilderArg, Constant, GraphBuilder};
 use tensorplay_ir::schema::Schema;
@@ -71,15 +72,19 @@ fn attr_of(v: &Value) -> Option<Attr> {
 /// A captured real tensor as a literal constant.
 fn constant_of(t: &Tensor) -> Result<Constant> {
     if t.is_fake() {
-        return Err(Error::Compile(format!(
-            "capture met a fake tensor {t:?} that is not derived from the inputs"
-        )));
+        return Err(Error::compile(
+            CompileKind::Capture,
+            format!("capture met a fake tensor {t:?} that is not derived from the inputs"),
+        ));
     }
     if t.numel() > MAX_CONSTANT_ELEMS {
-        return Err(Error::Compile(format!(
-            "the captured function uses a tensor {t:?} that is not one of its inputs; tensors \
+        return Err(Error::compile(
+            CompileKind::Capture,
+            format!(
+                "the captured function uses a tensor {t:?} that is not one of its inputs; tensors \
              larger than {MAX_CONSTANT_ELEMS} elements must be passed as inputs"
-        )));
+            ),
+        ));
     }
     let dtype = t.dtype();
     Ok(if t.is_wrapped_scalar() {
@@ -156,11 +161,14 @@ impl TraceState {
                         .iter()
                         .map(|t| match t {
                             Some(t) => self.value_of(t),
-                            None => Err(Error::Compile(format!(
-                                "capture: argument `{}` is a Tensor?[] with absent entries, \
-                                 which graphs cannot hold",
-                                name.as_deref().unwrap_or("?")
-                            ))),
+                            None => Err(Error::compile(
+                                CompileKind::Capture,
+                                format!(
+                                    "capture: argument `{}` is a Tensor?[] with absent entries, \
+                                     which graphs cannot hold",
+                                    name.as_deref().unwrap_or("?")
+                                ),
+                            )),
                         })
                         .collect::<Result<Vec<_>>>()?;
                     reads.extend(&rs);
@@ -271,11 +279,14 @@ impl Tracer {
         reason: String,
     ) -> Result<Vec<Tensor>> {
         if !op.runs_on_fake() {
-            return Err(Error::Compile(format!(
-                "`{}` runs as an opaque node under capture ({reason}) and needs a fake kernel; \
+            return Err(Error::compile(
+                CompileKind::Capture,
+                format!(
+                    "`{}` runs as an opaque node under capture ({reason}) and needs a fake kernel; \
                  register one with register_fake",
-                op.qualname()
-            )));
+                    op.qualname()
+                ),
+            ));
         }
         let outs = {
             let _off = suspend();
@@ -358,9 +369,10 @@ pub fn capture(
         let mut next_sym = 0u32;
         for (i, m) in inputs.iter().enumerate() {
             let shape = m.static_shape().ok_or_else(|| {
-                Error::Compile(format!(
-                    "capture needs concrete example shapes; input {i} is {m}"
-                ))
+                Error::compile(
+                    CompileKind::Capture,
+                    format!("capture needs concrete example shapes; input {i} is {m}"),
+                )
             })?;
             let proxy = Tensor::empty_fake(&shape, m.dtype, m.device);
             let mut meta = m.clone();

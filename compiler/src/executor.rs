@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use tensorplay_ir::CompileKind;
 
 use parking_lot::Mutex;
 use smallvec::SmallVec;
@@ -153,9 +154,10 @@ fn attr_value(a: &Attr) -> Value {
 /// The tensor a constant node stands for (scalars become wrapped Rust scalars, as captured).
 fn constant_tensor(c: &Constant, device: Device) -> Result<Tensor> {
     if device != Device::Cpu {
-        return Err(Error::Compile(format!(
-            "constants on {device} are not supported"
-        )));
+        return Err(Error::compile(
+            CompileKind::Launch,
+            format!("constants on {device} are not supported"),
+        ));
     }
     Ok(match c {
         Constant::Float { value, dtype } => {
@@ -205,16 +207,16 @@ impl CompiledGraph {
         for &n in &order {
             let node = graph
                 .node(n)
-                .ok_or_else(|| Error::Compile(format!("node {n} vanished")))?;
+                .ok_or_else(|| Error::compile(CompileKind::Launch, format!("node {n} vanished")))?;
             for (i, m) in node.outputs.iter().enumerate() {
                 ids.insert(ValueRef::new(n, i), dtypes.len());
                 dtypes.push(m.dtype);
             }
         }
         let id = |v: ValueRef| -> Result<usize> {
-            ids.get(&v)
-                .copied()
-                .ok_or_else(|| Error::Compile(format!("value {v:?} has no producer")))
+            ids.get(&v).copied().ok_or_else(|| {
+                Error::compile(CompileKind::Launch, format!("value {v:?} has no producer"))
+            })
         };
         let inputs = graph.inputs();
         let input_ids = inputs.iter().map(|&v| id(v)).collect::<Result<Vec<_>>>()?;
@@ -223,7 +225,7 @@ impl CompiledGraph {
             .map(|&v| {
                 let m = graph
                     .meta(v)
-                    .ok_or_else(|| Error::Compile("input without metadata".into()))?;
+                    .ok_or_else(|| Error::compile(CompileKind::Launch, "input without metadata"))?;
                 Ok(Guard {
                     dtype: m.dtype,
                     device: m.device,
@@ -242,7 +244,7 @@ impl CompiledGraph {
         for &n in &order {
             let node = graph
                 .node(n)
-                .ok_or_else(|| Error::Compile(format!("node {n} vanished")))?;
+                .ok_or_else(|| Error::compile(CompileKind::Launch, format!("node {n} vanished")))?;
             match &node.kind {
                 NodeKind::Constant(c) => {
                     let device = node.outputs.first().map_or(Device::Cpu, |m| m.device);
@@ -257,10 +259,9 @@ impl CompiledGraph {
         for step in &plan.steps {
             match *step {
                 Step::Node(n) => {
-                    let call = calls
-                        .iter()
-                        .find(|c| c.node == n)
-                        .ok_or_else(|| Error::Compile(format!("step node {n} is not an op")))?;
+                    let call = calls.iter().find(|c| c.node == n).ok_or_else(|| {
+                        Error::compile(CompileKind::Launch, format!("step node {n} is not an op"))
+                    })?;
                     steps.push(Exec::Node(NodeCall {
                         node: call.node,
                         op: call.op.clone(),
@@ -272,10 +273,12 @@ impl CompiledGraph {
                     let region = &plan.regions[r];
                     let lowered = lower(&graph, region)?;
                     let iter_ref = match &region.kind {
-                        RegionKind::Pointwise => *region
-                            .outputs
-                            .first()
-                            .ok_or_else(|| Error::Compile(format!("region {r} has no outputs")))?,
+                        RegionKind::Pointwise => *region.outputs.first().ok_or_else(|| {
+                            Error::compile(
+                                CompileKind::Launch,
+                                format!("region {r} has no outputs"),
+                            )
+                        })?,
                         RegionKind::Reduction { reduction, .. } => graph.args_of(*reduction)?[0],
                         RegionKind::Softmax { node, .. } => graph.args_of(*node)?[0],
                     };
@@ -358,16 +361,22 @@ impl CompiledGraph {
         id: &dyn Fn(ValueRef) -> Result<usize>,
     ) -> Result<NodeCall> {
         let op = registry().get(&call.name).map_err(|e| {
-            Error::Compile(format!(
-                "{}: {e} (was it registered before the graph was compiled?)",
-                graph.describe(n)
-            ))
+            Error::compile(
+                CompileKind::Launch,
+                format!(
+                    "{}: {e} (was it registered before the graph was compiled?)",
+                    graph.describe(n)
+                ),
+            )
         })?;
         let producers = graph.args_of(n)?;
         let mut next = producers.into_iter();
         let mut take = || -> Result<usize> {
             let v = next.next().ok_or_else(|| {
-                Error::Compile(format!("{}: missing tensor argument", graph.describe(n)))
+                Error::compile(
+                    CompileKind::Launch,
+                    format!("{}: missing tensor argument", graph.describe(n)),
+                )
             })?;
             id(v)
         };
@@ -385,7 +394,7 @@ impl CompiledGraph {
         }
         let node = graph
             .node(n)
-            .ok_or_else(|| Error::Compile(format!("node {n} vanished")))?;
+            .ok_or_else(|| Error::compile(CompileKind::Launch, format!("node {n} vanished")))?;
         let outs = (0..node.outputs.len())
             .map(|i| id(ValueRef::new(n, i)))
             .collect::<Result<_>>()?;
@@ -440,11 +449,14 @@ impl CompiledGraph {
 
     fn check_guards(&self, inputs: &[Tensor]) -> Result<()> {
         if inputs.len() != self.guards.len() {
-            return Err(Error::Compile(format!(
-                "guard failed: the graph takes {} inputs, got {}",
-                self.guards.len(),
-                inputs.len()
-            )));
+            return Err(Error::compile(
+                CompileKind::Guard,
+                format!(
+                    "guard failed: the graph takes {} inputs, got {}",
+                    self.guards.len(),
+                    inputs.len()
+                ),
+            ));
         }
         for (i, (t, g)) in inputs.iter().zip(&self.guards).enumerate() {
             if !Self::guard_holds(g, t) {
@@ -453,15 +465,18 @@ impl CompiledGraph {
                     .iter()
                     .map(|d| d.map_or("s".into(), |d| d.to_string()))
                     .collect();
-                return Err(Error::Compile(format!(
-                    "guard failed for input {i}: compiled for {}[{}] on {}, got {}{} on {} (rank, dtype, device and size-1 dims must match; recompile for this input)",
-                    g.dtype,
-                    want.join(", "),
-                    g.device,
-                    t.dtype(),
-                    tensorplay_ir::shape::fmt_shape(t.shape()),
-                    t.device()
-                )));
+                return Err(Error::compile(
+                    CompileKind::Guard,
+                    format!(
+                        "guard failed for input {i}: compiled for {}[{}] on {}, got {}{} on {} (rank, dtype, device and size-1 dims must match; recompile for this input)",
+                        g.dtype,
+                        want.join(", "),
+                        g.device,
+                        t.dtype(),
+                        tensorplay_ir::shape::fmt_shape(t.shape()),
+                        t.device()
+                    ),
+                ));
             }
         }
         Ok(())
@@ -478,9 +493,12 @@ impl CompiledGraph {
 
     fn args_of(call: &NodeCall, env: &[Option<Tensor>]) -> Result<Vec<Value>> {
         let get = |i: usize| -> Result<Tensor> {
-            env[i]
-                .clone()
-                .ok_or_else(|| Error::Compile(format!("value {i} used before it was computed")))
+            env[i].clone().ok_or_else(|| {
+                Error::compile(
+                    CompileKind::Launch,
+                    format!("value {i} used before it was computed"),
+                )
+            })
         };
         call.args
             .iter()
@@ -505,12 +523,15 @@ impl CompiledGraph {
             None => dispatch::call_bound(&call.op, &args)?,
         };
         if outs.len() < call.outs.len() {
-            return Err(Error::Compile(format!(
-                "`{}` returned {} outputs, the graph expects {}",
-                call.op.qualname(),
-                outs.len(),
-                call.outs.len()
-            )));
+            return Err(Error::compile(
+                CompileKind::Launch,
+                format!(
+                    "`{}` returned {} outputs, the graph expects {}",
+                    call.op.qualname(),
+                    outs.len(),
+                    call.outs.len()
+                ),
+            ));
         }
         for (&slot, t) in call.outs.iter().zip(outs) {
             env[slot] = Some(t);
@@ -585,9 +606,12 @@ impl CompiledGraph {
         self.output_ids
             .iter()
             .map(|&i| {
-                env[i]
-                    .clone()
-                    .ok_or_else(|| Error::Compile(format!("output value {i} was never computed")))
+                env[i].clone().ok_or_else(|| {
+                    Error::compile(
+                        CompileKind::Launch,
+                        format!("output value {i} was never computed"),
+                    )
+                })
             })
             .collect()
     }
@@ -627,17 +651,20 @@ impl CompiledGraph {
         let outs: SmallVec<[Tensor; 4]> = r
             .outs
             .iter()
-            .map(|&o| Tensor::try_empty(&shapes[o], self.dtypes[o]))
+            // SAFETY: the region kernel launched below writes every element of each output
+            // before anything reads it; if the launch fails, `outs` are dropped unread.
+            .map(|&o| unsafe { Tensor::try_empty_uninit(&shapes[o], self.dtypes[o]) })
             .collect::<Result<_>>()?;
         // The operand references borrow `env` and `outs` until the launch is done.
         {
             let mut in_refs: SmallVec<[&Tensor; 8]> = SmallVec::with_capacity(r.ins.len());
             for &i in &r.ins {
-                in_refs.push(
-                    env[i]
-                        .as_ref()
-                        .ok_or_else(|| Error::Compile(format!("region input {i} not computed")))?,
-                );
+                in_refs.push(env[i].as_ref().ok_or_else(|| {
+                    Error::compile(
+                        CompileKind::Launch,
+                        format!("region input {i} not computed"),
+                    )
+                })?);
             }
             let out_refs: SmallVec<[&Tensor; 4]> = outs.iter().collect();
             let iter_shape = Some(shapes[r.iter_value].as_slice());

@@ -5,6 +5,7 @@
 //! it as `tensorplay::library::opcheck`.
 
 use std::collections::BTreeMap;
+use tensorplay_ir::CompileKind;
 
 use tensorplay_ir::{DType, Error, Result};
 use tensorplay_runtime::autograd::{grad, no_grad};
@@ -292,9 +293,12 @@ fn test_aot_dispatch_dynamic(
     let f = compile(move |xs: &[Tensor]| {
         let it = std::cell::RefCell::new(xs.iter().cloned());
         let call_args = copy_args(&template, &|_| {
-            it.borrow_mut()
-                .next()
-                .ok_or_else(|| Error::Compile("opcheck: tensor argument count changed".into()))
+            it.borrow_mut().next().ok_or_else(|| {
+                Error::compile(
+                    CompileKind::Launch,
+                    "opcheck: tensor argument count changed",
+                )
+            })
         })?;
         let mut outs = run(&op2, &call_args)?;
         // Mutated arguments are results too: return them so they are compared.

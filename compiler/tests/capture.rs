@@ -84,7 +84,7 @@ fn custom_op_reading_data_falls_back_to_opaque_with_fake_kernel() -> Result<()> 
     };
     let err = run(&op).unwrap_err();
     assert!(
-        matches!(&err, Error::Compile(m) if m.contains("cap_opaque::host_sum") && m.contains("register_fake")),
+        matches!(&err, Error::Compile { msg: m, .. } if m.contains("cap_opaque::host_sum") && m.contains("register_fake")),
         "{err}"
     );
     op.register_fake(|x: Tensor| -> Result<Tensor> { x.sum_all() })?;
@@ -172,7 +172,7 @@ fn large_closure_constants_must_be_inputs() {
     )
     .unwrap_err();
     assert!(
-        matches!(&err, Error::Compile(m) if m.contains("must be passed as inputs")),
+        matches!(&err, Error::Compile { msg: m, .. } if m.contains("must be passed as inputs")),
         "{err}"
     );
 }

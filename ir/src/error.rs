@@ -51,9 +51,48 @@ pub enum Error {
     /// Operator registration or definition failed; nothing was registered.
     #[error("registration error: {0}")]
     Registration(String),
-    /// Graph construction, capture or compilation failed.
-    #[error("compile error: {0}")]
-    Compile(String),
+    /// Graph construction, capture or compilation failed; `kind` says which stage, so callers can
+    /// match on it (the message is for people).
+    #[error("compile error: {msg}")]
+    Compile { kind: CompileKind, msg: String },
+}
+
+/// The stage of compilation an [`Error::Compile`] comes from.
+///
+/// ```
+/// use tensorplay_ir::{CompileKind, Error};
+/// let e = Error::compile(CompileKind::Guard, "input 0 has rank 3, the graph was compiled for 2");
+/// assert_eq!(e.compile_kind(), Some(CompileKind::Guard));
+/// assert!(matches!(e, Error::Compile { kind: CompileKind::Guard, .. }));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CompileKind {
+    /// An IR graph is malformed (building, editing or validating it).
+    Graph,
+    /// Tracing a closure into a graph failed (data reads, missing fake kernels, constants).
+    Capture,
+    /// The inputs do not match what a compiled graph was built for (count, rank, dtype, device).
+    Guard,
+    /// A pass or the lowering to kernel specs rejected the graph.
+    Lowering,
+    /// Machine-code generation (Cranelift, the JIT, the host ISA) failed.
+    Codegen,
+    /// Running a compiled graph or launching one of its kernels failed.
+    Launch,
+}
+
+impl std::fmt::Display for CompileKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CompileKind::Graph => "graph",
+            CompileKind::Capture => "capture",
+            CompileKind::Guard => "guard",
+            CompileKind::Lowering => "lowering",
+            CompileKind::Codegen => "codegen",
+            CompileKind::Launch => "launch",
+        })
+    }
 }
 
 impl Error {
@@ -93,6 +132,22 @@ impl Error {
             arg: arg.into(),
             expected: expected.into(),
             got: got.into(),
+        }
+    }
+
+    /// A compile error of stage `kind`.
+    pub fn compile(kind: CompileKind, msg: impl Into<String>) -> Self {
+        Error::Compile {
+            kind,
+            msg: msg.into(),
+        }
+    }
+
+    /// The stage of a compile error, or `None` for other errors.
+    pub fn compile_kind(&self) -> Option<CompileKind> {
+        match self {
+            Error::Compile { kind, .. } => Some(*kind),
+            _ => None,
         }
     }
 

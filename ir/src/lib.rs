@@ -13,7 +13,7 @@ pub mod shape;
 
 pub use device::Device;
 pub use dtype::{Category, DType};
-pub use error::{Error, Result};
+pub use error::{CompileKind, Error, Result};
 pub use graph::{Graph, GraphBuilder, NodeId, ValueRef};
 pub use meta::TensorMeta;
 pub use op_class::OpClass;

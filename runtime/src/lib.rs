@@ -19,5 +19,5 @@ pub mod vmap;
 pub use element::Element;
 pub use tensor::Tensor;
 pub use tensor::factory_api::manual_seed;
-pub use tensorplay_ir::{DType, Device, Error, Result};
+pub use tensorplay_ir::{CompileKind, DType, Device, Error, Result};
 pub use value::{Args, Scalar, Value};

@@ -529,16 +529,20 @@ fn second_derivatives_through_output_based_formulas() -> tensorplay_runtime::Res
     use tensorplay_runtime::autograd::grad;
     let x = Tensor::from_vec(vec![0.3f64, -0.7, 1.1], &[3])?.requires_grad_(true)?;
     let y = x.exp()?.sum_all()?;
-    let g = grad(&[y], &[x.clone()], &[None], true)?[0].clone().unwrap();
-    let gg = grad(&[g.sum_all()?], &[x.clone()], &[None], false)?[0]
+    let g = grad(&[y], std::slice::from_ref(&x), &[None], true)?[0]
+        .clone()
+        .unwrap();
+    let gg = grad(&[g.sum_all()?], std::slice::from_ref(&x), &[None], false)?[0]
         .clone()
         .unwrap();
     for (a, b) in gg.to_vec::<f64>()?.iter().zip(x.exp()?.to_vec::<f64>()?) {
         assert!((a - b).abs() < 1e-12, "{a} vs {b}");
     }
     let t = x.tanh()?.sum_all()?;
-    let g = grad(&[t], &[x.clone()], &[None], true)?[0].clone().unwrap();
-    let gg = grad(&[g.sum_all()?], &[x.clone()], &[None], false)?[0]
+    let g = grad(&[t], std::slice::from_ref(&x), &[None], true)?[0]
+        .clone()
+        .unwrap();
+    let gg = grad(&[g.sum_all()?], std::slice::from_ref(&x), &[None], false)?[0]
         .clone()
         .unwrap();
     for (a, v) in gg.to_vec::<f64>()?.iter().zip(x.to_vec::<f64>()?) {

@@ -1677,7 +1677,12 @@ fn custom_op_default_parameter_names() -> Result<()> {
         .arg_names(&["x"])
         .build(|x: Tensor, _y: Tensor| -> Result<Tensor> { Ok(x) })
         .unwrap_err();
-    assert_argument(err, "names", "2 parameter names");
+    // The error names the op and the builder method the caller used.
+    assert_argument(
+        err,
+        "arg_names",
+        "ls_argnames::bad: invalid argument `arg_names`: expected 2 names",
+    );
     assert!(registry().find("ls_argnames::bad").is_none());
     let nothing = library::custom_op("ls_argnames::nothing")
         .build(|| -> Result<Tensor> { Ok(Tensor::ones(&[1], DType::F32)) })?;

@@ -134,7 +134,7 @@ fn factorizations(n: usize, rank: usize) -> Vec<Vec<usize>> {
     }
     let mut out = vec![];
     for f in 1..=n {
-        if n % f == 0 {
+        if n.is_multiple_of(f) {
             for mut rest in factorizations(n / f, rank - 1) {
                 rest.insert(0, f);
                 out.push(rest);
@@ -918,15 +918,15 @@ fn gc(f: impl Fn(&[Tensor]) -> tensorplay_runtime::Result<Tensor>, inputs: &[Ten
 #[test]
 fn gradcheck_view_reshape_flatten() -> R {
     let x = leaf(&[3, 4], 1);
-    gc(|xs| xs[0].view(&[2, 6]), &[x.clone()])?;
+    gc(|xs| xs[0].view(&[2, 6]), std::slice::from_ref(&x))?;
     gc(
         |xs| xs[0].view(&[12])?.mul(&xs[0].view(&[12])?),
-        &[x.clone()],
+        std::slice::from_ref(&x),
     )?;
     // reshape of a transpose takes the copy path.
-    gc(|xs| xs[0].t()?.reshape(&[2, 6]), &[x.clone()])?;
-    gc(|xs| xs[0].reshape_infer(&[-1, 3]), &[x.clone()])?;
-    gc(|xs| xs[0].t()?.flatten(0, -1), &[x.clone()])?;
+    gc(|xs| xs[0].t()?.reshape(&[2, 6]), std::slice::from_ref(&x))?;
+    gc(|xs| xs[0].reshape_infer(&[-1, 3]), std::slice::from_ref(&x))?;
+    gc(|xs| xs[0].t()?.flatten(0, -1), std::slice::from_ref(&x))?;
     gc(|xs| xs[0].unsqueeze(1)?.flatten(1, 2), &[x])?;
     Ok(())
 }
@@ -934,8 +934,11 @@ fn gradcheck_view_reshape_flatten() -> R {
 #[test]
 fn gradcheck_permute_transpose() -> R {
     let x = leaf(&[2, 3, 4], 2);
-    gc(|xs| xs[0].permute(&[2, 0, 1]), &[x.clone()])?;
-    gc(|xs| xs[0].permute(&[1, 2, 0])?.exp(), &[x.clone()])?;
+    gc(|xs| xs[0].permute(&[2, 0, 1]), std::slice::from_ref(&x))?;
+    gc(
+        |xs| xs[0].permute(&[1, 2, 0])?.exp(),
+        std::slice::from_ref(&x),
+    )?;
     gc(
         |xs| xs[0].transpose(0, 2)?.mul(&xs[0].transpose(0, 2)?),
         &[x],
@@ -948,10 +951,10 @@ fn gradcheck_permute_transpose() -> R {
 #[test]
 fn gradcheck_expand_sums_over_broadcast_dims() -> R {
     let x = leaf(&[3, 1], 4);
-    gc(|xs| xs[0].expand(&[2, 3, 4]), &[x.clone()])?;
+    gc(|xs| xs[0].expand(&[2, 3, 4]), std::slice::from_ref(&x))?;
     gc(
         |xs| xs[0].expand(&[3, 5])?.mul(&xs[0].expand(&[3, 5])?),
-        &[x.clone()],
+        std::slice::from_ref(&x),
     )?;
     let s = Tensor::randn_seeded(&[], DType::F64, 5)?.requires_grad_(true)?;
     gc(|xs| xs[0].expand(&[2, 2]), &[s])?;
@@ -965,15 +968,24 @@ fn gradcheck_expand_sums_over_broadcast_dims() -> R {
 #[test]
 fn gradcheck_slice_narrow_select() -> R {
     let x = leaf(&[4, 5], 6);
-    gc(|xs| xs[0].slice(1, Some(1), None, 2), &[x.clone()])?;
-    gc(|xs| xs[0].slice(0, Some(-3), Some(-1), 1), &[x.clone()])?;
-    gc(|xs| xs[0].t()?.slice(0, None, None, 3), &[x.clone()])?;
-    gc(|xs| xs[0].narrow(0, 1, 2), &[x.clone()])?;
-    gc(|xs| xs[0].narrow(-1, 4, 1), &[x.clone()])?;
-    gc(|xs| xs[0].select(1, -2), &[x.clone()])?;
+    gc(
+        |xs| xs[0].slice(1, Some(1), None, 2),
+        std::slice::from_ref(&x),
+    )?;
+    gc(
+        |xs| xs[0].slice(0, Some(-3), Some(-1), 1),
+        std::slice::from_ref(&x),
+    )?;
+    gc(
+        |xs| xs[0].t()?.slice(0, None, None, 3),
+        std::slice::from_ref(&x),
+    )?;
+    gc(|xs| xs[0].narrow(0, 1, 2), std::slice::from_ref(&x))?;
+    gc(|xs| xs[0].narrow(-1, 4, 1), std::slice::from_ref(&x))?;
+    gc(|xs| xs[0].select(1, -2), std::slice::from_ref(&x))?;
     gc(
         |xs| xs[0].select(0, 0)?.mul(&xs[0].select(0, 3)?),
-        &[x.clone()],
+        std::slice::from_ref(&x),
     )?;
     // Two overlapping slices accumulate into the shared elements.
     gc(
@@ -982,19 +994,19 @@ fn gradcheck_slice_narrow_select() -> R {
                 .slice(1, None, Some(3), 1)?
                 .add(&xs[0].slice(1, Some(2), None, 1)?)
         },
-        &[x.clone()],
+        std::slice::from_ref(&x),
     )?;
     // A slice called with only some of its arguments (defaults for the rest) differentiates too.
     let slice = &tensorplay_runtime::ops::shape::SLICE;
     gc(
         |xs| tensorplay_runtime::dispatch::call1(slice, &[(&xs[0]).into()]),
-        &[x.clone()],
+        std::slice::from_ref(&x),
     )?;
     gc(
         |xs| {
             tensorplay_runtime::dispatch::call1(slice, &[(&xs[0]).into(), 1i64.into(), 2i64.into()])
         },
-        &[x.clone()],
+        std::slice::from_ref(&x),
     )?;
     // The slice gradient is zero outside the window and the incoming gradient inside it.
     x.slice(1, Some(1), None, 2)?.sum_all()?.backward()?;
@@ -1013,9 +1025,9 @@ fn gradcheck_slice_narrow_select() -> R {
 #[test]
 fn gradcheck_squeeze_unsqueeze() -> R {
     let x = leaf(&[3, 1, 2], 7);
-    gc(|xs| xs[0].squeeze(None), &[x.clone()])?;
-    gc(|xs| xs[0].squeeze(Some(1)), &[x.clone()])?;
-    gc(|xs| xs[0].unsqueeze(0), &[x.clone()])?;
+    gc(|xs| xs[0].squeeze(None), std::slice::from_ref(&x))?;
+    gc(|xs| xs[0].squeeze(Some(1)), std::slice::from_ref(&x))?;
+    gc(|xs| xs[0].unsqueeze(0), std::slice::from_ref(&x))?;
     gc(|xs| xs[0].unsqueeze(-1)?.squeeze(None)?.exp(), &[x])?;
     Ok(())
 }
@@ -1031,15 +1043,18 @@ fn gradcheck_dtype_round_trip_and_clone() -> R {
                 .mul_scalar(3.0)?
                 .to_dtype(DType::F64)
         },
-        &[x.clone()],
+        std::slice::from_ref(&x),
         GradcheckOptions {
             eps: 1e-3,
             atol: 1e-2,
             rtol: 1e-2,
         },
     )?;
-    gc(|xs| xs[0].clone_tensor()?.mul(&xs[0]), &[x.clone()])?;
-    gc(|xs| xs[0].t()?.contiguous(), &[x.clone()])?;
+    gc(
+        |xs| xs[0].clone_tensor()?.mul(&xs[0]),
+        std::slice::from_ref(&x),
+    )?;
+    gc(|xs| xs[0].t()?.contiguous(), std::slice::from_ref(&x))?;
     // The gradient of a dtype conversion has the input's dtype.
     let y = x.to_dtype(DType::F32)?.sum_all()?;
     x.zero_grad();

@@ -501,8 +501,9 @@ fn custom_op_with_a_vmap_rule() -> Result<()> {
             x.mul_scalar(alpha)?.add(&y)
         })?;
     let calls = Arc::new(AtomicUsize::new(0));
-    let seen: Arc<Mutex<Vec<(usize, Vec<Option<usize>>, String)>>> =
-        Arc::new(Mutex::new(Vec::new()));
+    // (batch size, in_dims, op) of each rule call.
+    type Seen = Vec<(usize, Vec<Option<usize>>, String)>;
+    let seen: Arc<Mutex<Seen>> = Arc::new(Mutex::new(Vec::new()));
     let (c, s) = (calls.clone(), seen.clone());
     op.register_vmap(
         move |info: &VmapInfo, in_dims: &[Option<usize>], args: &[Value]| {

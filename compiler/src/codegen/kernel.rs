@@ -51,6 +51,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use tensorplay_ir::CompileKind;
 
 use tensorplay_ir::graph::attr::fmt_float;
 use tensorplay_ir::graph::{Arg, Attr, Constant, Graph, NodeKind, ValueRef};
@@ -547,7 +548,12 @@ impl KernelSpec {
     /// assert!(k.validate().is_err()); // exp computes in a floating dtype
     /// ```
     pub fn validate(&self) -> Result<()> {
-        let err = |msg: String| Err(Error::Compile(format!("kernel spec: {msg}")));
+        let err = |msg: String| {
+            Err(Error::compile(
+                CompileKind::Lowering,
+                format!("kernel spec: {msg}"),
+            ))
+        };
         if self.rank > MAX_RANK {
             return err(format!("rank {} exceeds {MAX_RANK}", self.rank));
         }
@@ -555,12 +561,16 @@ impl KernelSpec {
         for (i, inst) in self.insts.iter().enumerate() {
             let arg_dtype = |a: ValueId| -> Result<DType> {
                 if a >= i {
-                    return Err(Error::Compile(format!(
-                        "kernel spec: %{i} uses %{a}, which is not defined before it"
-                    )));
+                    return Err(Error::compile(
+                        CompileKind::Lowering,
+                        format!("kernel spec: %{i} uses %{a}, which is not defined before it"),
+                    ));
                 }
                 self.value_dtype(a).ok_or_else(|| {
-                    Error::Compile(format!("kernel spec: %{i} uses a store (%{a}) as a value"))
+                    Error::compile(
+                        CompileKind::Lowering,
+                        format!("kernel spec: %{i} uses a store (%{a}) as a value"),
+                    )
                 })
             };
             match inst {
@@ -647,7 +657,10 @@ impl KernelSpec {
         }
         let value_of = |v: ValueId| -> Result<DType> {
             self.value_dtype(v).ok_or_else(|| {
-                Error::Compile(format!("kernel spec: the loop value %{v} is not a value"))
+                Error::compile(
+                    CompileKind::Lowering,
+                    format!("kernel spec: the loop value %{v} is not a value"),
+                )
             })
         };
         match &self.kind {
@@ -757,7 +770,7 @@ struct Lowerer<'g> {
 }
 
 fn compile_err(msg: String) -> Error {
-    Error::Compile(msg)
+    Error::compile(CompileKind::Lowering, msg)
 }
 
 impl<'g> Lowerer<'g> {

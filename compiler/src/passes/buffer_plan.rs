@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use tensorplay_ir::CompileKind;
 
 use tensorplay_ir::graph::{Graph, NodeId, NodeKind, ValueRef};
 use tensorplay_ir::{Device, Error, OpClass, Result};
@@ -177,9 +178,10 @@ impl fmt::Display for BufferPlan {
 }
 
 fn mismatch(msg: String) -> Error {
-    Error::Compile(format!(
-        "buffer plan: the fusion plan does not match the graph: {msg}"
-    ))
+    Error::compile(
+        CompileKind::Lowering,
+        format!("buffer plan: the fusion plan does not match the graph: {msg}"),
+    )
 }
 
 /// Plans arena slots for the intermediates of `fusion` over `g` (see the [module docs](self)).

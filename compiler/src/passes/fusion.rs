@@ -23,6 +23,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use tensorplay_ir::CompileKind;
 
 use tensorplay_ir::graph::{Arg, Attr, Graph, NodeId, NodeKind, OpCall, ValueRef};
 use tensorplay_ir::shape::normalize_dim;
@@ -145,7 +146,7 @@ impl Class {
 }
 
 fn compile_err(msg: String) -> Error {
-    Error::Compile(msg)
+    Error::compile(CompileKind::Lowering, msg)
 }
 
 /// The attribute called `name`, else the `index`-th attribute.

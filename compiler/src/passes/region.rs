@@ -1,6 +1,7 @@
 //! Fusion regions: the unit the fusion pass produces and the code generators consume.
 
 use std::fmt;
+use tensorplay_ir::CompileKind;
 
 use tensorplay_ir::graph::Graph;
 use tensorplay_ir::{Error, NodeId, ReduceOp, Result, SymShape, ValueRef};
@@ -95,30 +96,38 @@ impl Region {
     /// # Ok::<(), tensorplay_ir::Error>(())
     /// ```
     pub fn iteration_shape(&self, g: &Graph) -> Result<SymShape> {
-        let value =
-            match &self.kind {
-                RegionKind::Pointwise => match self.outputs.first() {
-                    Some(v) => *v,
-                    None => ValueRef::from(*self.nodes.last().ok_or_else(|| {
-                        Error::Compile(format!("region {} has no nodes", self.id))
-                    })?),
-                },
-                RegionKind::Reduction { reduction, .. } => {
-                    *g.args_of(*reduction)?.first().ok_or_else(|| {
-                        Error::Compile(format!(
+        let value = match &self.kind {
+            RegionKind::Pointwise => match self.outputs.first() {
+                Some(v) => *v,
+                None => ValueRef::from(*self.nodes.last().ok_or_else(|| {
+                    Error::compile(
+                        CompileKind::Lowering,
+                        format!("region {} has no nodes", self.id),
+                    )
+                })?),
+            },
+            RegionKind::Reduction { reduction, .. } => {
+                *g.args_of(*reduction)?.first().ok_or_else(|| {
+                    Error::compile(
+                        CompileKind::Lowering,
+                        format!(
                             "region {}: {} has no tensor input",
                             self.id,
                             g.describe(*reduction)
-                        ))
-                    })?
-                }
-                RegionKind::Softmax { node, .. } => ValueRef::from(*node),
-            };
+                        ),
+                    )
+                })?
+            }
+            RegionKind::Softmax { node, .. } => ValueRef::from(*node),
+        };
         g.meta(value).map(|m| m.shape.clone()).ok_or_else(|| {
-            Error::Compile(format!(
-                "region {}: value {}.{} is not in the graph",
-                self.id, value.node, value.output
-            ))
+            Error::compile(
+                CompileKind::Lowering,
+                format!(
+                    "region {}: value {}.{} is not in the graph",
+                    self.id, value.node, value.output
+                ),
+            )
         })
     }
 }

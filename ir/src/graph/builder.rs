@@ -6,6 +6,7 @@ use super::node::{Arg, Constant, Edge, Node, NodeId, NodeKind, OpCall, ValueRef}
 use super::validate::check_op_name;
 use crate::device::Device;
 use crate::dtype::DType;
+use crate::error::CompileKind;
 use crate::error::{Error, Result};
 use crate::meta::TensorMeta;
 use crate::op_class::OpClass;
@@ -212,16 +213,22 @@ impl GraphBuilder {
 
     fn check_value(&self, op: &str, what: &str, v: ValueRef) -> Result<()> {
         match self.graph.node(v.node) {
-            None => Err(Error::Compile(format!(
-                "{op}: {what} refers to node {}, which does not exist",
-                v.node
-            ))),
-            Some(n) if v.output >= n.outputs.len() => Err(Error::Compile(format!(
-                "{op}: {what} refers to output {} of {}, which has {} output(s)",
-                v.output,
-                self.graph.describe(v.node),
-                n.outputs.len()
-            ))),
+            None => Err(Error::compile(
+                CompileKind::Graph,
+                format!(
+                    "{op}: {what} refers to node {}, which does not exist",
+                    v.node
+                ),
+            )),
+            Some(n) if v.output >= n.outputs.len() => Err(Error::compile(
+                CompileKind::Graph,
+                format!(
+                    "{op}: {what} refers to output {} of {}, which has {} output(s)",
+                    v.output,
+                    self.graph.describe(v.node),
+                    n.outputs.len()
+                ),
+            )),
             Some(_) => Ok(()),
         }
     }
@@ -350,9 +357,10 @@ impl GraphBuilder {
                 call.barrier_reason = Some(reason.into());
                 Ok(())
             }
-            None => Err(Error::Compile(format!(
-                "set_barrier_reason: {desc} is not an op node"
-            ))),
+            None => Err(Error::compile(
+                CompileKind::Graph,
+                format!("set_barrier_reason: {desc} is not an op node"),
+            )),
         }
     }
 
@@ -374,10 +382,13 @@ impl GraphBuilder {
     /// ```
     pub fn order(&mut self, after: NodeId, before: NodeId) -> Result<()> {
         if after == before {
-            return Err(Error::Compile(format!(
-                "order: {} cannot be ordered after itself",
-                self.graph.describe(after)
-            )));
+            return Err(Error::compile(
+                CompileKind::Graph,
+                format!(
+                    "order: {} cannot be ordered after itself",
+                    self.graph.describe(after)
+                ),
+            ));
         }
         self.graph.add_edge(before, after, Edge::Order)
     }
@@ -400,9 +411,10 @@ impl GraphBuilder {
     /// ```
     pub fn order_after_readers(&mut self, node: NodeId, value: ValueRef) -> Result<usize> {
         if !self.graph.contains(node) {
-            return Err(Error::Compile(format!(
-                "order_after_readers: node {node} does not exist"
-            )));
+            return Err(Error::compile(
+                CompileKind::Graph,
+                format!("order_after_readers: node {node} does not exist"),
+            ));
         }
         let readers: Vec<NodeId> = self
             .graph
@@ -429,8 +441,9 @@ impl GraphBuilder {
     /// ```
     pub fn output(&mut self, values: &[ValueRef]) -> Result<()> {
         if self.output_set {
-            return Err(Error::Compile(
-                "output: the graph outputs are already set".into(),
+            return Err(Error::compile(
+                CompileKind::Graph,
+                "output: the graph outputs are already set",
             ));
         }
         for (i, v) in values.iter().enumerate() {

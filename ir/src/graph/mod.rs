@@ -26,9 +26,11 @@ pub mod attr;
 mod builder;
 mod dot;
 mod node;
+mod parse;
 mod print;
 mod validate;
 
+use crate::error::CompileKind;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -193,9 +195,10 @@ impl Graph {
     pub fn add_edge(&mut self, src: NodeId, dst: NodeId, edge: Edge) -> Result<()> {
         for (role, id) in [("source", src), ("target", dst)] {
             if !self.contains(id) {
-                return Err(Error::Compile(format!(
-                    "add_edge: the {role} node {id} does not exist"
-                )));
+                return Err(Error::compile(
+                    CompileKind::Graph,
+                    format!("add_edge: the {role} node {id} does not exist"),
+                ));
             }
         }
         self.g.add_edge(src.0, dst.0, edge);
@@ -318,9 +321,12 @@ impl Graph {
     /// assert!(g.remove_node(id).is_err());
     /// ```
     pub fn remove_node(&mut self, id: NodeId) -> Result<Node> {
-        self.g
-            .remove_node(id.0)
-            .ok_or_else(|| Error::Compile(format!("remove_node: node {id} does not exist")))
+        self.g.remove_node(id.0).ok_or_else(|| {
+            Error::compile(
+                CompileKind::Graph,
+                format!("remove_node: node {id} does not exist"),
+            )
+        })
     }
 
     /// The graph inputs, ordered by input index (ties, which validation rejects, by node index).
@@ -378,7 +384,10 @@ impl Graph {
     /// ```
     pub fn outputs(&self) -> Result<Vec<ValueRef>> {
         let out = self.output_node().ok_or_else(|| {
-            Error::Compile("graph has no outputs (call GraphBuilder::output)".into())
+            Error::compile(
+                CompileKind::Graph,
+                "graph has no outputs (call GraphBuilder::output)",
+            )
         })?;
         self.args_of(out)
     }
@@ -495,9 +504,12 @@ impl Graph {
     /// # Ok::<(), tensorplay_ir::Error>(())
     /// ```
     pub fn args_of(&self, id: NodeId) -> Result<Vec<ValueRef>> {
-        let node = self
-            .node(id)
-            .ok_or_else(|| Error::Compile(format!("args_of: node {id} does not exist")))?;
+        let node = self.node(id).ok_or_else(|| {
+            Error::compile(
+                CompileKind::Graph,
+                format!("args_of: node {id} does not exist"),
+            )
+        })?;
         let slots = node.tensor_slots();
         let mut filled: Vec<Vec<ValueRef>> = vec![Vec::new(); slots.len()];
         for (src, e) in self.in_edges(id) {
@@ -517,12 +529,15 @@ impl Graph {
                 [v] => out.push(*v),
                 _ => {
                     let (arg, item) = slots[k];
-                    return Err(Error::Compile(format!(
-                        "{}: {} has {} data edges (expected exactly one)",
-                        self.describe(id),
-                        validate::slot_name(node, arg, item),
-                        vals.len()
-                    )));
+                    return Err(Error::compile(
+                        CompileKind::Graph,
+                        format!(
+                            "{}: {} has {} data edges (expected exactly one)",
+                            self.describe(id),
+                            validate::slot_name(node, arg, item),
+                            vals.len()
+                        ),
+                    ));
                 }
             }
         }
@@ -553,25 +568,34 @@ impl Graph {
     /// ```
     pub fn replace_uses(&mut self, old: ValueRef, new: ValueRef) -> Result<usize> {
         if !self.contains(old.node) {
-            return Err(Error::Compile(format!(
-                "replace_uses: the replaced node {} does not exist",
-                old.node
-            )));
+            return Err(Error::compile(
+                CompileKind::Graph,
+                format!(
+                    "replace_uses: the replaced node {} does not exist",
+                    old.node
+                ),
+            ));
         }
         let n_out = self.node(new.node).map(|n| n.outputs.len());
         match n_out {
             None => {
-                return Err(Error::Compile(format!(
-                    "replace_uses: the replacement node {} does not exist",
-                    new.node
-                )));
+                return Err(Error::compile(
+                    CompileKind::Graph,
+                    format!(
+                        "replace_uses: the replacement node {} does not exist",
+                        new.node
+                    ),
+                ));
             }
             Some(n) if new.output >= n => {
-                return Err(Error::Compile(format!(
-                    "replace_uses: {} has {n} output(s), so output {} does not exist",
-                    self.describe(new.node),
-                    new.output
-                )));
+                return Err(Error::compile(
+                    CompileKind::Graph,
+                    format!(
+                        "replace_uses: {} has {n} output(s), so output {} does not exist",
+                        self.describe(new.node),
+                        new.output
+                    ),
+                ));
             }
             _ => {}
         }
@@ -693,9 +717,10 @@ impl Graph {
                     .join(", ")
             })
             .unwrap_or_else(|| "unknown nodes".into());
-        Error::Compile(format!(
-            "graph has a cycle (through data or order edges) involving {members}"
-        ))
+        Error::compile(
+            CompileKind::Graph,
+            format!("graph has a cycle (through data or order edges) involving {members}"),
+        )
     }
 
     /// A short description of node `id` for messages, using the printed numbering:

@@ -1,5 +1,6 @@
 //! Nodes, edges and the handles that name them.
 
+use crate::error::CompileKind;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
@@ -196,23 +197,30 @@ impl Constant {
             Constant::IntTensor { data, .. } => (false, Some(data.len())),
         };
         if float_kind && !dtype.is_float() {
-            return Err(Error::Compile(format!(
-                "constant {self}: a float literal needs a floating dtype, got {dtype}"
-            )));
+            return Err(Error::compile(
+                CompileKind::Graph,
+                format!("constant {self}: a float literal needs a floating dtype, got {dtype}"),
+            ));
         }
         if !float_kind && dtype.is_float() {
-            return Err(Error::Compile(format!(
-                "constant {self}: an integer literal needs an integer or bool dtype, got {dtype}"
-            )));
+            return Err(Error::compile(
+                CompileKind::Graph,
+                format!(
+                    "constant {self}: an integer literal needs an integer or bool dtype, got {dtype}"
+                ),
+            ));
         }
         if let Some(len) = len {
             let shape = self.shape();
             if numel(&shape) != len {
-                return Err(Error::Compile(format!(
-                    "constant {self}: shape {} holds {} elements but {len} were given",
-                    fmt_shape(&shape),
-                    numel(&shape)
-                )));
+                return Err(Error::compile(
+                    CompileKind::Graph,
+                    format!(
+                        "constant {self}: shape {} holds {} elements but {len} were given",
+                        fmt_shape(&shape),
+                        numel(&shape)
+                    ),
+                ));
             }
         }
         Ok(())

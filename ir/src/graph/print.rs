@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::Graph;
-use super::node::{Arg, Edge, Node, NodeId, NodeKind, ValueRef};
+use super::attr::{Attr, fmt_float};
+use super::node::{Arg, Constant, Edge, Node, NodeId, NodeKind, ValueRef};
 use crate::meta::TensorMeta;
 
 /// Printed names of every node, shared by the printer, the DOT exporter and error messages.
@@ -125,6 +126,27 @@ impl Naming {
     }
 }
 
+/// An attribute as `Display` writes it, except that empty float and bool lists are tagged
+/// (`[]:float`, `[]:bool`) so the parser can tell them from an empty int list.
+fn fmt_attr(a: &Attr) -> String {
+    match a {
+        Attr::FloatList(v) if v.is_empty() => "[]:float".to_string(),
+        Attr::BoolList(v) if v.is_empty() => "[]:bool".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// A literal with every element (`Display for Constant` elides long tensors, which the parser
+/// could not read back).
+fn fmt_constant(c: &Constant) -> String {
+    let list = |items: Vec<String>| format!("[{}]", items.join(", "));
+    match c {
+        Constant::FloatTensor { data, .. } => list(data.iter().map(|&x| fmt_float(x)).collect()),
+        Constant::IntTensor { data, .. } => list(data.iter().map(ToString::to_string).collect()),
+        scalar => scalar.to_string(),
+    }
+}
+
 fn fmt_types(outputs: &[TensorMeta]) -> String {
     match outputs {
         [one] => one.to_string(),
@@ -166,7 +188,7 @@ impl Graph {
         };
         let mut comments = Vec::new();
         let rhs = match &node.kind {
-            NodeKind::Constant(c) => format!("constant({c})"),
+            NodeKind::Constant(c) => format!("constant({})", fmt_constant(c)),
             NodeKind::Op(call) => {
                 let args: Vec<String> = call
                     .args
@@ -175,9 +197,10 @@ impl Graph {
                     .map(|(i, a)| match a {
                         Arg::Tensor => self.fmt_slot(naming, &sources, i, 0),
                         Arg::OptionalTensor { present: true } => {
-                            self.fmt_slot(naming, &sources, i, 0)
+                            format!("Some({})", self.fmt_slot(naming, &sources, i, 0))
                         }
-                        Arg::OptionalTensor { present: false } => "None".to_string(),
+                        Arg::OptionalTensor { present: false } => "None:Tensor".to_string(),
+                        Arg::TensorList { len: 0 } => "[]:Tensor".to_string(),
                         Arg::TensorList { len } => {
                             let items: Vec<String> = (0..*len)
                                 .map(|j| self.fmt_slot(naming, &sources, i, j))
@@ -187,8 +210,8 @@ impl Graph {
                         Arg::Attr {
                             name: Some(n),
                             value,
-                        } => format!("{n}={value}"),
-                        Arg::Attr { name: None, value } => value.to_string(),
+                        } => format!("{n}={}", fmt_attr(value)),
+                        Arg::Attr { name: None, value } => fmt_attr(value),
                     })
                     .collect();
                 if let Some(reason) = &call.barrier_reason {
@@ -241,7 +264,9 @@ impl fmt::Display for Graph {
     /// ```
     ///
     /// Order edges print as a trailing `# after %2` comment, barrier reasons as
-    /// `# barrier: mutates self`; a missing tensor argument prints as `%?`. Never fails, even on an
+    /// `# barrier: mutates self`; a missing tensor argument prints as `%?`. Tensor literals print
+    /// every element; an optional tensor prints `Some(%3)` or `None:Tensor`, and empty non-int lists
+    /// `[]:Tensor`, `[]:float`, `[]:bool`, so that [`Graph::parse`] reads the text back. Never fails, even on an
     /// invalid graph (a cycle numbers the remaining nodes by index).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let naming = Naming::new(self);

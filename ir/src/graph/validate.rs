@@ -1,5 +1,6 @@
 //! Structural validation of a graph.
 
+use crate::error::CompileKind;
 use std::collections::BTreeMap;
 
 use super::Graph;
@@ -26,10 +27,13 @@ pub(crate) fn check_op_name(name: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::Compile(format!(
-            "op name `{name}` is not a qualified name: expected `namespace::name` or \
+        Err(Error::compile(
+            CompileKind::Graph,
+            format!(
+                "op name `{name}` is not a qualified name: expected `namespace::name` or \
              `namespace::name.overload` (identifiers of letters, digits and `_`)"
-        )))
+            ),
+        ))
     }
 }
 
@@ -49,7 +53,7 @@ pub(crate) fn slot_name(node: &Node, arg: usize, item: usize) -> String {
 }
 
 fn err(msg: String) -> Error {
-    Error::Compile(msg)
+    Error::compile(CompileKind::Graph, msg)
 }
 
 impl Graph {
@@ -184,7 +188,7 @@ impl Graph {
             }
             NodeKind::Constant(c) => {
                 c.check().map_err(|e| match e {
-                    Error::Compile(m) => err(format!("{who}: {m}")),
+                    Error::Compile { msg: m, .. } => err(format!("{who}: {m}")),
                     other => other,
                 })?;
                 let ok = match node.outputs.as_slice() {
@@ -211,7 +215,7 @@ impl Graph {
                 }
             }
             NodeKind::Op(call) => check_op_name(&call.name).map_err(|e| match e {
-                Error::Compile(m) => err(format!("{who}: {m}")),
+                Error::Compile { msg: m, .. } => err(format!("{who}: {m}")),
                 other => other,
             })?,
             NodeKind::Output { .. } => {

@@ -14,6 +14,8 @@ use tensorplay_ir::Shape;
 
 use crate::parallel;
 
+pub(crate) use super::raw::SendPtr;
+
 /// Below this many elements a loop runs on the calling thread.
 pub const PAR_MIN_ELEMS: usize = 1 << 16;
 
@@ -124,19 +126,6 @@ impl<const N: usize> Nest<N> {
                 }
             })
         });
-    }
-}
-
-/// A raw pointer that may cross into pool threads; kernels guarantee disjoint writes.
-#[derive(Clone, Copy)]
-pub(crate) struct SendPtr<T>(pub(crate) *mut T);
-unsafe impl<T> Send for SendPtr<T> {}
-unsafe impl<T> Sync for SendPtr<T> {}
-
-impl<T> SendPtr<T> {
-    #[inline(always)]
-    pub(crate) fn at(self, offset: isize) -> *mut T {
-        unsafe { self.0.offset(offset) }
     }
 }
 

@@ -1,16 +1,47 @@
 //! Typed elementwise loops over [`Nest`](super::iter::Nest): one, two or three inputs into one
-//! output, each with a unit-stride fast path the compiler auto-vectorizes.
+//! output. The per-run loops (with their slice fast paths and the aliasing rules of in-place ops)
+//! live in [`raw`](super::raw); this file only pairs tensors with nest offsets.
 
 use tensorplay_ir::Result;
 use tensorplay_ir::shape::broadcast_strides;
 
-use super::iter::{Nest, SendPtr};
+use super::iter::Nest;
+use super::raw::{self, Operand, SendPtr};
 use crate::element::Element;
 use crate::tensor::Tensor;
 
 fn strides_for(op: &str, t: &Tensor, out: &Tensor) -> Result<smallvec::SmallVec<[isize; 6]>> {
     broadcast_strides(op, t.shape(), t.strides(), out.shape())
 }
+
+/// Base address of `t`'s element `[0, .., 0]` as a `T` pointer.
+fn base<T: Element>(op: &str, t: &Tensor) -> Result<SendPtr<T>> {
+    debug_assert!(t.dtype() == T::DTYPE);
+    Ok(SendPtr(t.data_ptr(op)?.cast::<T>()))
+}
+
+/// Operand `k` of a run at nest offset `off` with inner stride `stride`.
+///
+/// # Safety
+/// `off` comes from a [`Nest`] built from this operand's (broadcast) strides and its tensor's
+/// shape, so the address lies inside the tensor's storage.
+#[inline(always)]
+unsafe fn operand<T>(p: SendPtr<T>, off: isize, stride: isize) -> Operand<T> {
+    Operand {
+        // SAFETY: the caller's offset is inside the allocation.
+        ptr: unsafe { p.at(off) },
+        stride,
+    }
+}
+
+// SAFETY: (shared by the three maps below) every operand's nest offsets and inner strides come from
+// `Nest::new` over the output's shape with strides broadcast to it, so each run's elements lie
+// inside its tensor's live storage (the tensors are borrowed for the whole call). Inputs are
+// initialised: they are op inputs, and a tensor's data is written before any op sees it (fresh
+// outputs are fully written by their kernel before they are returned; `Tensor::empty` zero-fills).
+// `Nest::run` hands each flat range of the output to exactly one thread, and an output with
+// several elements at one address is rejected before any in-place write (`check_writable`), so no
+// two threads write one element. Any overlap between output and inputs is handled by `raw`.
 
 /// `out[i] = f(a[i])` with `a` broadcast to `out`'s shape. Dtypes must match `A` and `O`.
 pub(crate) fn map1<A: Element, O: Element>(
@@ -19,29 +50,18 @@ pub(crate) fn map1<A: Element, O: Element>(
     a: &Tensor,
     f: impl Fn(A) -> O + Sync,
 ) -> Result<()> {
-    debug_assert!(a.dtype() == A::DTYPE && out.dtype() == O::DTYPE);
     let sa = strides_for(op, a, out)?;
-    let po = SendPtr(out.data_ptr(op)? as *mut O);
-    let pa = SendPtr(a.data_ptr(op)? as *mut A);
+    let (po, pa) = (base::<O>(op, out)?, base::<A>(op, a)?);
     let nest = Nest::<2>::new(out.shape(), [out.strides(), &sa]);
     let [io, ia] = nest.inner_strides();
-    nest.run(|[oo, oa], len| unsafe {
-        if io == 1 && ia == 1 {
-            let o = std::slice::from_raw_parts_mut(po.at(oo), len);
-            let x = std::slice::from_raw_parts(pa.at(oa), len);
-            for (o, &x) in o.iter_mut().zip(x) {
-                *o = f(x);
-            }
-        } else {
-            for i in 0..len as isize {
-                *po.at(oo + i * io) = f(*pa.at(oa + i * ia));
-            }
-        }
+    nest.run(|[oo, oa], len| {
+        // SAFETY: see the comment above `map1`.
+        unsafe { raw::run1(operand(po, oo, io), operand(pa, oa, ia), len, &f) }
     });
     Ok(())
 }
 
-/// `out[i] = f(a[i], b[i])` with broadcasting.
+/// `out[i] = f(a[i], b[i])` with broadcasting. `out` may be `a` itself (in-place ops).
 pub(crate) fn map2<A: Element, B: Element, O: Element>(
     op: &str,
     out: &Tensor,
@@ -49,40 +69,21 @@ pub(crate) fn map2<A: Element, B: Element, O: Element>(
     b: &Tensor,
     f: impl Fn(A, B) -> O + Sync,
 ) -> Result<()> {
-    debug_assert!(a.dtype() == A::DTYPE && b.dtype() == B::DTYPE && out.dtype() == O::DTYPE);
     let sa = strides_for(op, a, out)?;
     let sb = strides_for(op, b, out)?;
-    let po = SendPtr(out.data_ptr(op)? as *mut O);
-    let pa = SendPtr(a.data_ptr(op)? as *mut A);
-    let pb = SendPtr(b.data_ptr(op)? as *mut B);
+    let (po, pa, pb) = (base::<O>(op, out)?, base::<A>(op, a)?, base::<B>(op, b)?);
     let nest = Nest::<3>::new(out.shape(), [out.strides(), &sa, &sb]);
     let [io, ia, ib] = nest.inner_strides();
-    nest.run(|[oo, oa, ob], len| unsafe {
-        if io == 1 && ia == 1 && ib == 1 {
-            let o = std::slice::from_raw_parts_mut(po.at(oo), len);
-            let x = std::slice::from_raw_parts(pa.at(oa), len);
-            let y = std::slice::from_raw_parts(pb.at(ob), len);
-            for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
-                *o = f(x, y);
-            }
-        } else if io == 1 && ia == 1 && ib == 0 {
-            let o = std::slice::from_raw_parts_mut(po.at(oo), len);
-            let x = std::slice::from_raw_parts(pa.at(oa), len);
-            let y = *pb.at(ob);
-            for (o, &x) in o.iter_mut().zip(x) {
-                *o = f(x, y);
-            }
-        } else if io == 1 && ia == 0 && ib == 1 {
-            let o = std::slice::from_raw_parts_mut(po.at(oo), len);
-            let x = *pa.at(oa);
-            let y = std::slice::from_raw_parts(pb.at(ob), len);
-            for (o, &y) in o.iter_mut().zip(y) {
-                *o = f(x, y);
-            }
-        } else {
-            for i in 0..len as isize {
-                *po.at(oo + i * io) = f(*pa.at(oa + i * ia), *pb.at(ob + i * ib));
-            }
+    nest.run(|[oo, oa, ob], len| {
+        // SAFETY: see the comment above `map1`.
+        unsafe {
+            raw::run2(
+                operand(po, oo, io),
+                operand(pa, oa, ia),
+                operand(pb, ob, ib),
+                len,
+                &f,
+            )
         }
     });
     Ok(())
@@ -97,55 +98,24 @@ pub(crate) fn map3<A: Element, B: Element, C: Element, O: Element>(
     c: &Tensor,
     f: impl Fn(A, B, C) -> O + Sync,
 ) -> Result<()> {
-    debug_assert!(
-        a.dtype() == A::DTYPE
-            && b.dtype() == B::DTYPE
-            && c.dtype() == C::DTYPE
-            && out.dtype() == O::DTYPE
-    );
     let sa = strides_for(op, a, out)?;
     let sb = strides_for(op, b, out)?;
     let sc = strides_for(op, c, out)?;
-    let po = SendPtr(out.data_ptr(op)? as *mut O);
-    let pa = SendPtr(a.data_ptr(op)? as *mut A);
-    let pb = SendPtr(b.data_ptr(op)? as *mut B);
-    let pc = SendPtr(c.data_ptr(op)? as *mut C);
+    let (po, pa) = (base::<O>(op, out)?, base::<A>(op, a)?);
+    let (pb, pc) = (base::<B>(op, b)?, base::<C>(op, c)?);
     let nest = Nest::<4>::new(out.shape(), [out.strides(), &sa, &sb, &sc]);
     let [io, ia, ib, ic] = nest.inner_strides();
-    nest.run(|[oo, oa, ob, oc], len| unsafe {
-        if io == 1 && ia == 1 && ib == 1 && ic == 1 {
-            let o = std::slice::from_raw_parts_mut(po.at(oo), len);
-            let x = std::slice::from_raw_parts(pa.at(oa), len);
-            let y = std::slice::from_raw_parts(pb.at(ob), len);
-            let z = std::slice::from_raw_parts(pc.at(oc), len);
-            for (((o, &x), &y), &z) in o.iter_mut().zip(x).zip(y).zip(z) {
-                *o = f(x, y, z);
-            }
-        } else if io == 1 && ia == 1 && ib == 1 && ic == 0 {
-            // `where(cond, grad, 0)`: one operand is a broadcast scalar.
-            let o = std::slice::from_raw_parts_mut(po.at(oo), len);
-            let x = std::slice::from_raw_parts(pa.at(oa), len);
-            let y = std::slice::from_raw_parts(pb.at(ob), len);
-            let z = *pc.at(oc);
-            for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
-                *o = f(x, y, z);
-            }
-        } else if io == 1 && ia == 1 && ib == 0 && ic == 1 {
-            let o = std::slice::from_raw_parts_mut(po.at(oo), len);
-            let x = std::slice::from_raw_parts(pa.at(oa), len);
-            let y = *pb.at(ob);
-            let z = std::slice::from_raw_parts(pc.at(oc), len);
-            for ((o, &x), &z) in o.iter_mut().zip(x).zip(z) {
-                *o = f(x, y, z);
-            }
-        } else {
-            for i in 0..len as isize {
-                *po.at(oo + i * io) = f(
-                    *pa.at(oa + i * ia),
-                    *pb.at(ob + i * ib),
-                    *pc.at(oc + i * ic),
-                );
-            }
+    nest.run(|[oo, oa, ob, oc], len| {
+        // SAFETY: see the comment above `map1`.
+        unsafe {
+            raw::run3(
+                operand(po, oo, io),
+                operand(pa, oa, ia),
+                operand(pb, ob, ib),
+                operand(pc, oc, ic),
+                len,
+                &f,
+            )
         }
     });
     Ok(())

@@ -114,8 +114,11 @@ where
     /// the product of kept dims).
     pub(crate) fn run(&self, op: &str, x: &Tensor, mask: &[bool], out: &Tensor) -> Result<()> {
         let po = SendPtr(out.data_ptr(op)? as *mut O);
+        // SAFETY: `run_with` emits each flat output index `o < out.numel()` exactly once, from
+        // one thread, and `out` is a contiguous tensor of `O` (the caller's contract), so the write
+        // is in bounds and unshared. It does not read the old value.
         self.run_with(op, x, mask, |o, acc, n| unsafe {
-            *po.at(o as isize) = (self.finish)(acc, n);
+            po.at(o as isize).write((self.finish)(acc, n));
         })
     }
 
@@ -157,6 +160,9 @@ where
         let partial = |base: isize, range: std::ops::Range<usize>| -> A {
             let mut acc = (self.init)();
             let mut pos = range.start;
+            // SAFETY: `base + o` walks `x`'s own strides over its own shape (the nests split `x`'s
+            // dims), so each run lies inside `x`'s storage; `x` is initialised and only read here,
+            // and a reduction's output is a fresh tensor, never `x`.
             inner.for_each_run(range, |[o], len| unsafe {
                 if istride == 1 {
                     let xs = std::slice::from_raw_parts(px.at(base + o), len);
@@ -182,6 +188,8 @@ where
                 inner.for_each_run(range, |[o], len| {
                     for i in 0..len {
                         let row = base + o + i as isize * istride;
+                        // SAFETY: `width` adjacent kept elements (unit stride) of row `row` lie
+                        // inside `x`, which is initialised and only read while `xs` lives.
                         let xs = unsafe { std::slice::from_raw_parts(px.at(row), width) };
                         for (a, &v) in accs.iter_mut().zip(xs) {
                             *a = (self.step)(*a, v, pos + i);

@@ -366,7 +366,19 @@ impl CustomOpBuilder {
             }
             None => {
                 let names: Vec<String> = match &self.arg_names {
-                    Some(n) => n.clone(),
+                    Some(n) => {
+                        if let Some(types) = F::param_types()
+                            && types.len() != n.len()
+                        {
+                            return Err(Error::argument(
+                                &qualname,
+                                "arg_names",
+                                format!("{} names, one per kernel parameter", types.len()),
+                                format!("{} names {n:?}", n.len()),
+                            ));
+                        }
+                        n.clone()
+                    }
                     None => (0..F::param_types().map_or(0, |t| t.len()))
                         .map(|i| format!("arg{i}"))
                         .collect(),

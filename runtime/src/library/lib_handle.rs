@@ -8,8 +8,7 @@ use tensorplay_ir::schema::{Schema, validate_qualname};
 use tensorplay_ir::{Error, Result};
 
 use super::custom_op::{CustomOpDef, check_definable};
-use super::register;
-use super::registry::{Operator, Origin, Owner, new_library_owner, registry};
+use super::registry::{Operator, Origin, Owner, Slot, new_library_owner, registry};
 use super::typed::IntoKernel;
 use super::validate;
 
@@ -123,12 +122,13 @@ impl Library {
         allow_override: bool,
     ) -> Result<()> {
         let op = registry().get(&self.qualify(op_name)?)?;
-        let key = if dispatch_key.is_empty() {
-            device_type
+        let (key, arg) = if dispatch_key.is_empty() {
+            (device_type, "device_type")
         } else {
-            dispatch_key
+            (dispatch_key, "dispatch_key")
         };
-        let slots = register::parse_slots(op.qualname(), &[key])?;
+        // Errors name the parameter the caller actually filled in.
+        let slots = [Slot::parse(op.qualname(), arg, key)?];
         if !allow_override && let Some(s) = slots.iter().find(|s| op.kernel_in(**s).is_some()) {
             return Err(Error::Registration(format!(
                 "`{}` already has a {s} kernel (allow_override is false)",

@@ -50,7 +50,11 @@ pub struct RawTensor {
     dtype: DType,
 }
 
+// SAFETY: a `RawTensor` is an address plus metadata and owns nothing; every access through it is
+// an `unsafe` method whose caller upholds bounds, typing and write disjointness. The launcher
+// keeps the tensors alive for the whole launch.
 unsafe impl Send for RawTensor {}
+// SAFETY: as for `Send`; `&RawTensor` only reads the address and metadata.
 unsafe impl Sync for RawTensor {}
 
 impl RawTensor {
@@ -69,7 +73,9 @@ impl RawTensor {
     /// # Safety
     /// `T` must be the tensor's element type and `i < numel`.
     pub unsafe fn read<T: Copy>(&self, i: usize) -> T {
-        unsafe { *(self.ptr as *const T).add(i) }
+        // SAFETY: the caller guarantees `T` is the element type and `i < numel`; the tensor is
+        // contiguous and alive during the launch, so element `i` is in bounds and initialised.
+        unsafe { self.ptr.cast::<T>().add(i).read() }
     }
 
     /// Writes element `i`.
@@ -78,7 +84,9 @@ impl RawTensor {
     /// `T` must be the element type, `i < numel`, the argument must be `LaunchArg::Out`, and no
     /// other program may write element `i` concurrently.
     pub unsafe fn write<T: Copy>(&self, i: usize, v: T) {
-        unsafe { *(self.ptr as *mut T).add(i) = v }
+        // SAFETY: the caller guarantees the type, the bound and that no one else touches element
+        // `i` concurrently; `write` never reads the (possibly uninitialised) old value.
+        unsafe { self.ptr.cast::<T>().add(i).write(v) }
     }
 }
 

@@ -205,6 +205,10 @@ fn gemm_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &P
     let po = SendPtr(out.data_ptr(op)? as *mut T);
     let (m, n, k) = (p.m, p.n, p.k);
     let (zero, one) = (T::from_f64(0.0), T::from_f64(1.0));
+    // SAFETY: `bases` holds, per batch entry, the offsets of one `m x k`, `k x n` and `m x n`
+    // matrix inside `x`, `y` and the fresh contiguous `out`, with `la`/`lb` the inputs' own
+    // strides, so gemm stays in bounds; batch entries write disjoint output matrices, so parallel
+    // products never share an output element, and `out` aliases no input.
     let product = |(oo, oa, ob): (isize, isize, isize), par: gemm::Parallelism| unsafe {
         // dst := beta * lhs * rhs (read_dst = false, so alpha is unused).
         gemm::gemm(
@@ -271,6 +275,8 @@ fn int_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &Pl
     let po = SendPtr(out.data_ptr(op)? as *mut T);
     let (m, n, k) = (p.m, p.n, p.k);
     // One output row: out[i, :] = sum_p a[i, p] * b[p, :], walking b row by row.
+    // SAFETY: as in `float_matmul`: `bases` addresses matrices inside `x`, `y` and the fresh
+    // `out`; row `u` writes only its own output row, so parallel rows never share an element.
     let row = |u: usize, acc: &mut Vec<i64>| unsafe {
         let (oo, oa, ob) = bases[u / m];
         let i = (u % m) as isize;

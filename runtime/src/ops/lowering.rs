@@ -1,6 +1,7 @@
 //! How the compiler sees each builtin op: the scalar operation an elementwise op lowers to, and
 //! the combine rule of a reduction. Read from IR op calls (`tp::<name>` plus attributes).
 
+use tensorplay_ir::CompileKind;
 use tensorplay_ir::graph::{Arg, Attr, OpCall};
 use tensorplay_ir::{Error, ReduceOp, Result, ScalarOp};
 
@@ -24,9 +25,10 @@ fn attr_f64(op: &str, a: Option<&&Attr>) -> Result<Option<f64>> {
         Some(Attr::Float(v)) => Ok(Some(*v)),
         Some(Attr::Int(v)) => Ok(Some(*v as f64)),
         Some(Attr::Bool(b)) => Ok(Some(f64::from(u8::from(*b)))),
-        Some(other) => Err(Error::Compile(format!(
-            "{op}: expected a number or None attribute, got {other}"
-        ))),
+        Some(other) => Err(Error::compile(
+            CompileKind::Lowering,
+            format!("{op}: expected a number or None attribute, got {other}"),
+        )),
     }
 }
 
@@ -65,9 +67,10 @@ pub fn scalar_op(call: &OpCall) -> Result<Option<ScalarOp>> {
             Some(Attr::Str(s)) if s == "none" => GeluErf,
             Some(Attr::Str(s)) if s == "tanh" => GeluTanh,
             Some(other) => {
-                return Err(Error::Compile(format!(
-                    "tp::gelu: approximate must be \"none\" or \"tanh\", got {other}"
-                )));
+                return Err(Error::compile(
+                    CompileKind::Lowering,
+                    format!("tp::gelu: approximate must be \"none\" or \"tanh\", got {other}"),
+                ));
             }
         },
         "silu" => Silu,
@@ -127,10 +130,10 @@ pub fn reduce_op(call: &OpCall) -> Result<Option<ReduceSpec>> {
         Some(Attr::IntList(d)) => Some(d.clone()),
         Some(Attr::Int(d)) => Some(vec![*d]),
         Some(other) => {
-            return Err(Error::Compile(format!(
-                "{}: expected dims as an int list, got {other}",
-                call.name
-            )));
+            return Err(Error::compile(
+                CompileKind::Lowering,
+                format!("{}: expected dims as an int list, got {other}", call.name),
+            ));
         }
     };
     let keepdim = matches!(attrs.get(1), Some(Attr::Bool(true)));

@@ -573,12 +573,14 @@ fn extremum_into<const MAX: bool>(
             Some(t) => Some(SendPtr(t.data_ptr(op)? as *mut T)),
             None => None,
         };
+        // SAFETY: `values` and `indices` are fresh contiguous outputs shaped like the reduction,
+        // and each flat output index `o` is emitted once, from one thread (`Reducer::run_with`).
         extremum_run::<T, MAX>(op, x, mask, |o, v, i| unsafe {
             if let Some(p) = pv {
-                *p.at(o as isize) = v;
+                p.at(o as isize).write(v);
             }
             if let Some(p) = pi {
-                *p.at(o as isize) = i as i64;
+                p.at(o as isize).write(i as i64);
             }
         })
     })
@@ -1012,9 +1014,10 @@ impl Tensor {
             return Err(Error::shape(
                 "sum_to_shape",
                 format!(
-                    "cannot reduce {} to the larger rank {}",
+                    "cannot reduce {} (rank {rank}) to {} of the larger rank {}",
                     tensorplay_ir::shape::fmt_shape(self.shape()),
-                    tensorplay_ir::shape::fmt_shape(shape)
+                    tensorplay_ir::shape::fmt_shape(shape),
+                    shape.len()
                 ),
             ));
         }

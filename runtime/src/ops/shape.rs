@@ -16,6 +16,24 @@ fn shape_numel(shape: &[usize]) -> usize {
     if shape.contains(&0) { 0 } else { numel(shape) }
 }
 
+/// A Rust shape as the schema's `SymInt[]`. A size above `i64::MAX` is an error naming the size
+/// the caller gave (a plain cast would turn `usize::MAX` into `-1`, "infer this dim").
+fn sizes_as_ints(op: &str, shape: &[usize]) -> Result<Vec<i64>> {
+    shape
+        .iter()
+        .map(|&s| {
+            i64::try_from(s).map_err(|_| {
+                Error::argument(
+                    op,
+                    "size",
+                    "sizes of at most i64::MAX",
+                    format!("size {s} in {}", fmt_shape(shape)),
+                )
+            })
+        })
+        .collect()
+}
+
 /// `view(Tensor(a) self, SymInt[] size) -> Tensor(a)`: same data, new shape (must be viewable).
 pub static VIEW: OpDef = OpDef {
     name: "view",
@@ -191,8 +209,8 @@ fn permutation(op: &str, dims: &[i64], rank: usize) -> Result<SmallVec<[usize; 6
         return Err(Error::argument(
             op,
             "dims",
-            format!("{rank} dims (one per dimension)"),
-            format!("{dims:?}"),
+            format!("{rank} dims (one per dimension of the rank-{rank} input)"),
+            format!("{} dims {dims:?}", dims.len()),
         ));
     }
     let mut seen: SmallVec<[bool; 6]> = SmallVec::from_elem(false, rank);
@@ -228,8 +246,10 @@ fn expand_kernel(a: Args) -> Result<Vec<Tensor>> {
         return Err(Error::shape(
             a.op,
             format!(
-                "cannot expand {} to the lower rank {target:?}",
-                fmt_shape(x.shape())
+                "cannot expand {} (rank {}) to {target:?} of the lower rank {}",
+                fmt_shape(x.shape()),
+                x.rank(),
+                target.len()
             ),
         ));
     }
@@ -376,7 +396,7 @@ fn slice_backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
 impl Tensor {
     /// A view with a new shape; errors when the strides do not allow one (see [`Tensor::reshape`]).
     pub fn view(&self, shape: &[usize]) -> Result<Tensor> {
-        let size: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+        let size = sizes_as_ints("view", shape)?;
         call1(&VIEW, &[self.into(), size.into()])
     }
 
@@ -481,14 +501,17 @@ impl Tensor {
             2 => self.transpose(0, 1),
             r => Err(Error::shape(
                 "t",
-                format!("expects a tensor with <= 2 dims, got {r}"),
+                format!(
+                    "expects a tensor with <= 2 dims, got rank {r} (shape {})",
+                    fmt_shape(self.shape())
+                ),
             )),
         }
     }
 
     /// Broadcasts to `shape` without copying (new leading dims and size-1 dims stretch).
     pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
-        let size: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+        let size = sizes_as_ints("expand", shape)?;
         call1(&EXPAND, &[self.into(), size.into()])
     }
 

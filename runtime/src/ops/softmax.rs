@@ -314,7 +314,10 @@ unsafe fn softmax_columns<F: SoftFloat, const LOG: bool>(
     w: usize,
     sc: &mut ColumnScratch<F>,
 ) {
+    // SAFETY: the caller guarantees `n` rows of `w` elements, `inner` apart, at `x` and `out`; the
+    // input is initialised and `out` is a different (fresh) tensor, so the views never alias.
     let row = |i: usize| unsafe { std::slice::from_raw_parts(x.add(i * inner), w) };
+    // SAFETY: as for `row`; only one output row view is live at a time.
     let row_out = |i: usize| unsafe { std::slice::from_raw_parts_mut(out.add(i * inner), w) };
     let ColumnScratch {
         m,
@@ -414,7 +417,11 @@ impl<F: SoftFloat> Layout<F> {
     fn rows<const LOG: bool>(self, rows: std::ops::Range<usize>) {
         let n = self.n;
         for i in rows {
+            // SAFETY: a `Layout` describes contiguous `[outer, n, inner]` data at `x` and a fresh
+            // output of the same size at `out`; with `inner == 1`, row `i < outer` is `n`
+            // elements at `i * n`, and each row goes to one thread.
             let xs = unsafe { std::slice::from_raw_parts(self.x.at((i * n) as isize), n) };
+            // SAFETY: as for `xs`; `out` never aliases `x`.
             let os = unsafe { std::slice::from_raw_parts_mut(self.out.at((i * n) as isize), n) };
             softmax_row::<F, LOG>(xs, os);
         }
@@ -431,6 +438,8 @@ impl<F: SoftFloat> Layout<F> {
             let j = b * COLS;
             let w = COLS.min(inner - j);
             let base = (o * n * inner + j) as isize;
+            // SAFETY: lanes `j..j + w` of outer index `o` lie inside both `[outer, n, inner]`
+            // buffers, each unit goes to one thread, and `out` never aliases `x`.
             unsafe {
                 softmax_columns::<F, LOG>(self.x.at(base), self.out.at(base), n, inner, w, &mut sc)
             };
@@ -633,16 +642,21 @@ mod tests {
         } else {
             x.len() / (n * inner) * layout.blocks()
         };
+        // The test only asks for SIMD paths the CPU supports; `x` and `out` hold `x.len()` elements.
         match (path, log) {
             ("generic", false) => layout.run_generic::<false>(0..items),
             ("generic", true) => layout.run_generic::<true>(0..items),
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU supports the path (see above).
             ("avx2", false) => unsafe { layout.run_avx2::<false>(0..items) },
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU supports the path (see above).
             ("avx2", true) => unsafe { layout.run_avx2::<true>(0..items) },
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU supports the path (see above).
             ("avx512", false) => unsafe { layout.run_avx512::<false>(0..items) },
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU supports the path (see above).
             ("avx512", true) => unsafe { layout.run_avx512::<true>(0..items) },
             _ => unreachable!("unknown path {path}"),
         }

@@ -27,7 +27,8 @@ struct Cache {
     held_bytes: usize,
 }
 
-// The pointers in the cache are owned, unused allocations; moving them between threads is fine.
+// SAFETY: the pointers in the cache are owned allocations that no tensor uses; the cache is only
+// reached through its mutex, and moving ownership of raw memory between threads is fine.
 unsafe impl Send for Cache {}
 
 static CACHE: Mutex<Cache> = Mutex::new(Cache {
@@ -88,6 +89,9 @@ pub fn empty_cache() {
     for (class, list) in cache.free.iter_mut().enumerate() {
         for ptr in list.drain(..) {
             let bytes = class_bytes(class);
+            // SAFETY: every pointer in free list `class` was allocated by `raw_alloc` with
+            // `class_bytes(class)` bytes and `ALIGN` (a valid layout then, so now), and is owned by
+            // the cache alone; draining the list forgets it.
             unsafe {
                 dealloc(
                     ptr.as_ptr(),
@@ -113,7 +117,12 @@ pub(crate) struct Buffer {
     capacity: usize,
 }
 
+// SAFETY: a `Buffer` owns its allocation (it frees it exactly once, in `drop`) and holds no
+// thread-bound state, so it may move between threads.
 unsafe impl Send for Buffer {}
+// SAFETY: `&Buffer` only hands out the address (`as_ptr`); the buffer itself never reads or
+// writes the bytes. What is done with the bytes is governed by the kernels' own rules (see
+// `Storage`).
 unsafe impl Sync for Buffer {}
 
 impl Buffer {
@@ -135,6 +144,7 @@ impl Buffer {
             if let Some(ptr) = reused {
                 HITS.fetch_add(1, Ordering::Relaxed);
                 if zeroed {
+                    // SAFETY: a reused class buffer has exactly `rounded` bytes and we own it.
                     unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, rounded) };
                 }
                 return Some(Buffer {
@@ -167,6 +177,7 @@ impl Buffer {
 /// Allocates `bytes` aligned bytes, or `None` when the layout is invalid or memory is exhausted.
 fn raw_alloc(bytes: usize, zeroed: bool) -> Option<NonNull<u8>> {
     let layout = Layout::from_size_align(bytes, ALIGN).ok()?;
+    // SAFETY: `layout` has a non-zero size (`try_new` asks for at least one byte).
     let p = unsafe {
         if zeroed {
             alloc_zeroed(layout)
@@ -193,6 +204,8 @@ impl Drop for Buffer {
                 return;
             }
         }
+        // SAFETY: `ptr` came from `raw_alloc` with `capacity` bytes and `ALIGN` (a valid layout),
+        // and this buffer is its only owner.
         unsafe {
             dealloc(
                 self.ptr.as_ptr(),
@@ -244,6 +257,7 @@ mod tests {
         let second = Buffer::try_new(bytes, true).unwrap();
         // Another test thread may have taken it; only check the zeroing contract then.
         if second.as_ptr() as usize == addr {
+            // SAFETY: `second` owns at least `bytes` bytes, zeroed, so initialised.
             let s = unsafe { std::slice::from_raw_parts(second.as_ptr(), bytes) };
             assert!(s.iter().all(|&b| b == 0));
         }

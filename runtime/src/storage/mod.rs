@@ -9,6 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use allocator::Buffer;
 
 /// Shared storage behind one or more tensor views.
+///
+/// The bytes are shared mutable memory, like an `UnsafeCell<[u8]>` behind an `Arc`: every view
+/// holds a clone, and in-place ops write through a shared handle. Nothing here hands out
+/// references to the bytes; kernels get the address from [`Storage::ptr`] and follow the rules of
+/// `kernels::raw` (no `&mut` over memory an input may cover). Across threads the rule is the
+/// user's, as with any shared buffer: an in-place write to a tensor must not run concurrently
+/// with another access to the same elements (the library does not lock storages).
 #[derive(Clone)]
 pub struct Storage(Arc<StorageImpl>);
 

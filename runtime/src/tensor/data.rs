@@ -17,16 +17,25 @@ impl Tensor {
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.read_out("to_vec")
+    }
+
+    /// [`Tensor::to_vec`] with errors naming `op`.
+    fn read_out<T: Element>(&self, op: &str) -> Result<Vec<T>> {
         if self.dtype() != T::DTYPE {
             return Err(Error::dtype(
-                "to_vec",
+                op,
                 format!("tensor has dtype {}, requested {}", self.dtype(), T::DTYPE),
             ));
         }
         // Reading data records nothing, even for a non-contiguous tensor that requires grad.
         let _g = crate::autograd::no_grad();
         let src = self.contiguous()?;
-        let ptr = src.data_ptr("to_vec")? as *const T;
+        let ptr = src.data_ptr(op)?.cast::<T>().cast_const();
+        // SAFETY: `src` is contiguous with `T`'s dtype, so its `numel` elements are consecutive
+        // `T`s inside its storage, and they are initialised (every tensor's data is written before
+        // safe code can reach it: `Tensor::empty` zero-fills, op outputs are filled by their
+        // kernel). The slice lives only for this copy.
         Ok(unsafe { std::slice::from_raw_parts(ptr, src.numel()) }.to_vec())
     }
 
@@ -49,7 +58,7 @@ impl Tensor {
             ));
         }
         with_dtype!(self.dtype(), S => {
-            Ok(cast::<S, T>(self.to_vec::<S>()?[0]))
+            Ok(cast::<S, T>(self.read_out::<S>("item")?[0]))
         })
     }
 

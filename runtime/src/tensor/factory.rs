@@ -48,9 +48,11 @@ fn random_f64(
     seed: u64,
     fill: impl FnOnce(&mut SplitMix64, &mut [f64]),
 ) -> Result<Tensor> {
-    let t = Tensor::try_empty_with(op, shape, DType::F64, Device::Cpu, false)?;
+    let t = Tensor::try_zeros_with(op, shape, DType::F64)?;
     let n = t.numel();
-    let out = unsafe { std::slice::from_raw_parts_mut(t.data_ptr(op)? as *mut f64, n) };
+    // SAFETY: `t` is a fresh, zero-filled (so initialised), contiguous f64 tensor of `n` elements
+    // that no other handle can reach yet, so this is the only reference to its memory.
+    let out = unsafe { std::slice::from_raw_parts_mut(t.data_ptr(op)?.cast::<f64>(), n) };
     fill(&mut SplitMix64(seed), out);
     Ok(t)
 }
@@ -81,7 +83,9 @@ impl Tensor {
             ));
         }
         let t = Tensor::try_empty_with("from_vec", shape, T::DTYPE, Device::Cpu, false)?;
-        let ptr = t.data_ptr("from_vec")? as *mut T;
+        let ptr = t.data_ptr("from_vec")?.cast::<T>();
+        // SAFETY: `t` is fresh, contiguous and holds exactly `data.len()` elements of `T` (checked
+        // above), and a new allocation cannot overlap the caller's slice.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, data.len()) };
         Ok(t)
     }
@@ -105,7 +109,16 @@ impl Tensor {
         Tensor::from_impl(inner)
     }
 
-    /// An uninitialized tensor (contents are whatever the allocator returns).
+    /// A tensor to be overwritten. Its contents are zero: safe code never sees uninitialised
+    /// memory (reading it would be undefined behaviour, and for `bool` even a stray byte is).
+    /// Zeroing costs one `memset`; see [`Tensor::try_empty_uninit`] for writers that fill every
+    /// element themselves.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{Tensor, DType};
+    /// assert_eq!(Tensor::empty(&[3], DType::Bool).to_vec::<bool>()?, vec![false; 3]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
     ///
     /// # Panics
     /// When the shape is too large to allocate; [`Tensor::try_empty`] returns an error instead.
@@ -115,6 +128,17 @@ impl Tensor {
 
     /// Like [`Tensor::empty`], with an error when the shape overflows or memory runs out.
     pub fn try_empty(shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::try_zeros_with("empty", shape, dtype)
+    }
+
+    /// Like [`Tensor::try_empty`] without zeroing: the contents are whatever the allocator
+    /// returns. For code generators whose kernels write every element (the compiler's region
+    /// outputs).
+    ///
+    /// # Safety
+    /// Every element must be written (through [`Tensor::data_ptr_raw`]) before the tensor or any
+    /// view of it is read, passed to an op, or returned to safe code that might read it.
+    pub unsafe fn try_empty_uninit(shape: &[usize], dtype: DType) -> Result<Tensor> {
         Tensor::try_empty_with("empty", shape, dtype, Device::Cpu, false)
     }
 
@@ -145,10 +169,15 @@ impl Tensor {
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
     pub fn try_zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let bytes = checked_nbytes("zeros", shape, dtype)?;
+        Tensor::try_zeros_with("zeros", shape, dtype)
+    }
+
+    /// Zero-filled CPU storage for `shape`, with errors naming `op`.
+    fn try_zeros_with(op: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let bytes = checked_nbytes(op, shape, dtype)?;
         let storage = Storage::zeroed(bytes).ok_or_else(|| {
             Error::unsupported(
-                "zeros",
+                op,
                 format!(
                     "out of memory: cannot allocate {bytes} bytes for a tensor of shape {} and dtype {dtype}",
                     fmt_shape(shape)
@@ -225,11 +254,12 @@ impl Tensor {
         }
         let n = len.max(0.0) as usize;
         let values = Tensor::try_empty_with("arange", &[n], DType::F64, Device::Cpu, false)?;
-        let ptr = values.data_ptr("arange")? as *mut f64;
+        let ptr = values.data_ptr("arange")?.cast::<f64>();
         // Each value is computed from its index (not accumulated), so no error builds up.
-        let out = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
-        for (i, v) in out.iter_mut().enumerate() {
-            *v = start + i as f64 * step;
+        for i in 0..n {
+            // SAFETY: `values` is a fresh contiguous f64 tensor of `n` elements that nothing else
+            // can reach; writing (not reading) its uninitialised slots is fine.
+            unsafe { ptr.add(i).write(start + i as f64 * step) };
         }
         values.to_dtype(dtype)
     }
@@ -323,7 +353,7 @@ impl Tensor {
         Tensor::full(t.shape(), value, t.dtype())
     }
 
-    /// Uninitialized, with this tensor's shape and dtype.
+    /// Like [`Tensor::empty`] (zero-filled), with this tensor's shape and dtype.
     pub fn empty_like(t: &Tensor) -> Tensor {
         if t.is_fake() {
             return Tensor::empty_fake(t.shape(), t.dtype(), t.device());

@@ -243,6 +243,18 @@ impl Tensor {
             ));
         }
         let base = self.0.storage.ptr().ok_or_else(|| {
+            if crate::capture::current().is_some() {
+                // The user's closure is being traced on shape-only proxies.
+                return Error::unsupported(
+                    op,
+                    format!(
+                        "reading tensor data inside a compiled closure is not supported (tensor {} \
+                         is a capture proxy with no data); pass the value to the compiled \
+                         function as an input instead",
+                        self.meta()
+                    ),
+                );
+            }
             Error::unsupported(
                 op,
                 format!(
@@ -251,6 +263,8 @@ impl Tensor {
                 ),
             )
         })?;
+        // SAFETY: views are only built with offsets (and shapes/strides) that address elements
+        // inside their storage, so `offset` elements from the base stay within the allocation.
         Ok(unsafe { base.add(self.0.offset * self.0.dtype.size()) })
     }
 

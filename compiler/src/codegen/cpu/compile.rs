@@ -3,6 +3,7 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use tensorplay_ir::CompileKind;
 
 use cranelift_codegen::ir::types::I64;
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature};
@@ -58,7 +59,7 @@ fn isa() -> Result<OwnedTargetIsa> {
             .map_err(|e| format!("host ISA: {e}"))
     })
     .clone()
-    .map_err(|e| Error::Compile(format!("cpu codegen: {e}")))
+    .map_err(|e| Error::compile(CompileKind::Codegen, format!("cpu codegen: {e}")))
 }
 
 /// Integer `pow` with eager's semantics (wrapping repeated squaring; a negative exponent gives
@@ -211,7 +212,12 @@ impl CompiledKernel {
 
 /// Checks that `layout` fits `spec` (operand count, dim counts per loop kind).
 pub(crate) fn check_layout(spec: &KernelSpec, layout: &LoopLayout) -> Result<()> {
-    let err = |msg: String| Err(Error::Compile(format!("loop layout {layout}: {msg}")));
+    let err = |msg: String| {
+        Err(Error::compile(
+            CompileKind::Codegen,
+            format!("loop layout {layout}: {msg}"),
+        ))
+    };
     let nops = spec.inputs.len() + spec.outputs.len();
     if layout.classes.len() != nops {
         return err(format!("{nops} operands need {nops} stride classes"));
@@ -325,8 +331,9 @@ pub fn compile_with(
     let t0 = Instant::now();
     spec.validate()?;
     check_layout(spec, layout)?;
-    let cerr =
-        |what: &str, e: &dyn std::fmt::Display| Error::Compile(format!("cpu codegen: {what}: {e}"));
+    let cerr = |what: &str, e: &dyn std::fmt::Display| {
+        Error::compile(CompileKind::Codegen, format!("cpu codegen: {what}: {e}"))
+    };
     let isa = isa()?;
     let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
     MathShims::register_symbols(&mut jb);

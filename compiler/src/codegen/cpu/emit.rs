@@ -13,6 +13,7 @@ use cranelift_codegen::ir::types::{F32, F32X4, F64, F64X2, I8, I16X8, I32, I32X4
 use cranelift_codegen::ir::{Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::FunctionBuilder;
+use tensorplay_ir::CompileKind;
 use tensorplay_ir::{DType, Error, Result, ScalarOp};
 
 use super::args::offsets;
@@ -118,7 +119,7 @@ pub(super) fn choose_lanes(spec: &KernelSpec, live: &[bool]) -> Lanes {
 }
 
 fn internal(msg: impl Into<String>) -> Error {
-    Error::Compile(format!("cpu codegen: {}", msg.into()))
+    Error::compile(CompileKind::Codegen, format!("cpu codegen: {}", msg.into()))
 }
 
 /// Memory flags of tensor data accesses: never trapping, alignment not assumed.

@@ -6,6 +6,7 @@
 
 use rayon::prelude::*;
 use smallvec::{SmallVec, smallvec};
+use tensorplay_ir::CompileKind;
 use tensorplay_ir::shape::{broadcast_shapes, broadcast_strides, fmt_shape};
 use tensorplay_ir::{DType, Device, Error, ReduceOp, Result};
 use tensorplay_runtime::Tensor;
@@ -653,9 +654,10 @@ impl CompiledKernel {
         }
         let spec = self.spec();
         if p.rank != spec.rank || p.kind != spec.kind {
-            return Err(Error::Compile(format!(
-                "{OP}: a launch plan made for another kernel spec"
-            )));
+            return Err(Error::compile(
+                CompileKind::Launch,
+                format!("{OP}: a launch plan made for another kernel spec"),
+            ));
         }
         let ptrs = bind(spec, inputs, outputs)?;
         self.run_plan(p, &ptrs)?;
@@ -678,12 +680,15 @@ impl CompiledKernel {
         let dims = p.layout.dims;
         let nops = self.spec().inputs.len() + self.spec().outputs.len();
         if p.shape.len() != dims || ptrs.len() != nops || p.strides.len() != dims * nops {
-            return Err(Error::Compile(format!(
-                "{OP}: a launch plan for {dims} dims is inconsistent (or detached from its \
+            return Err(Error::compile(
+                CompileKind::Launch,
+                format!(
+                    "{OP}: a launch plan for {dims} dims is inconsistent (or detached from its \
                  tensors: launch it with `relaunch`)"
-            )));
+                ),
+            ));
         }
-        // SAFETY (for the entry calls below): `p` was built by `plan` for this spec and its
+        // SAFETY: (for the entry calls below) `p` was built by `plan` for this spec and its
         // layout is this kernel's.
         let entry = unsafe { self.entry() };
         let weight = self.work_weight();
@@ -739,6 +744,8 @@ impl CompiledKernel {
         // Loop dim 0 is the (size-1) kept dim, dim 1 the outermost reduced dim.
         let r0 = p.shape[1] as usize;
         let chunks = (p.per_unit / MIN_CHUNK).min(threads * 4).min(r0);
+        // SAFETY: (for the entry calls below) `launch_plan` checked that `p` was built for this
+        // spec and layout, and the chunk arguments below stay inside the plan's range.
         let entry = unsafe { self.entry() };
         if chunks < 2 {
             let args = KernelArgs {
@@ -805,10 +812,12 @@ impl CompiledKernel {
             call(entry, &tail, 0, 1);
             used += 1;
         }
-        let d = self
-            .spec()
-            .value_dtype(value)
-            .ok_or_else(|| Error::Compile(format!("{OP}: reduced value has no dtype")))?;
+        let d = self.spec().value_dtype(value).ok_or_else(|| {
+            Error::compile(
+                CompileKind::Launch,
+                format!("{OP}: reduced value has no dtype"),
+            )
+        })?;
         let out_dtype = self.spec().outputs[0];
         let out = ptrs[nin];
         let parts = &partials[..used];

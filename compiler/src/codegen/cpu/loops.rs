@@ -7,6 +7,7 @@ use cranelift_codegen::ir::types::{F32, F32X4, F64, F64X2, I8, I32, I64};
 use cranelift_codegen::ir::{
     Block, BlockArg, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Type, Value,
 };
+use tensorplay_ir::CompileKind;
 use tensorplay_ir::{DType, Error, ReduceOp, Result};
 
 use super::emit::{Emitter, Lanes, Row};
@@ -52,7 +53,7 @@ fn args(vals: &[Value]) -> Vec<BlockArg> {
 }
 
 fn internal(msg: impl Into<String>) -> Error {
-    Error::Compile(format!("cpu codegen: {}", msg.into()))
+    Error::compile(CompileKind::Codegen, format!("cpu codegen: {}", msg.into()))
 }
 
 /// The vector form of a row constant in a vector step, else its scalar form.

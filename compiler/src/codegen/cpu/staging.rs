@@ -24,6 +24,7 @@ use cranelift_codegen::ir::{
     AbiParam, Block, BlockArg, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind,
     Value,
 };
+use tensorplay_ir::CompileKind;
 use tensorplay_ir::{DType, Error, Result, ScalarOp};
 
 use super::emit::{Emitter, Lanes, Row};
@@ -337,7 +338,7 @@ impl std::fmt::Display for StagePlan {
 }
 
 fn internal(msg: impl Into<String>) -> Error {
-    Error::Compile(format!("cpu codegen: {}", msg.into()))
+    Error::compile(CompileKind::Codegen, format!("cpu codegen: {}", msg.into()))
 }
 
 fn args(vals: &[Value]) -> Vec<BlockArg> {

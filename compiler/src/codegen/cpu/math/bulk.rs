@@ -52,6 +52,7 @@
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
 use std::sync::OnceLock;
+use tensorplay_ir::CompileKind;
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{F32, F32X4};
@@ -345,7 +346,10 @@ impl InlineLoop {
     /// ```
     pub fn compile(op: BulkOp) -> Result<InlineLoop> {
         let err = |what: &str, e: &dyn std::fmt::Display| {
-            Error::Compile(format!("inline math loop for {}: {what}: {e}", op.name()))
+            Error::compile(
+                CompileKind::Codegen,
+                format!("inline math loop for {}: {what}: {e}", op.name()),
+            )
         };
         let mut flags = settings::builder();
         flags
@@ -583,7 +587,7 @@ fn block_boundary() {
 #[inline(always)]
 unsafe fn run1<O: Unary, const B: usize, const L: usize>(x: *const f32, out: *mut f32, n: usize) {
     let mut i = 0;
-    // SAFETY (all blocks): `i + len <= n`.
+    // SAFETY: (all blocks) `i + len <= n`.
     unsafe {
         while n - i >= B {
             block1::<O, B>(x.add(i), out.add(i), B);
@@ -639,7 +643,7 @@ unsafe fn run2<O: Binary, const B: usize, const L: usize>(
     n: usize,
 ) {
     let mut i = 0;
-    // SAFETY (all blocks): `i + len <= n`.
+    // SAFETY: (all blocks) `i + len <= n`.
     unsafe {
         while n - i >= B {
             block2::<O, B>(a.add(i), b.add(i), out.add(i), B);
@@ -686,7 +690,7 @@ unsafe fn run_s<O: WithScalar, const B: usize, const L: usize>(
     n: usize,
 ) {
     let mut i = 0;
-    // SAFETY (all blocks): `i + len <= n`.
+    // SAFETY: (all blocks) `i + len <= n`.
     unsafe {
         while n - i >= B {
             block_s::<O, B>(x.add(i), s, out.add(i), B);

@@ -1,0 +1,110 @@
+//! Errors name what the user did: the size, argument, op and index they passed, and the actual
+//! rank, rather than an internal stand-in.
+
+use tensorplay::compiler::compile;
+use tensorplay::library::{self, Library};
+use tensorplay::{DType, Error, Result, Tensor};
+
+fn assert_mentions(err: &Error, needles: &[&str]) {
+    let msg = err.to_string();
+    for n in needles {
+        assert!(msg.contains(n), "`{msg}` should mention `{n}`");
+    }
+}
+
+#[test]
+fn view_reports_the_size_given() {
+    let x = Tensor::zeros(&[4], DType::F32);
+    let err = x.view(&[usize::MAX, 2]).unwrap_err();
+    assert!(matches!(err, Error::Argument { .. }), "{err:?}");
+    assert_mentions(&err, &["view", &usize::MAX.to_string()]);
+    assert!(!err.to_string().contains("-1"), "{err}");
+    let err = x.expand(&[usize::MAX, 4]).unwrap_err();
+    assert_mentions(&err, &["expand", &usize::MAX.to_string()]);
+}
+
+#[test]
+fn arg_names_with_the_wrong_count_names_the_op_and_arg_names() {
+    let err = library::custom_op("em_argnames::mul")
+        .arg_names(&["x"])
+        .build(|x: Tensor, y: Tensor| -> Result<Tensor> { x.mul(&y) })
+        .unwrap_err();
+    assert_mentions(
+        &err,
+        &["em_argnames::mul", "arg_names", "2 names", "1 names"],
+    );
+}
+
+#[test]
+fn dispatch_key_errors_name_dispatch_key() -> Result<()> {
+    let lib = Library::new("em_dispatch_key", "DEF")?;
+    lib.define("twice(Tensor x) -> Tensor", "", &[])?;
+    let kernel = |x: Tensor| -> Result<Tensor> { x.mul_scalar(2.0) };
+    let err = lib
+        .r#impl("twice", kernel, "CPU", "NoSuchKey", true)
+        .unwrap_err();
+    assert_mentions(&err, &["dispatch_key", "NoSuchKey"]);
+    let err = lib.r#impl("twice", kernel, "tpu", "", true).unwrap_err();
+    assert_mentions(&err, &["device_type", "tpu"]);
+    Ok(())
+}
+
+#[test]
+fn rank_errors_state_the_actual_rank() {
+    let x = Tensor::zeros(&[2, 3, 4], DType::F32);
+    assert_mentions(&x.t().unwrap_err(), &["rank 3"]);
+    assert_mentions(&x.permute(&[1, 0]).unwrap_err(), &["rank-3", "2 dims"]);
+    assert_mentions(&x.expand(&[3, 4]).unwrap_err(), &["rank 3", "rank 2"]);
+    assert_mentions(&x.softmax(3).unwrap_err(), &["rank 3"]);
+    assert_mentions(
+        &x.sum_to_shape(&[1, 2, 3, 4]).unwrap_err(),
+        &["rank 3", "rank 4"],
+    );
+}
+
+#[test]
+fn reading_data_inside_a_compiled_closure_says_what_to_do() {
+    for read in [0, 1] {
+        let f = compile(move |xs: &[Tensor]| {
+            let s: f32 = if read == 0 {
+                xs[0].sum_all()?.item::<f32>()?
+            } else {
+                xs[0].to_vec::<f32>()?[0]
+            };
+            Ok(vec![xs[0].mul_scalar(s as f64)?])
+        });
+        let err = f.call(&[Tensor::ones(&[3], DType::F32)]).unwrap_err();
+        let op = if read == 0 { "item" } else { "to_vec" };
+        assert_mentions(
+            &err,
+            &[
+                op,
+                "inside a compiled closure is not supported",
+                "as an input",
+            ],
+        );
+    }
+}
+
+#[test]
+fn compile_errors_carry_a_matchable_kind() {
+    use tensorplay::CompileKind;
+    use tensorplay::ir::graph::GraphBuilder;
+    use tensorplay::ir::{Device, TensorMeta};
+
+    let mut b = GraphBuilder::new();
+    b.input("x", TensorMeta::new(&[2], DType::F32, Device::Cpu));
+    let err = b.graph().outputs().unwrap_err();
+    assert_eq!(err.compile_kind(), Some(CompileKind::Graph), "{err:?}");
+
+    // A tensor the closure closes over that is too large to become a constant.
+    let big = Tensor::ones(&[1000], DType::F32);
+    let f = compile(move |xs: &[Tensor]| Ok(vec![xs[0].add(&big)?]));
+    let err = f.call(&[Tensor::ones(&[1000], DType::F32)]).unwrap_err();
+    assert!(
+        matches!(&err, Error::Compile { kind: CompileKind::Capture, msg } if msg.contains("inputs")),
+        "{err:?}"
+    );
+    assert_eq!(err.compile_kind(), Some(CompileKind::Capture));
+    assert_eq!(Error::shape("add", "x").compile_kind(), None);
+}
