@@ -13,7 +13,9 @@
 //!
 //! Also: plain-store copy and triad bandwidth at 2^24 (the physical limit), the compile latency
 //! of single fused kernels and of a 20-node elementwise graph, and the per-call overhead of a
-//! compiled graph on 16 elements.
+//! compiled graph on 16 elements, and (`constants_as_args`) W1's and W3's kernels with their
+//! scalar constants as kernel arguments (what the compiler emits) against the same kernels with
+//! the constants inlined as immediates.
 //!
 //! Throughput is the anchors' "min bytes moved" per element. Every benchmark id carries the
 //! thread count (`/1T`, `/2T`): TensorPlay's pool size is read once from `TP_NUM_THREADS`, so run
@@ -34,7 +36,8 @@ use criterion::{
 };
 use rayon::prelude::*;
 use tensorplay::compiler::capture::{CaptureOptions, capture};
-use tensorplay::compiler::codegen::{cache, cpu, kernel::lower};
+use tensorplay::compiler::codegen::kernel::{Inst, KernelSpec, Lit, lower};
+use tensorplay::compiler::codegen::{cache, cpu};
 use tensorplay::compiler::{compile, tp_compile};
 use tensorplay::ir::{Device, TensorMeta};
 use tensorplay::{DType, Result, Tensor};
@@ -565,6 +568,77 @@ fn call_overhead(c: &mut Criterion) {
     g.finish();
 }
 
+/// The spec with every scalar argument replaced by its value as an immediate constant (how
+/// kernels were compiled before constants became arguments).
+fn inline_params(spec: &KernelSpec, values: &[Lit]) -> KernelSpec {
+    let mut s = spec.clone();
+    for inst in &mut s.insts {
+        if let Inst::Param { index, dtype } = *inst {
+            *inst = Inst::Const {
+                value: values[index],
+                dtype,
+            };
+        }
+    }
+    s
+}
+
+/// Kernel time with constants as arguments vs inlined, W1 and W3, 1-D/2-D at 2^16 and 2^20.
+fn constants_as_args(c: &mut Criterion) {
+    let tid = threads_id();
+    let list: [(&str, Workload); 2] = [("W1_gelu_tanh", w1), ("W3_bias_relu_add", w3)];
+    for log in [16u32, 20] {
+        let n = 1usize << log;
+        for (name, f) in list {
+            let inputs: Vec<Tensor> = if name.starts_with("W1") {
+                vec![Tensor::randn_seeded(&[n], DType::F32, 1).unwrap()]
+            } else {
+                vec![
+                    Tensor::randn_seeded(&[n / COLS, COLS], DType::F32, 1).unwrap(),
+                    Tensor::randn_seeded(&[COLS], DType::F32, 2).unwrap(),
+                    Tensor::randn_seeded(&[n / COLS, COLS], DType::F32, 3).unwrap(),
+                ]
+            };
+            let metas: Vec<TensorMeta> = inputs.iter().map(Tensor::meta).collect();
+            let graph = capture(f, &metas, CaptureOptions { dynamic: true }).unwrap();
+            let compiled = tp_compile(&graph).unwrap();
+            let lowered = lower(compiled.graph(), &compiled.plan().regions[0]).unwrap();
+            let inlined = inline_params(&lowered.spec, &lowered.params);
+            let ins: Vec<&Tensor> = inputs.iter().collect();
+            let shape = inputs[0].shape().to_vec();
+            let (o1, o2) = (
+                Tensor::zeros(&shape, DType::F32),
+                Tensor::zeros(&shape, DType::F32),
+            );
+            let layout = cpu::plan(&lowered.spec, &ins, &[&o1], None)
+                .unwrap()
+                .layout()
+                .clone();
+            let k_args = cpu::compile(&lowered.spec, &layout).unwrap();
+            let k_inl = cpu::compile(&inlined, &layout).unwrap();
+            k_args
+                .launch_with_params(&ins, &[&o1], &lowered.params)
+                .unwrap();
+            k_inl.launch(&ins, &[&o2]).unwrap();
+            assert_eq!(vec_of(&o1), vec_of(&o2), "{name}: the same results");
+            let mut g = c.benchmark_group(format!("constants_as_args_{name}_2^{log}"));
+            configure(&mut g, log);
+            g.throughput(Throughput::Elements(n as u64));
+            g.bench_function(BenchmarkId::new("args", &tid), |b| {
+                b.iter(|| {
+                    k_args
+                        .launch_with_params(&ins, &[&o1], &lowered.params)
+                        .unwrap()
+                })
+            });
+            g.bench_function(BenchmarkId::new("inlined", &tid), |b| {
+                b.iter(|| k_inl.launch(&ins, &[&o2]).unwrap())
+            });
+            g.finish();
+        }
+    }
+}
+
 /// No plots and fewer bootstrap resamples: the analysis stays a small part of the run.
 fn config() -> Criterion {
     Criterion::default().without_plots().nresamples(20_000)
@@ -573,6 +647,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = call_overhead, compile_latency, workloads
+    targets = call_overhead, compile_latency, constants_as_args, workloads
 }
 criterion_main!(benches);

@@ -44,6 +44,8 @@ struct TraceState {
     last_writer: HashMap<ValueRef, NodeId>,
     /// Every tensor seen, kept alive so identities stay unique during the trace.
     keep_alive: Vec<Tensor>,
+    /// Real tensors the closure closes over, captured as literal constants.
+    constants: Vec<Tensor>,
 }
 
 struct Tracer {
@@ -124,7 +126,32 @@ impl TraceState {
         let v = self.builder.constant(c, t.device())?;
         self.values.insert(t.identity(), v);
         self.keep_alive.push(t.clone());
+        self.constants.push(t.clone());
         Ok(v)
+    }
+
+    /// Refuses a mutation of a tensor the closure closes over (or of a view of one): the graph
+    /// would hold a copy of it as a constant, so compiled calls would update the copy — not the
+    /// tensor — and read stale values. Checked before the op runs, so the tensor is untouched.
+    /// Tensors computed during the trace (even from closed-over ones) are graph values and may
+    /// be mutated.
+    fn check_mutation_target(&self, op: &str, t: &Tensor) -> Result<()> {
+        if t.is_fake() {
+            return Ok(());
+        }
+        let seen = self.values.contains_key(&t.identity());
+        let aliases_constant = self.constants.iter().any(|c| c.storage().same(t.storage()));
+        if seen && !aliases_constant {
+            return Ok(());
+        }
+        Err(Error::compile(
+            CompileKind::Capture,
+            format!(
+                "`{op}` mutates {t:?}, a tensor the compiled closure closes over or made outside \
+                 the trace (not derived from its inputs); compiled calls would update a copy of \
+                 it captured as a constant. Pass it to the compiled function as an input instead"
+            ),
+        ))
     }
 
     /// Builder arguments for `args`, named after the schema's parameters.
@@ -226,6 +253,13 @@ impl TraceState {
 
 impl Tracer {
     fn record_builtin(&self, op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
+        if op.class == OpClass::Mutating
+            && let Some(target) = args.iter().flat_map(Value::tensors).next()
+        {
+            self.state
+                .borrow()
+                .check_mutation_target(&format!("tp::{}", op.name), target)?;
+        }
         let outs = {
             let _off = suspend();
             dispatch::call(op, args)?
@@ -288,13 +322,23 @@ impl Tracer {
                 ),
             ));
         }
+        let declared = op.schema().mutated_params();
+        {
+            let st = self.state.borrow();
+            for (p, v) in op.schema().params.iter().zip(args) {
+                if declared.contains(&p.name.as_str()) {
+                    for t in v.tensors() {
+                        st.check_mutation_target(op.qualname(), t)?;
+                    }
+                }
+            }
+        }
         let outs = {
             let _off = suspend();
             dispatch::call_bound(op, args)?
         };
         let mut st = self.state.borrow_mut();
         let (bargs, reads) = st.builder_args(op.schema(), args)?;
-        let declared = op.schema().mutated_params();
         let mutated: Vec<ValueRef> = op
             .schema()
             .params

@@ -1,7 +1,14 @@
 //! The front door: [`tp_compile`] for graphs, [`compile`] for closures (capture on first call,
 //! re-capture when inputs fail the guards, like `torch.compile`).
+//!
+//! A [`CompiledFn`] keeps at most [`CompiledFn::recompile_limit`] graphs (default
+//! [`DEFAULT_RECOMPILE_LIMIT`], like torch's `cache_size_limit`). A guard miss past the limit
+//! runs the closure eagerly — same results, no compiling, nothing more kept — and counts it in
+//! [`CompiledFn::eager_calls`]. `TP_LOGS=recompiles` prints, for every recompile, which guard
+//! of each compiled graph missed and why, and when the limit sends calls to eager.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use tensorplay_ir::{Graph, Result, TensorMeta};
@@ -9,6 +16,10 @@ use tensorplay_runtime::Tensor;
 
 use crate::capture::{CaptureOptions, capture};
 use crate::executor::CompiledGraph;
+use crate::passes::logging;
+
+/// How many graphs a [`CompiledFn`] compiles before further guard misses run eagerly.
+pub const DEFAULT_RECOMPILE_LIMIT: usize = 8;
 
 /// Compiles a graph: dead-code elimination, fusion between barriers, buffer planning and
 /// lowering; kernels are generated (and cached) on first use.
@@ -37,32 +48,107 @@ pub struct CompiledFn {
     opts: CaptureOptions,
     /// Compiled graphs, newest last; the first whose guards accept the inputs runs.
     entries: Mutex<Vec<Arc<CompiledGraph>>>,
+    /// Most graphs kept; misses past it run eagerly.
+    limit: usize,
+    /// Calls that ran eagerly because the limit was reached.
+    eager: AtomicUsize,
 }
 
 impl CompiledFn {
     /// Runs the compiled closure: the first call captures and compiles; later calls reuse the
     /// compiled graph when the inputs pass its guards (same rank, dtype, device and size-1 dims —
-    /// other sizes are dynamic), and re-capture otherwise.
+    /// other sizes are dynamic), and re-capture otherwise — up to the recompile limit, past
+    /// which the closure runs eagerly (see the [module docs](self)).
     pub fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let found = self
-            .entries
-            .lock()
-            .iter()
-            .rev()
-            .find(|g| g.accepts(inputs))
-            .cloned();
-        match found {
+        let (found, held) = {
+            let entries = self.entries.lock();
+            let found = entries.iter().rev().find(|g| g.accepts(inputs)).cloned();
+            (found, entries.len())
+        };
+        if let Some(g) = found {
             // The guards were just checked: run without checking them again.
-            Some(g) => g.run_accepted(inputs),
-            None => {
-                let metas: Vec<TensorMeta> = inputs.iter().map(Tensor::meta).collect();
-                let f = self.f.clone();
-                let g = capture(|xs| f(xs), &metas, self.opts)?;
-                let compiled = Arc::new(CompiledGraph::new(&g)?);
-                self.entries.lock().push(compiled.clone());
-                compiled.run(inputs)
+            return g.run_accepted(inputs);
+        }
+        if held >= self.limit {
+            self.eager.fetch_add(1, Ordering::Relaxed);
+            logging::log("recompiles", || {
+                format!(
+                    "recompile limit ({}) reached: running eagerly\n{}",
+                    self.limit,
+                    self.misses(inputs)
+                )
+            });
+            return (self.f)(inputs);
+        }
+        logging::log("recompiles", || {
+            if held == 0 {
+                "compiling graph 1 (first call)".to_string()
+            } else {
+                format!(
+                    "compiling graph {} (limit {})\n{}",
+                    held + 1,
+                    self.limit,
+                    self.misses(inputs)
+                )
+            }
+        });
+        let metas: Vec<TensorMeta> = inputs.iter().map(Tensor::meta).collect();
+        let f = self.f.clone();
+        let g = capture(|xs| f(xs), &metas, self.opts)?;
+        let compiled = Arc::new(CompiledGraph::new(&g)?);
+        {
+            // Another thread may have compiled meanwhile: never keep more than the limit.
+            let mut entries = self.entries.lock();
+            if entries.len() < self.limit {
+                entries.push(compiled.clone());
             }
         }
+        compiled.run(inputs)
+    }
+
+    /// Why each compiled graph rejects `inputs`, one line per graph (for `TP_LOGS=recompiles`).
+    fn misses(&self, inputs: &[Tensor]) -> String {
+        self.entries
+            .lock()
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let why = g
+                    .guard_failure(inputs)
+                    .unwrap_or_else(|| "accepts the inputs".into());
+                format!("  graph {}: {why}", i + 1)
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The same closure with another recompile limit (at least 1): the most graphs it keeps;
+    /// a guard miss past it runs the closure eagerly.
+    ///
+    /// ```
+    /// use tensorplay_compiler::compile;
+    /// use tensorplay_runtime::{DType, Tensor};
+    /// let f = compile(|xs: &[Tensor]| Ok(vec![xs[0].add_scalar(1.0)?])).with_recompile_limit(1);
+    /// f.call(&[Tensor::ones(&[3], DType::F32)])?;
+    /// // Another dtype misses the guards; past the limit it runs eagerly, with eager's result.
+    /// let y = f.call(&[Tensor::ones(&[3], DType::F64)])?;
+    /// assert_eq!(y[0].to_vec::<f64>()?, vec![2.0; 3]);
+    /// assert_eq!((f.num_compiled(), f.eager_calls()), (1, 1));
+    /// # Ok::<(), tensorplay_ir::Error>(())
+    /// ```
+    pub fn with_recompile_limit(mut self, limit: usize) -> CompiledFn {
+        self.limit = limit.max(1);
+        self
+    }
+
+    /// The most graphs this closure compiles.
+    pub fn recompile_limit(&self) -> usize {
+        self.limit
+    }
+
+    /// How many calls ran eagerly because the recompile limit was reached.
+    pub fn eager_calls(&self) -> usize {
+        self.eager.load(Ordering::Relaxed)
     }
 
     /// How many graphs have been compiled (one per guard miss).
@@ -105,5 +191,7 @@ pub fn compile_with(
         f: Arc::new(f),
         opts,
         entries: Mutex::new(Vec::new()),
+        limit: DEFAULT_RECOMPILE_LIMIT,
+        eager: AtomicUsize::new(0),
     }
 }

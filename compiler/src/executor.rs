@@ -25,7 +25,7 @@ use tensorplay_runtime::library::{Operator, registry};
 use tensorplay_runtime::{Scalar, Tensor, Value};
 
 use crate::codegen::cache;
-use crate::codegen::cpu::{CompiledKernel, LaunchPlan, plan as plan_launch};
+use crate::codegen::cpu::{CompiledKernel, LaunchPlan, ScalarArgs, plan as plan_launch};
 use crate::codegen::kernel::{LoweredRegion, lower};
 use crate::passes::{BufferPlan, FusionPlan, RegionKind, Step, buffer_plan, dce, fusion, logging};
 
@@ -49,6 +49,8 @@ struct NodeCall {
 /// One fused region with its lowered kernel spec.
 struct RegionRun {
     lowered: LoweredRegion,
+    /// The kernel's scalar arguments (the region's scalar constants), encoded once.
+    params: ScalarArgs,
     ins: Vec<usize>,
     outs: Vec<usize>,
     /// The value whose shape is the loop's iteration shape.
@@ -101,7 +103,9 @@ type Env = SmallVec<[Option<Tensor>; 16]>;
 
 enum Exec {
     Node(NodeCall),
-    Region(RegionRun),
+    /// Boxed: a region (its lowered spec, scalar arguments and cached launch) is much larger
+    /// than a node call.
+    Region(Box<RegionRun>),
 }
 
 /// Run-time facts about each graph input that the compiled code relies on.
@@ -282,7 +286,9 @@ impl CompiledGraph {
                         RegionKind::Reduction { reduction, .. } => graph.args_of(*reduction)?[0],
                         RegionKind::Softmax { node, .. } => graph.args_of(*node)?[0],
                     };
-                    steps.push(Exec::Region(RegionRun {
+                    let params = ScalarArgs::new(&lowered.spec.param_dtypes(), &lowered.params)?;
+                    steps.push(Exec::Region(Box::new(RegionRun {
+                        params,
                         ins: lowered
                             .inputs
                             .iter()
@@ -296,7 +302,7 @@ impl CompiledGraph {
                         iter_value: id(iter_ref)?,
                         lowered,
                         last: Mutex::new(None),
-                    }));
+                    })));
                 }
             }
         }
@@ -482,6 +488,12 @@ impl CompiledGraph {
         Ok(())
     }
 
+    /// Why `inputs` fail this graph's guards (which input, what was compiled for and what came),
+    /// or `None` when they pass.
+    pub fn guard_failure(&self, inputs: &[Tensor]) -> Option<String> {
+        self.check_guards(inputs).err().map(|e| e.to_string())
+    }
+
     /// True when `inputs` pass this graph's guards.
     pub fn accepts(&self, inputs: &[Tensor]) -> bool {
         inputs.len() == self.guards.len()
@@ -632,7 +644,10 @@ impl CompiledGraph {
         let mut env = self.env_with_inputs(inputs);
         for (si, step) in self.steps.iter().enumerate() {
             match step {
-                Exec::Node(call) => Self::call_node(call, &mut env)?,
+                Exec::Node(call) => {
+                    Self::call_node(call, &mut env)?;
+                    self.check_node_outputs(call, &shapes.shapes, &env)?;
+                }
                 Exec::Region(r) => self.run_region(r, &shapes.shapes, &mut env)?,
             }
             for &v in &self.dies_after[si] {
@@ -640,6 +655,38 @@ impl CompiledGraph {
             }
         }
         self.collect_outputs(&env)
+    }
+
+    /// The outputs of a node run through the dispatcher must be what shape inference (the ops'
+    /// fake kernels) said: the kernels after it were planned for those shapes and dtypes. An op
+    /// whose real kernel disagrees with its fake kernel is named here.
+    fn check_node_outputs(
+        &self,
+        call: &NodeCall,
+        shapes: &[Shape],
+        env: &[Option<Tensor>],
+    ) -> Result<()> {
+        for (k, &o) in call.outs.iter().enumerate() {
+            let Some(t) = &env[o] else { continue };
+            let (want_shape, want_dtype) = (&shapes[o], self.dtypes[o]);
+            if t.shape() != want_shape.as_slice() || t.dtype() != want_dtype {
+                return Err(Error::argument(
+                    call.op.qualname(),
+                    format!("output {k}"),
+                    format!(
+                        "{want_dtype}{} (what its fake kernel said)",
+                        tensorplay_ir::shape::fmt_shape(want_shape)
+                    ),
+                    format!(
+                        "{}{} from its kernel; the fake kernel must return the real kernel's \
+                         shapes and dtypes",
+                        t.dtype(),
+                        tensorplay_ir::shape::fmt_shape(t.shape())
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn run_region(
@@ -674,7 +721,7 @@ impl CompiledGraph {
             let reused = match &last {
                 Some(c) => c
                     .kernel
-                    .relaunch(&c.plan, &in_refs, &out_refs, iter_shape)?,
+                    .relaunch(&c.plan, &in_refs, &out_refs, iter_shape, &r.params)?,
                 None => false,
             };
             if !reused {
@@ -684,7 +731,7 @@ impl CompiledGraph {
                     Some(c) if c.kernel.layout() == plan.layout() => c.kernel.clone(),
                     _ => cache::get_or_compile(spec, plan.layout())?,
                 };
-                kernel.launch_plan(&plan)?;
+                kernel.launch_plan(&plan, &r.params)?;
                 *r.last.lock() = Some(Arc::new(CachedLaunch {
                     plan: plan.detach(),
                     kernel,

@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use tensorplay_compiler::codegen::cache;
 use tensorplay_compiler::codegen::cpu::{self, live_kernels};
-use tensorplay_compiler::codegen::kernel::{LoopKind, StrideClass, lower};
+use tensorplay_compiler::codegen::kernel::{Lit, LoopKind, StrideClass, lower};
 use tensorplay_compiler::passes::region::{Region, RegionKind};
 use tensorplay_ir::graph::{BuilderArg, Constant, Graph, GraphBuilder};
 use tensorplay_ir::{DType, Device, NodeId, OpClass, ReduceOp, TensorMeta, ValueRef};
@@ -112,7 +112,7 @@ fn run(g: &Graph, region: &Region, feed: &HashMap<ValueRef, Tensor>) -> R<Vec<Te
         })
         .collect();
     let out_refs: Vec<&Tensor> = outs.iter().collect();
-    cache::launch(&lowered.spec, &inputs, &out_refs)?;
+    cache::launch_lowered(&lowered, &inputs, &out_refs)?;
     Ok(outs)
 }
 
@@ -828,7 +828,7 @@ fn writes_through_a_transposed_output_view() -> R<()> {
     let inputs: Vec<&Tensor> = lowered.inputs.iter().map(|v| &feed[v]).collect();
     let backing = Tensor::zeros(&[cols, rows], DType::F32);
     let out = backing.t()?;
-    let k = cache::launch(&lowered.spec, &inputs, &[&out])?;
+    let k = cache::launch_lowered(&lowered, &inputs, &[&out])?;
     assert_eq!(k.layout().classes.last(), Some(&StrideClass::Strided));
     assert_same(
         &out.contiguous()?,
@@ -1323,7 +1323,7 @@ fn one_artifact_serves_every_size_with_the_same_layout() -> R<()> {
         let feed = HashMap::from([(x, xt.clone()), (bias, bt.clone()), (r, rt.clone())]);
         let inputs: Vec<&Tensor> = lowered.inputs.iter().map(|v| &feed[v]).collect();
         let out = Tensor::zeros(&[rows, cols], DType::F32);
-        let k = cache::launch(&lowered.spec, &inputs, &[&out])?;
+        let k = cache::launch_lowered(&lowered, &inputs, &[&out])?;
         assert_same(&out, &xt.add(&bt)?.relu()?.add(&rt)?, "w3");
         assert!(cache::contains(&lowered.spec, k.layout()));
         arts.push((lowered.spec, k));
@@ -1509,10 +1509,11 @@ fn specs_print_stably_and_reduction_prologues_fuse() -> R<()> {
   %1 = cast %0 : f32
   %2 = load in1 : f32
   %3 = mul(%1, %2) : f32
-  %4 = const 0.0 : f32
+  %4 = param 0 : f32
   %5 = gt(%3, %4) in f32 : bool
 "
     );
+    assert_eq!(lowered.params, vec![Lit::Float(0.0)]);
     let xt = ints(&[6, 9], DType::I32, 10, 100);
     let wt = randn(&[9], DType::F32, 101);
     let out = run(
@@ -1936,14 +1937,13 @@ fn pow_by_small_integer_constants_lowers_to_products() -> R<()> {
              %6 = const inf : f32\n  %7 = where(%5, %6, %3) : f32\n  store out0, %7\n"
         )
     );
-    // Other exponents keep the general pow.
+    // Other exponents keep the general pow, the exponent a kernel argument.
     for c in [2.5, 5.0, -2.0, 1.0 + 2f64.powi(-20), f64::NAN] {
         assert_eq!(
             text(DType::F32, float_c(c))?,
             format!(
-                "{head}  %0 = load in0 : f32\n  %1 = const {} : f32\n  %2 = pow(%0, %1) : f32\n  \
-                 store out0, %2\n",
-                tensorplay_ir::graph::attr::fmt_float(c as f32 as f64)
+                "{head}  %0 = load in0 : f32\n  %1 = param 0 : f32\n  %2 = pow(%0, %1) : f32\n  \
+                 store out0, %2\n"
             ),
             "exponent {c}"
         );

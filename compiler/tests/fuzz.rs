@@ -5,8 +5,11 @@
 //! operands, casts, `where`, `clamp`) over 1–4 inputs whose shapes broadcast (ranks 0–4, size-1
 //! and occasionally size-0 dims, sometimes an incompatible shape), of mixed dtypes, given as
 //! transposed, sliced or expanded views of fresh tensors, optionally ending in a reduction or a
-//! softmax. Input data mixes moderate values with NaN, ±inf, ±0, denormals, halves and integer
-//! extremes.
+//! softmax. Programs also hold mutation barriers (`clone(a).copy_(b)`, read afterwards) and
+//! custom ops, traced through (their body fuses) or opaque (a CPU-only kernel with a fake
+//! kernel). Input data mixes moderate values with NaN, ±inf, ±0, denormals, halves and integer
+//! extremes. Every program that runs is called a second and third time through the same compiled
+//! function with its dims ≥ 2 grown (dynamic shapes: one graph serves several sizes).
 //!
 //! The oracle is eager execution plus a running error analysis: for every value the fuzzer
 //! computes, per element, how far the compiled value may legitimately be from eager's. Exact ops
@@ -20,9 +23,11 @@
 //! the compiled call must fail too (never panic); if eager succeeds, so must the compiled call;
 //! and `CompiledGraph::interpret` must be bit-identical to eager.
 //!
-//! `TP_FUZZ_CASES` sets the number of programs (default 2000), `TP_FUZZ_SEED` the seed (a u64;
-//! the default is fixed so CI is reproducible). A failure prints the shrunk program in readable
-//! form with the seed that found it.
+//! `TP_FUZZ_CASES` sets the number of programs (default 2000), `TP_FUZZ_SEED` the seed (a u64,
+//! decimal or 0x-hex; the default is fixed; `.ci/run` passes one derived from the commit). The
+//! seed is printed first; a failure prints the shrunk program in readable form with the seed that
+//! found it; long runs print progress every 50,000 programs. Long runs are recorded in
+//! docs/testing.md.
 //!
 //! The program generator (programs, input data, eager runs, strategies) lives in
 //! `common/fuzzgen.rs`, shared with the IR round-trip test; this file holds the error analysis and
@@ -33,7 +38,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
-use tensorplay_compiler::compile;
+use tensorplay_compiler::{CompiledFn, compile};
 use tensorplay_runtime::{DType, Result, Tensor};
 
 #[path = "common/fuzzgen.rs"]
@@ -100,6 +105,15 @@ struct Model {
 
 fn values_of(t: &Tensor) -> Result<Vec<f64>> {
     t.contiguous()?.to_vec_f64()
+}
+
+/// A value as a barrier (an op run through the dispatcher) reads it: stored, so its consumer
+/// bound is its stored bound.
+fn materialized(m: &Model) -> Model {
+    Model {
+        ep: m.es.clone(),
+        ..m.clone()
+    }
 }
 
 fn exact_model(t: &Tensor) -> Result<Model> {
@@ -689,6 +703,23 @@ fn analyse(p: &Program, t: &Trace) -> Result<Vec<Model>> {
             }
             Op::Clamp(a, _, _) => model_clamp(&ms[*a], r)?,
             Op::Cast(a, _) => model_cast(&ms[*a], r)?,
+            Op::Copy(_, b) => {
+                // `b` reaches the barrier materialized (its stored bound), broadcast to `y`.
+                let m = materialized(&ms[*b]);
+                let (v, ep) = operand(&m, r.shape());
+                let shaped = Model {
+                    shape: r.shape().to_vec(),
+                    es: ep.clone(),
+                    v,
+                    ep,
+                    ..m
+                };
+                let mut out = model_cast(&shaped, r)?;
+                out.value_eq = shaped.value_eq && r.dtype().is_float();
+                out
+            }
+            Op::Custom(Custom::TracedNeg, a) => model_unary(Un::Neg, &ms[*a], r)?,
+            Op::Custom(Custom::OpaqueAbs, a) => model_unary(Un::Abs, &materialized(&ms[*a]), r)?,
         };
         ms.push(m);
     }
@@ -852,6 +883,10 @@ struct Stats {
     exact: AtomicUsize,
     unverifiable: AtomicUsize,
     kernels: AtomicUsize,
+    /// Calls at a second size of an already compiled program.
+    resized: AtomicUsize,
+    /// Of those, how many compiled a new graph.
+    recompiled: AtomicUsize,
 }
 
 static STATS: Stats = Stats {
@@ -861,6 +896,8 @@ static STATS: Stats = Stats {
     exact: AtomicUsize::new(0),
     unverifiable: AtomicUsize::new(0),
     kernels: AtomicUsize::new(0),
+    resized: AtomicUsize::new(0),
+    recompiled: AtomicUsize::new(0),
 };
 
 fn bump(c: &AtomicUsize, n: usize) {
@@ -870,6 +907,11 @@ fn bump(c: &AtomicUsize, n: usize) {
 /// Runs one program eagerly and compiled and checks the contract.
 fn check_program(p: &Program) -> std::result::Result<(), String> {
     bump(&STATS.cases, 1);
+    let done = STATS.cases.load(Ordering::Relaxed);
+    if done.is_multiple_of(50_000) {
+        // Long runs (TP_FUZZ_CASES=1000000) report progress, so a run cut short still counts.
+        eprintln!("fuzz: {done} programs so far");
+    }
     let inputs: Vec<Tensor> = p
         .inputs
         .iter()
@@ -880,18 +922,68 @@ fn check_program(p: &Program) -> std::result::Result<(), String> {
     check_repaired(p, &inputs).map_err(|e| format!("program as run:\n{p}\n{e}"))
 }
 
+/// The program's input specs with every dim of size ≥ 2 grown by `grow` (sizes 0 and 1 stay:
+/// the broadcast pattern, and so the guards of a dynamic graph, are unchanged).
+fn resized(p: &Program, grow: usize) -> Program {
+    let mut q = p.clone();
+    for s in &mut q.inputs {
+        for d in &mut s.shape {
+            if *d >= 2 {
+                *d += grow;
+            }
+        }
+    }
+    q
+}
+
 fn check_repaired(p: &Program, inputs: &[Tensor]) -> std::result::Result<(), String> {
-    let inputs = inputs.to_vec();
-    let eager = p.trace(&inputs);
     let prog = Arc::new(p.clone());
     let body = prog.clone();
     let f = compile(move |xs: &[Tensor]| Ok(body.trace(xs)?.outputs));
+    if !compare_call(p, &f, inputs)? {
+        return Ok(());
+    }
+    // Dynamic shapes: the same compiled function called at other sizes.
+    for grow in [3, 1] {
+        let q = resized(p, grow);
+        if q.inputs
+            .iter()
+            .zip(&p.inputs)
+            .all(|(a, b)| a.shape == b.shape)
+        {
+            break;
+        }
+        let before = f.num_compiled();
+        let xs: Vec<Tensor> = q
+            .inputs
+            .iter()
+            .map(InputSpec::build)
+            .collect::<Result<_>>()
+            .map_err(|e| format!("building the resized inputs failed: {e}"))?;
+        compare_call(&q, &f, &xs).map_err(|e| {
+            format!("called again with dims >= 2 grown by {grow}, inputs now:\n{q}\n{e}")
+        })?;
+        bump(&STATS.resized, 1);
+        bump(&STATS.recompiled, f.num_compiled() - before);
+    }
+    Ok(())
+}
+
+/// Runs `p` eagerly and through `f` on `inputs` and compares (see the module docs); `Ok(false)`
+/// when both reject the inputs.
+fn compare_call(
+    p: &Program,
+    f: &CompiledFn,
+    inputs: &[Tensor],
+) -> std::result::Result<bool, String> {
+    let inputs = inputs.to_vec();
+    let eager = p.trace(&inputs);
     let got = catch_unwind(AssertUnwindSafe(|| f.call(&inputs)))
         .map_err(|e| format!("the compiled call panicked: {}", panic_text(e)))?;
     let (trace, got) = match (eager, got) {
         (Err(_), Err(_)) => {
             bump(&STATS.eager_errors, 1);
-            return Ok(());
+            return Ok(false);
         }
         (Err(e), Ok(_)) => {
             return Err(format!("eager fails ({e}) but the compiled call succeeded"));
@@ -940,7 +1032,7 @@ fn check_repaired(p: &Program, inputs: &[Tensor]) -> std::result::Result<(), Str
         None => problems.push("no compiled graph after a successful call".into()),
     }
     if problems.is_empty() {
-        Ok(())
+        Ok(true)
     } else {
         Err(problems.join("\n"))
     }
@@ -950,6 +1042,8 @@ fn check_repaired(p: &Program, inputs: &[Tensor]) -> std::result::Result<(), Str
 fn compiled_matches_eager_on_random_programs() {
     let cases = env_u64("TP_FUZZ_CASES").unwrap_or(2000) as u32;
     let seed = env_u64("TP_FUZZ_SEED").unwrap_or(DEFAULT_SEED);
+    eprintln!("fuzz: TP_FUZZ_SEED={seed:#x} TP_FUZZ_CASES={cases}");
+    let t0 = std::time::Instant::now();
     let config = Config {
         cases,
         failure_persistence: None,
@@ -965,13 +1059,16 @@ fn compiled_matches_eager_on_random_programs() {
     });
     let load = |c: &AtomicUsize| c.load(Ordering::Relaxed);
     eprintln!(
-        "fuzz: {} programs ({} rejected by eager and the compiled call alike), {} kernels; output elements: {} checked ({} bit-exact), {} unverifiable",
+        "fuzz: {} programs ({} rejected by eager and the compiled call alike), {} kernels, {} calls at a second size ({} recompiled); output elements: {} checked ({} bit-exact), {} unverifiable; {:.1} s",
         load(&STATS.cases),
         load(&STATS.eager_errors),
         load(&STATS.kernels),
+        load(&STATS.resized),
+        load(&STATS.recompiled),
         load(&STATS.checked),
         load(&STATS.exact),
-        load(&STATS.unverifiable)
+        load(&STATS.unverifiable),
+        t0.elapsed().as_secs_f64()
     );
     match result {
         Ok(()) => {}

@@ -13,9 +13,9 @@ use std::sync::Once;
 
 use tensorplay_compiler::codegen::cpu::math::bulk;
 use tensorplay_compiler::codegen::cpu::{
-    self, CodegenOptions, CompiledKernel, KernelArgs, LaunchPlan,
+    self, CodegenOptions, CompiledKernel, KernelArgs, LaunchPlan, ScalarArgs,
 };
-use tensorplay_compiler::codegen::kernel::{KernelSpec, LoopLayout, StrideClass, lower};
+use tensorplay_compiler::codegen::kernel::{KernelSpec, Lit, LoopLayout, StrideClass, lower};
 use tensorplay_compiler::passes::region::{Region, RegionKind};
 use tensorplay_ir::graph::{BuilderArg, Constant, Graph, GraphBuilder};
 use tensorplay_ir::{DType, Device, NodeId, OpClass, TensorMeta, ValueRef};
@@ -654,6 +654,8 @@ fn half_mix() -> Formula {
 /// A lowered region with its kernel-ordered inputs.
 struct Built {
     spec: KernelSpec,
+    /// The kernel's scalar arguments.
+    params: Vec<Lit>,
     inputs: Vec<Tensor>,
     /// Per kernel output: shape and dtype.
     outputs: Vec<(Vec<usize>, DType)>,
@@ -678,6 +680,7 @@ fn build(f: &Formula, xs: &[Tensor]) -> R<Built> {
     // Kernel outputs follow the region's outputs here (eager results are compared in order).
     assert_eq!(lowered.outputs, outs, "{}: kernel output order", f.name);
     Ok(Built {
+        params: lowered.params,
         spec: lowered.spec,
         inputs,
         outputs,
@@ -715,10 +718,10 @@ fn check(
     let refs_s: Vec<&Tensor> = out_s.iter().collect();
     let layout = cpu::plan(&b.spec, &ins, &refs_i, None)?.layout().clone();
     let pair = ks.get(&b.spec, &layout)?;
-    pair.inline.launch(&ins, &refs_i)?;
+    pair.inline.launch_with_params(&ins, &refs_i, &b.params)?;
     let what = format!("{} [{what}, layout {layout}]", f.name);
     if let Some(staged) = &pair.staged {
-        staged.launch(&ins, &refs_s)?;
+        staged.launch_with_params(&ins, &refs_s, &b.params)?;
         for (k, (s, i)) in out_s.iter().zip(&out_i).enumerate() {
             assert_same(s, i, &format!("{what} output {k}"));
         }
@@ -885,10 +888,12 @@ fn call_range(
     p: &LaunchPlan,
     ins: &[&Tensor],
     outs: &[&Tensor],
+    params: &[Lit],
     start: usize,
     end: usize,
 ) -> R<()> {
     assert_eq!(p.layout(), k.layout());
+    let params = ScalarArgs::new(k.param_dtypes(), params)?;
     let ptrs: Vec<*mut u8> = ins
         .iter()
         .chain(outs)
@@ -901,6 +906,7 @@ fn call_range(
         start: start as i64,
         end: end as i64,
         partials: std::ptr::null_mut(),
+        params: params.slots().as_ptr(),
     };
     assert!(end as i64 <= p.shape().iter().product::<i64>());
     // SAFETY: the plan was made for these tensors and this kernel's spec and layout, and the
@@ -953,7 +959,8 @@ fn calls_over_sub_ranges_write_only_their_elements() -> R<()> {
         let full_refs: Vec<&Tensor> = full.iter().collect();
         let p = cpu::plan(&b.spec, &ins, &full_refs, None)?;
         let pair = ks.get(&b.spec, p.layout())?;
-        pair.inline.launch(&ins, &full_refs)?;
+        pair.inline
+            .launch_with_params(&ins, &full_refs, &b.params)?;
         let kernels: Vec<(&str, &CompiledKernel)> = std::iter::once(("inline", &pair.inline))
             .chain(pair.staged.iter().map(|k| ("staged", k)))
             .collect();
@@ -966,7 +973,7 @@ fn calls_over_sub_ranges_write_only_their_elements() -> R<()> {
                     .collect();
                 let refs: Vec<&Tensor> = outs.iter().collect();
                 let p = cpu::plan(&b.spec, &ins, &refs, None)?;
-                call_range(k, &p, &ins, &refs, start, end)?;
+                call_range(k, &p, &ins, &refs, &b.params, start, end)?;
                 for (o, (got, want)) in outs.iter().zip(&full).enumerate() {
                     let (g, w) = (bits(got), bits(want));
                     let s = bits(&Tensor::full(&[1], SENTINEL, got.dtype()))[0];

@@ -20,7 +20,7 @@
 //! when stored (or when an explicit `to_dtype` asks for a 16-bit float).
 //!
 //! ```
-//! use tensorplay_compiler::codegen::kernel::lower;
+//! use tensorplay_compiler::codegen::kernel::{Lit, lower};
 //! use tensorplay_compiler::passes::region::{Region, RegionKind};
 //! use tensorplay_ir::graph::{Constant, GraphBuilder};
 //! use tensorplay_ir::{DType, Device, OpClass, TensorMeta};
@@ -36,11 +36,12 @@
 //! let region = Region { id: 0, kind: RegionKind::Pointwise,
 //!     nodes: vec![y[0].node, z[0].node], inputs: vec![x, two], outputs: vec![z[0]] };
 //! let k = lower(&g, &region)?;
-//! assert_eq!(k.inputs, vec![x]); // the scalar constant is inlined
+//! assert_eq!(k.inputs, vec![x]); // the scalar constant is a kernel argument
+//! assert_eq!(k.params, vec![Lit::Float(2.0)]);
 //! assert_eq!(k.spec.to_string(), "\
 //! kernel pointwise rank=1 inputs=[f32] outputs=[f32]
 //!   %0 = load in0 : f32
-//!   %1 = const 2.0 : f32
+//!   %1 = param 0 : f32
 //!   %2 = mul(%0, %1) : f32
 //!   %3 = relu(%2) : f32
 //!   store out0, %3
@@ -181,8 +182,13 @@ pub enum Inst {
     /// The element of kernel input `input` at the current point (broadcast and strided loads are
     /// the launcher's business: each input has strides over the iteration space).
     Load { input: usize },
-    /// A scalar constant of `dtype` (`value` is already exact in that dtype).
+    /// A scalar constant of `dtype` (`value` is already exact in that dtype): only constants
+    /// lowering itself introduces (bounds of `clamp`, the pieces of a strength-reduced `pow`).
     Const { value: Lit, dtype: DType },
+    /// Scalar kernel argument `index`, of `dtype`: the value of a scalar constant of the graph,
+    /// read once per call from [`KernelArgs::params`](crate::codegen::cpu::KernelArgs), so one
+    /// compiled kernel serves every value. The `k`-th `Param` of a spec has index `k`.
+    Param { index: usize, dtype: DType },
     /// `op` applied to `args` (already of the compute dtype, except `where`'s bool condition and
     /// the bool operands of logical ops), producing `out` (bool for predicates, else `compute`).
     Op {
@@ -225,6 +231,16 @@ impl PartialEq for Inst {
                 },
             ) => a == b && da == db,
             (
+                Param {
+                    index: a,
+                    dtype: da,
+                },
+                Param {
+                    index: b,
+                    dtype: db,
+                },
+            ) => a == b && da == db,
+            (
                 Op {
                     op: a,
                     args: aa,
@@ -263,6 +279,10 @@ impl Hash for Inst {
             Inst::Load { input } => input.hash(state),
             Inst::Const { value, dtype } => {
                 value.hash(state);
+                dtype.hash(state);
+            }
+            Inst::Param { index, dtype } => {
+                index.hash(state);
                 dtype.hash(state);
             }
             Inst::Op {
@@ -463,6 +483,7 @@ impl fmt::Display for KernelSpec {
                     self.inputs.get(*input).map_or("?", |d| d.name())
                 )?,
                 Inst::Const { value, dtype } => writeln!(f, "  %{i} = const {value} : {dtype}")?,
+                Inst::Param { index, dtype } => writeln!(f, "  %{i} = param {index} : {dtype}")?,
                 Inst::Op {
                     op,
                     args,
@@ -508,6 +529,31 @@ fn op_accepts(op: ScalarOp, compute: DType) -> bool {
 }
 
 impl KernelSpec {
+    /// The dtype of each scalar kernel argument ([`Inst::Param`]), by index.
+    ///
+    /// ```
+    /// use tensorplay_compiler::codegen::kernel::{Inst, KernelSpec, LoopKind};
+    /// use tensorplay_ir::{DType, ScalarOp};
+    /// let k = KernelSpec { rank: 1, inputs: vec![DType::F32], outputs: vec![DType::F32],
+    ///     insts: vec![
+    ///         Inst::Load { input: 0 },
+    ///         Inst::Param { index: 0, dtype: DType::F32 },
+    ///         Inst::Op { op: ScalarOp::Mul, args: vec![0, 1], compute: DType::F32, out: DType::F32 },
+    ///         Inst::Store { output: 0, value: 2 },
+    ///     ],
+    ///     kind: LoopKind::Pointwise };
+    /// assert_eq!(k.param_dtypes(), vec![DType::F32]);
+    /// ```
+    pub fn param_dtypes(&self) -> Vec<DType> {
+        self.insts
+            .iter()
+            .filter_map(|i| match i {
+                Inst::Param { dtype, .. } => Some(*dtype),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The dtype of value `id` (`None` for a `Store` or an id out of range).
     ///
     /// ```
@@ -522,7 +568,7 @@ impl KernelSpec {
     pub fn value_dtype(&self, id: ValueId) -> Option<DType> {
         match self.insts.get(id)? {
             Inst::Load { input } => self.inputs.get(*input).copied(),
-            Inst::Const { dtype, .. } => Some(*dtype),
+            Inst::Const { dtype, .. } | Inst::Param { dtype, .. } => Some(*dtype),
             Inst::Op { out, .. } => Some(*out),
             Inst::Cast { to, .. } => Some(*to),
             Inst::Store { .. } => None,
@@ -558,6 +604,7 @@ impl KernelSpec {
             return err(format!("rank {} exceeds {MAX_RANK}", self.rank));
         }
         let mut stored = vec![0usize; self.outputs.len()];
+        let mut params = 0usize;
         for (i, inst) in self.insts.iter().enumerate() {
             let arg_dtype = |a: ValueId| -> Result<DType> {
                 if a >= i {
@@ -591,6 +638,14 @@ impl KernelSpec {
                     if !ok {
                         return err(format!("%{i}: constant {value} cannot have dtype {dtype}"));
                     }
+                }
+                Inst::Param { index, .. } => {
+                    if *index != params {
+                        return err(format!(
+                            "%{i} reads param {index}, but it is param number {params}"
+                        ));
+                    }
+                    params += 1;
                 }
                 Inst::Op {
                     op,
@@ -743,19 +798,23 @@ pub struct LoweredRegion {
     /// The kernel.
     pub spec: KernelSpec,
     /// For each kernel input, the region input it reads (region inputs that are scalar
-    /// constants are inlined and have no kernel input).
+    /// constants are kernel arguments instead, see `params`).
     pub inputs: Vec<ValueRef>,
+    /// The value of each scalar kernel argument ([`Inst::Param`]), already converted to its
+    /// dtype: what a launch passes in [`KernelArgs::params`](crate::codegen::cpu::KernelArgs).
+    pub params: Vec<Lit>,
     /// For each kernel output, the region output it writes.
     pub outputs: Vec<ValueRef>,
 }
 
-/// An operand while lowering: a value of the body, a kernel input not loaded yet, or an inlined
-/// scalar constant (with the constant's own dtype).
+/// An operand while lowering: a value of the body, a kernel input not loaded yet, or a scalar
+/// constant of the graph (with the constant's own dtype and its position among the region's
+/// inputs), which becomes a kernel argument when used.
 #[derive(Debug, Clone, Copy)]
 enum Operand {
     Value(ValueId),
     Input(usize),
-    Scalar(Lit, DType),
+    Scalar(Lit, DType, usize),
 }
 
 struct Lowerer<'g> {
@@ -765,6 +824,9 @@ struct Lowerer<'g> {
     input_refs: Vec<ValueRef>,
     env: HashMap<ValueRef, Operand>,
     consts: HashMap<(Lit, DType), ValueId>,
+    /// (region input, dtype) → its `Param` value.
+    param_ids: HashMap<(usize, DType), ValueId>,
+    params: Vec<Lit>,
     casts: HashMap<(ValueId, DType), ValueId>,
     loads: HashMap<usize, ValueId>,
 }
@@ -782,7 +844,7 @@ impl<'g> Lowerer<'g> {
     fn dtype_of(&self, id: ValueId) -> DType {
         match &self.insts[id] {
             Inst::Load { input } => self.inputs[*input],
-            Inst::Const { dtype, .. } => *dtype,
+            Inst::Const { dtype, .. } | Inst::Param { dtype, .. } => *dtype,
             Inst::Op { out, .. } => *out,
             Inst::Cast { to, .. } => *to,
             Inst::Store { .. } => DType::Bool,
@@ -813,8 +875,21 @@ impl<'g> Lowerer<'g> {
                 self.loads.insert(k, id);
                 id
             }
-            Operand::Scalar(lit, dtype) => self.constant(lit.convert(dtype), dtype),
+            Operand::Scalar(lit, dtype, src) => self.param(src, lit, dtype),
         }
+    }
+
+    /// The scalar constant at region input `src` as a kernel argument of `dtype` (one per
+    /// constant and dtype).
+    fn param(&mut self, src: usize, lit: Lit, dtype: DType) -> ValueId {
+        if let Some(&id) = self.param_ids.get(&(src, dtype)) {
+            return id;
+        }
+        let index = self.params.len();
+        self.params.push(lit.convert(dtype));
+        let id = self.push(Inst::Param { index, dtype });
+        self.param_ids.insert((src, dtype), id);
+        id
     }
 
     fn constant(&mut self, value: Lit, dtype: DType) -> ValueId {
@@ -830,14 +905,14 @@ impl<'g> Lowerer<'g> {
         match o {
             Operand::Value(id) => self.dtype_of(id),
             Operand::Input(k) => self.inputs[k],
-            Operand::Scalar(_, d) => d,
+            Operand::Scalar(_, d, _) => d,
         }
     }
 
-    /// The operand converted to `dtype`: scalars become constants of `dtype` directly.
+    /// The operand converted to `dtype`: scalars become kernel arguments of `dtype` directly.
     fn coerce(&mut self, o: Operand, dtype: DType) -> ValueId {
-        if let Operand::Scalar(lit, _) = o {
-            return self.constant(lit.convert(dtype), dtype);
+        if let Operand::Scalar(lit, _, src) = o {
+            return self.param(src, lit, dtype);
         }
         let id = self.materialize(o);
         if self.dtype_of(id) == dtype {
@@ -862,7 +937,7 @@ impl<'g> Lowerer<'g> {
         let scalars: Vec<(Category, DType)> = ops
             .iter()
             .filter_map(|o| match o {
-                Operand::Scalar(l, d) => Some((l.category(), *d)),
+                Operand::Scalar(l, d, _) => Some((l.category(), *d)),
                 _ => None,
             })
             .collect();
@@ -903,8 +978,10 @@ fn clamp_attrs(call: &tensorplay_ir::graph::OpCall) -> Vec<&Attr> {
 }
 
 /// Lowers `region` of `graph` to a [`KernelSpec`], applying eager's dtype rules (see the
-/// [module docs](self)). Scalar constants among the region's inputs are inlined; every other
-/// input becomes a kernel input, in region order.
+/// [module docs](self)). Scalar constants among the region's inputs become scalar kernel
+/// arguments ([`Inst::Param`], values in [`LoweredRegion::params`]) — except a `pow` exponent
+/// that strength reduction turns into code; every other input becomes a kernel input, in region
+/// order.
 ///
 /// Errors (`Error::Compile`, or the dtype error eager would raise) for ops that are not builtin
 /// elementwise ops, dtype combinations eager rejects, node metadata that disagrees with eager's
@@ -918,10 +995,12 @@ pub fn lower(graph: &Graph, region: &Region) -> Result<LoweredRegion> {
         input_refs: Vec::new(),
         env: HashMap::new(),
         consts: HashMap::new(),
+        param_ids: HashMap::new(),
+        params: Vec::new(),
         casts: HashMap::new(),
         loads: HashMap::new(),
     };
-    for &v in &region.inputs {
+    for (src, &v) in region.inputs.iter().enumerate() {
         if l.env.contains_key(&v) {
             continue;
         }
@@ -940,7 +1019,7 @@ pub fn lower(graph: &Graph, region: &Region) -> Result<LoweredRegion> {
             _ => None,
         };
         let op = match scalar {
-            Some((lit, dtype)) => Operand::Scalar(lit, dtype),
+            Some((lit, dtype)) => Operand::Scalar(lit, dtype, src),
             None => {
                 let meta = graph.meta(v).ok_or_else(|| {
                     compile_err(format!(
@@ -1153,6 +1232,7 @@ pub fn lower(graph: &Graph, region: &Region) -> Result<LoweredRegion> {
     Ok(LoweredRegion {
         spec,
         inputs: l.input_refs,
+        params: l.params,
         outputs: output_refs,
     })
 }
@@ -1374,7 +1454,7 @@ fn lower_pow_by_constant(
     compute: DType,
 ) -> Option<ValueId> {
     let y = match exponent {
-        Operand::Scalar(lit, _) => lit.convert(compute),
+        Operand::Scalar(lit, _, _) => lit.convert(compute),
         Operand::Value(id) => match l.insts[id] {
             Inst::Const { value, .. } => value.convert(compute),
             _ => return None,

@@ -6,10 +6,12 @@
 #![allow(dead_code)]
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use tensorplay_runtime::{DType, Result, Scalar, Tensor};
+use tensorplay_runtime::library::{self, CustomOpDef};
+use tensorplay_runtime::{DType, Result, Scalar, Tensor, Value};
 
 pub const INF: f64 = f64::INFINITY;
 pub const DEFAULT_SEED: u64 = 0x7E45_0F1A_C0DE_2026;
@@ -166,6 +168,47 @@ pub enum Op {
     Where(usize, usize, usize),
     Clamp(usize, Option<Lit>, Option<Lit>),
     Cast(usize, DType),
+    /// `y = clone(a); y.copy_(b)`: a mutation barrier (`b` broadcast to `a` and cast to its
+    /// dtype), read afterwards.
+    Copy(usize, usize),
+    /// A custom op: traced through (its body, `neg`, fuses) or opaque (a CPU-only `abs` with a
+    /// fake kernel: a barrier run through the dispatcher).
+    Custom(Custom, usize),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Custom {
+    TracedNeg,
+    OpaqueAbs,
+}
+
+/// The fuzzer's custom ops, registered once per process.
+pub fn custom_ops() -> &'static (CustomOpDef, CustomOpDef) {
+    static OPS: OnceLock<(CustomOpDef, CustomOpDef)> = OnceLock::new();
+    OPS.get_or_init(|| {
+        let traced = library::custom_op("fuzz::neg_traced")
+            .arg_names(&["x"])
+            .build(|x: Tensor| -> Result<Tensor> { x.neg() })
+            .expect("registering fuzz::neg_traced");
+        let opaque = library::custom_op("fuzz::abs_opaque")
+            .arg_names(&["x"])
+            .device_types(&["cpu"])
+            .build(|x: Tensor| -> Result<Tensor> { x.abs() })
+            .expect("registering fuzz::abs_opaque");
+        opaque
+            .register_fake(|x: Tensor| -> Result<Tensor> { Ok(Tensor::empty_like(&x)) })
+            .expect("its fake kernel");
+        (traced, opaque)
+    })
+}
+
+pub fn custom(c: Custom, x: &Tensor) -> Result<Tensor> {
+    let (traced, opaque) = custom_ops();
+    let op = match c {
+        Custom::TracedNeg => traced,
+        Custom::OpaqueAbs => opaque,
+    };
+    op.call1(&[Value::Tensor(x.clone())])
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,6 +321,8 @@ impl fmt::Display for Program {
                     hi.map_or("None".into(), |l| l.to_string())
                 ),
                 Op::Cast(a, d) => format!("to_dtype({}, {})", name(*a), d.name()),
+                Op::Copy(a, b) => format!("clone({}).copy_({})", name(*a), name(*b)),
+                Op::Custom(c, a) => format!("{c:?}({})", name(*a)),
             };
             writeln!(f, "  v{k} = {rhs}")?;
         }
@@ -538,7 +583,9 @@ impl Op {
             | Op::Binary(_, a, _)
             | Op::Scalar(_, a, _, _)
             | Op::Clamp(a, _, _)
-            | Op::Cast(a, _) => a,
+            | Op::Cast(a, _)
+            | Op::Copy(a, _)
+            | Op::Custom(_, a) => a,
             Op::Where(_, a, _) => a,
         }
     }
@@ -611,6 +658,12 @@ impl Program {
                     values[*a].clamp(lo.map(Lit::scalar), hi.map(Lit::scalar))?
                 }
                 Op::Cast(a, d) => values[*a].to_dtype(*d)?,
+                Op::Copy(a, b) => {
+                    let y = values[*a].clone_tensor()?;
+                    y.copy_(&values[*b])?;
+                    y
+                }
+                Op::Custom(c, a) => custom(*c, &values[*a])?,
             };
             conditions.push(cond);
             values.push(v);
@@ -656,6 +709,8 @@ pub enum OpGen {
     Where(Index, Index, Index),
     Clamp(Index, Option<Lit>, Option<Lit>),
     Cast(Index, DType),
+    Copy(Index, Index),
+    Custom(Custom, Index),
 }
 
 #[derive(Debug, Clone)]
@@ -713,6 +768,9 @@ pub fn op_strategy() -> impl Strategy<Value = OpGen> {
         2 => (any::<Index>(), prop::option::weighted(0.8, number_strategy()), prop::option::weighted(0.8, number_strategy()))
             .prop_map(|(a, lo, hi)| OpGen::Clamp(a, lo, hi)),
         2 => (any::<Index>(), dtype_strategy()).prop_map(|(a, d)| OpGen::Cast(a, d)),
+        1 => (any::<Index>(), any::<Index>()).prop_map(|(a, b)| OpGen::Copy(a, b)),
+        1 => (prop::sample::select(vec![Custom::TracedNeg, Custom::OpaqueAbs]), any::<Index>())
+            .prop_map(|(c, a)| OpGen::Custom(c, a)),
     ]
 }
 
@@ -833,6 +891,8 @@ pub fn build_program(
                 OpGen::Where(c, a, b) => Op::Where(pick(&c, n), pick(&a, n), pick(&b, n)),
                 OpGen::Clamp(a, lo, hi) => Op::Clamp(pick(&a, n), lo, hi),
                 OpGen::Cast(a, d) => Op::Cast(pick(&a, n), d),
+                OpGen::Copy(a, b) => Op::Copy(pick(&a, n), pick(&b, n)),
+                OpGen::Custom(c, a) => Op::Custom(c, pick(&a, n)),
             }
         })
         .collect();

@@ -220,6 +220,15 @@ pub(crate) fn check_outputs(
         if fake {
             continue;
         }
+        if o.is_fake() {
+            return Err(Error::argument(
+                name,
+                "kernel",
+                "real outputs for real inputs (a fake, data-less tensor is what a fake kernel \
+                 returns on fake inputs)",
+                format!("a fake tensor for output {i}"),
+            ));
+        }
         // A return annotated with an alias set (`-> Tensor(a!)`) may alias the parameter in
         // that set; every other aliasing is an error.
         let ret_alias = if lists == 0 {

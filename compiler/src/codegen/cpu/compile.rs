@@ -149,8 +149,13 @@ pub struct CompiledKernel {
     compile_time: Duration,
     vector_lanes: usize,
     work_weight: usize,
+    code_bytes: usize,
+    params: Vec<tensorplay_ir::DType>,
     _code: JitCode,
 }
+
+/// The granularity in which the JIT maps code.
+const PAGE: usize = 4096;
 
 // SAFETY: the JIT module is never touched after compilation except by `Drop` (which has
 // exclusive access), and the machine code it holds is immutable and reentrant: each call only
@@ -191,6 +196,17 @@ impl CompiledKernel {
     /// launch across threads once elements × weight reaches twice its minimum chunk.
     pub fn work_weight(&self) -> usize {
         self.work_weight
+    }
+
+    /// Bytes of machine code this kernel keeps mapped (its code rounded up to whole pages): what
+    /// the kernel cache's size bound counts.
+    pub fn code_bytes(&self) -> usize {
+        self.code_bytes
+    }
+
+    /// The dtypes of the scalar arguments every launch passes ([`super::ScalarArgs`]).
+    pub fn param_dtypes(&self) -> &[tensorplay_ir::DType] {
+        &self.params
     }
 
     /// Lanes of the main vector loop (4 for f32-class kernels, 2 for f64, 1 when the kernel
@@ -387,13 +403,14 @@ pub fn compile_with(
             start: zero,
             end: zero,
             partials: zero,
+            params: zero,
             call_conv: module.isa().default_call_conv(),
             bulk: options.bulk_math,
             reads: Vec::new(),
             scratch_row: None,
             slot_bytes: 0,
         };
-        em.load_args(args);
+        em.load_args(args)?;
         em.emit_kernel()?;
         fb.finalize(module.target_config());
     }
@@ -415,6 +432,11 @@ pub fn compile_with(
     let log = logging::enabled("clif");
     ctx.set_disasm(log);
     let define = module.define_function(id, &mut ctx);
+    // The JIT maps code in whole pages (one anonymous mapping per allocation).
+    let code_bytes = ctx
+        .compiled_code()
+        .map_or(0, |c| c.code_info().total_size as usize)
+        .next_multiple_of(PAGE);
     if log && define.is_ok() {
         let asm = ctx
             .compiled_code()
@@ -445,6 +467,8 @@ pub fn compile_with(
         compile_time,
         vector_lanes: lanes.count() as usize,
         work_weight: work_weight(spec),
+        code_bytes,
+        params: spec.param_dtypes(),
         _code: code,
     })
 }

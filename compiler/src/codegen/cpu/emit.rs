@@ -61,7 +61,7 @@ pub(super) fn liveness(spec: &KernelSpec) -> Vec<bool> {
             Inst::Op { args, .. } => args.iter().for_each(|&a| live[a] = true),
             Inst::Cast { arg, .. } => live[*arg] = true,
             Inst::Store { value, .. } => live[*value] = true,
-            Inst::Load { .. } | Inst::Const { .. } => {}
+            Inst::Load { .. } | Inst::Const { .. } | Inst::Param { .. } => {}
         }
     }
     live
@@ -127,14 +127,17 @@ fn data_flags() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
 }
 
-/// An input loaded once per row: its scalar value and, in vector kernels, its splat.
+/// An input (or scalar argument) loaded once per row: its scalar value and, in vector kernels,
+/// its splat.
 pub(super) type Hoisted = Option<(Value, Option<Value>)>;
 
 /// Per-row view of the operands: the address of the row's first element for each operand, and
-/// the values of inputs that are constant along the inner dim (stride 0), loaded once per row.
+/// the values of inputs that are constant along the inner dim (stride 0) and of the scalar
+/// arguments, loaded once per row.
 pub(super) struct Row {
     pub base: Vec<Value>,
-    /// For each input: `(scalar, vector)` when hoisted.
+    /// For each input, then each scalar argument: `(scalar, vector)` when hoisted (a shorter
+    /// list hoists nothing past its end: those values are loaded where they are used).
     pub hoisted: Vec<Hoisted>,
 }
 
@@ -159,6 +162,8 @@ pub(super) struct Emitter<'a, 'b> {
     pub start: Value,
     pub end: Value,
     pub partials: Value,
+    /// The address of the scalar arguments' slots (see [`param`](Self::param)).
+    pub params: Value,
     /// The calling convention of calls into Rust (bulk math kernels).
     pub call_conv: CallConv,
     /// Whether expensive f32 math goes to the bulk kernels (see `staging`).
@@ -188,7 +193,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
     }
 
     /// Reads the kernel arguments in the entry block (the current block).
-    pub(super) fn load_args(&mut self, args: Value) {
+    pub(super) fn load_args(&mut self, args: Value) -> Result<()> {
         let flags = MemFlagsData::trusted().with_readonly();
         let ins = |fb: &mut FunctionBuilder, off: i32| fb.ins().load(I64, flags, args, off);
         let ptrs_p = ins(self.fb, offsets::PTRS);
@@ -197,6 +202,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
         self.start = ins(self.fb, offsets::START);
         self.end = ins(self.fb, offsets::END);
         self.partials = ins(self.fb, offsets::PARTIALS);
+        let params_p = ins(self.fb, offsets::PARAMS);
         let dims = self.layout.dims;
         let nops = self.num_operands();
         self.ptrs = (0..nops)
@@ -223,6 +229,8 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 self.fb.ins().imul_imm_s(s, size)
             })
             .collect();
+        self.params = params_p;
+        Ok(())
     }
 
     // ---- small helpers ---------------------------------------------------------------------
@@ -644,7 +652,9 @@ impl<'a, 'b> Emitter<'a, 'b> {
         Ok(())
     }
 
-    /// Loads the inputs that are constant along the inner dim (class `Zero`) at the row's base.
+    /// Loads the inputs that are constant along the inner dim (class `Zero`) at the row's base,
+    /// then the live scalar arguments. Rows hold no calls (a staged kernel's bulk calls come
+    /// between its stages' rows), so these registers are never spilled around one.
     pub(super) fn hoist(&mut self, base: &[Value]) -> Result<Vec<Hoisted>> {
         let mut out = Vec::with_capacity(self.spec.inputs.len());
         let loaded: Vec<bool> = (0..self.spec.inputs.len())
@@ -674,6 +684,23 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 Some(self.fb.ins().splat(vty, s))
             };
             out.push(Some((s, v)));
+        }
+        let vector = self.lanes != Lanes::Scalar;
+        for (k, inst) in self.spec.insts.iter().enumerate() {
+            if let Inst::Param { index, dtype } = *inst {
+                let h = if self.live[k] {
+                    let s = self.param(index, dtype, false)?;
+                    let v = if vector && (dtype.is_float() || dtype == DType::Bool) {
+                        Some(self.vector_param(s, dtype)?)
+                    } else {
+                        None
+                    };
+                    Some((s, v))
+                } else {
+                    None
+                };
+                out.push(h);
+            }
         }
         Ok(out)
     }
@@ -706,6 +733,18 @@ impl<'a, 'b> Emitter<'a, 'b> {
             let v = match inst {
                 Inst::Load { input } => Some(self.load_input(row, *input, i, k, vector)?),
                 Inst::Const { value, dtype } => Some(self.constant(*value, *dtype, vector)?),
+                Inst::Param { index, dtype } => {
+                    let hoisted = row
+                        .hoisted
+                        .get(spec.inputs.len() + index)
+                        .copied()
+                        .flatten();
+                    Some(match (hoisted, vector) {
+                        (Some((s, _)), false) => s,
+                        (Some((_, Some(v))), true) => v,
+                        _ => self.param(*index, *dtype, vector)?,
+                    })
+                }
                 Inst::Op {
                     op, args, compute, ..
                 } => {
@@ -743,6 +782,47 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 let v = if vector { -(b as i64) } else { b as i64 };
                 self.iconst(ty, v)
             }
+        })
+    }
+
+    /// Scalar argument `index` in its register representation, read from its 8-byte slot (the
+    /// value in the low bytes, see [`ScalarArgs`](super::ScalarArgs)) here. Rows read their
+    /// arguments once ([`hoist`](Self::hoist)); the slot is deliberately not marked read-only,
+    /// so Cranelift does not hoist the read further, out of every loop: a kernel-wide value
+    /// occupies a vector register across the bulk calls of a staged kernel and is spilled and
+    /// reloaded around each (measured: W1 15–25 % slower).
+    fn param(&mut self, index: usize, dtype: DType, vector: bool) -> Result<Value> {
+        let flags = MemFlagsData::trusted();
+        let off = i32::try_from(index * 8)
+            .map_err(|_| internal(format!("param {index} is out of range")))?;
+        let s = match dtype {
+            DType::Bool => {
+                let b = self.fb.ins().load(I8, flags, self.params, off);
+                // Any nonzero byte is true; normalise to 0/1.
+                let zero = self.fb.ins().iconst(I8, 0);
+                self.fb.ins().icmp(IntCC::NotEqual, b, zero)
+            }
+            d => {
+                let ty = self.repr(d, false)?;
+                self.fb.ins().load(ty, flags, self.params, off)
+            }
+        };
+        if !vector {
+            return Ok(s);
+        }
+        self.vector_param(s, dtype)
+    }
+
+    /// The vector form of a scalar argument's value `s`.
+    fn vector_param(&mut self, s: Value, dtype: DType) -> Result<Value> {
+        let vty = self.repr(dtype, true)?;
+        Ok(if dtype == DType::Bool {
+            let lane = self.fb.ins().uextend(vty.lane_type(), s);
+            let spl = self.fb.ins().splat(vty, lane);
+            let zero = self.iconst(vty, 0);
+            self.fb.ins().icmp(IntCC::NotEqual, spl, zero)
+        } else {
+            self.fb.ins().splat(vty, s)
         })
     }
 

@@ -12,10 +12,10 @@ use tensorplay_ir::{DType, Device, Error, ReduceOp, Result};
 use tensorplay_runtime::Tensor;
 use tensorplay_runtime::parallel;
 
-use super::args::{KernelArgs, KernelFn};
+use super::args::{KernelArgs, KernelFn, ScalarArgs};
 use super::compile::CompiledKernel;
 use crate::codegen::kernel::{
-    KernelSpec, LoopKind, LoopLayout, StrideClass, f32_to_bf16_bits, f32_to_f16_bits,
+    KernelSpec, Lit, LoopKind, LoopLayout, StrideClass, f32_to_bf16_bits, f32_to_f16_bits,
 };
 
 /// The op name errors of this module carry.
@@ -610,9 +610,25 @@ impl CompiledKernel {
     /// assert_eq!(out.to_vec::<f32>()?, vec![11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
     /// # Ok::<(), tensorplay_ir::Error>(())
     /// ```
+    ///
+    /// A kernel with scalar arguments ([`Inst::Param`](crate::codegen::kernel::Inst::Param))
+    /// is launched with [`CompiledKernel::launch_with_params`]; here it is an error.
     pub fn launch(&self, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<()> {
+        self.launch_with_params(inputs, outputs, &[])
+    }
+
+    /// [`CompiledKernel::launch`] passing `params`, the values of the kernel's scalar
+    /// arguments (one per [`Inst::Param`](crate::codegen::kernel::Inst::Param), as in
+    /// [`LoweredRegion::params`](crate::codegen::kernel::LoweredRegion)).
+    pub fn launch_with_params(
+        &self,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        params: &[Lit],
+    ) -> Result<()> {
+        let args = ScalarArgs::new(self.param_dtypes(), params)?;
         let p = plan(self.spec(), inputs, outputs, None)?;
-        self.launch_plan(&p)
+        self.launch_plan(&p, &args)
     }
 
     /// [`CompiledKernel::launch`] with an explicit iteration shape (see [`plan`]).
@@ -622,16 +638,17 @@ impl CompiledKernel {
         inputs: &[&Tensor],
         outputs: &[&Tensor],
     ) -> Result<()> {
+        let args = ScalarArgs::new(self.param_dtypes(), &[])?;
         let p = plan(self.spec(), inputs, outputs, Some(iter_shape))?;
-        self.launch_plan(&p)
+        self.launch_plan(&p, &args)
     }
 
     /// Runs a plan made by [`plan`] for this kernel's spec (its layout must be this kernel's)
     /// with the data pointers it holds. Crate-internal: those pointers carry no lifetime, so only
     /// code that made the plan from tensors it still borrows may use them; callers outside keep
     /// detached plans and go through [`CompiledKernel::relaunch`], which binds fresh tensors.
-    pub(crate) fn launch_plan(&self, p: &LaunchPlan) -> Result<()> {
-        self.run_plan(p, &p.ptrs)
+    pub(crate) fn launch_plan(&self, p: &LaunchPlan, params: &ScalarArgs) -> Result<()> {
+        self.run_plan(p, &p.ptrs, params)
     }
 
     /// Launches `p` — a plan made earlier by [`plan`] for this kernel's spec, usually
@@ -641,13 +658,15 @@ impl CompiledKernel {
     /// afresh (dtypes and devices are checked, and outputs must not overlap inputs). Returns
     /// `Ok(false)`, having run nothing, when the tensors do not fit (the caller plans anew; this
     /// is also the answer for a plan made for other tensors of another spec), and an error when
-    /// the tensors fit but the plan's rank, loop kind or layout is not this kernel's.
+    /// the tensors fit but the plan's rank, loop kind or layout is not this kernel's, or
+    /// `params` are not for this kernel's scalar arguments.
     pub fn relaunch(
         &self,
         p: &LaunchPlan,
         inputs: &[&Tensor],
         outputs: &[&Tensor],
         iter_shape: Option<&[usize]>,
+        params: &ScalarArgs,
     ) -> Result<bool> {
         if !p.fits(inputs, outputs, iter_shape) {
             return Ok(false);
@@ -660,12 +679,20 @@ impl CompiledKernel {
             ));
         }
         let ptrs = bind(spec, inputs, outputs)?;
-        self.run_plan(p, &ptrs)?;
+        self.run_plan(p, &ptrs, params)?;
         Ok(true)
     }
 
     /// Runs the geometry of `p` on the operand pointers `ptrs` (inputs, then outputs).
-    fn run_plan(&self, p: &LaunchPlan, ptrs: &[*mut u8]) -> Result<()> {
+    fn run_plan(&self, p: &LaunchPlan, ptrs: &[*mut u8], params: &ScalarArgs) -> Result<()> {
+        if params.dtypes() != self.param_dtypes() {
+            return Err(Error::argument(
+                OP,
+                "params",
+                format!("scalar arguments of dtypes {:?}", self.param_dtypes()),
+                format!("{:?}", params.dtypes()),
+            ));
+        }
         if p.is_empty() {
             return Ok(());
         }
@@ -699,6 +726,7 @@ impl CompiledKernel {
             start: 0,
             end: p.range as i64,
             partials: std::ptr::null_mut(),
+            params: params.slots().as_ptr(),
         };
         match &self.spec().kind {
             LoopKind::Pointwise => run_range(entry, &args, p.range, 1, 64, weight),
@@ -717,7 +745,7 @@ impl CompiledKernel {
             LoopKind::Reduce { op, value, .. } => {
                 let threads = parallel::num_threads();
                 if p.range == 1 && threads > 1 && p.per_unit >= 4 * MIN_CHUNK {
-                    self.split_reduction(p, ptrs, *op, *value, threads)?;
+                    self.split_reduction(p, ptrs, params, *op, *value, threads)?;
                 } else {
                     run_range(entry, &args, p.range, p.per_unit, 1, weight);
                 }
@@ -734,6 +762,7 @@ impl CompiledKernel {
         &self,
         p: &LaunchPlan,
         ptrs: &[*mut u8],
+        params: &ScalarArgs,
         op: ReduceOp,
         value: usize,
         threads: usize,
@@ -755,6 +784,7 @@ impl CompiledKernel {
                 start: 0,
                 end: 1,
                 partials: std::ptr::null_mut(),
+                params: params.slots().as_ptr(),
             };
             call(entry, &args, 0, 1);
             return Ok(());
@@ -781,6 +811,7 @@ impl CompiledKernel {
             start: 0,
             end: chunks as i64,
             partials: partials.as_mut_ptr() as *mut u8,
+            params: params.slots().as_ptr(),
         };
         run_range(
             entry,
@@ -808,6 +839,7 @@ impl CompiledKernel {
                 start: 0,
                 end: 1,
                 partials: partials[chunks..].as_mut_ptr() as *mut u8,
+                params: params.slots().as_ptr(),
             };
             call(entry, &tail, 0, 1);
             used += 1;
@@ -929,37 +961,38 @@ mod tests {
         let p = plan(&spec, &[&a], &[&out], None)?;
         let k = cache::get_or_compile(&spec, p.layout())?;
         let p = p.detach();
+        let none = ScalarArgs::default();
         // Without its pointers the plan cannot be launched directly.
-        assert!(k.launch_plan(&p).is_err());
+        assert!(k.launch_plan(&p, &none).is_err());
 
         // Same shape and strides, other data (and a storage offset): reused, fresh pointers.
         let big = ramp(20, 100.0);
         let b = big.narrow(0, 5, 8)?;
         let o = Tensor::zeros(&[8], DType::F64);
         assert!(p.fits(&[&b], &[&o], None));
-        assert!(k.relaunch(&p, &[&b], &[&o], None)?);
+        assert!(k.relaunch(&p, &[&b], &[&o], None, &none)?);
         let want: Vec<f64> = (105..113).map(|v| -(v as f64)).collect();
         assert_eq!(o.to_vec::<f64>()?, want);
 
         // Another stride, size or explicit iteration shape: not reused, nothing written.
         let strided = big.slice(0, Some(0), Some(16), 2)?;
         let o = Tensor::zeros(&[8], DType::F64);
-        assert!(!k.relaunch(&p, &[&strided], &[&o], None)?);
+        assert!(!k.relaunch(&p, &[&strided], &[&o], None, &none)?);
         let (c, oc) = (ramp(9, 0.0), Tensor::zeros(&[9], DType::F64));
-        assert!(!k.relaunch(&p, &[&c], &[&oc], None)?);
-        assert!(!k.relaunch(&p, &[&a], &[&out], Some(&[8][..]))?);
+        assert!(!k.relaunch(&p, &[&c], &[&oc], None, &none)?);
+        assert!(!k.relaunch(&p, &[&a], &[&out], Some(&[8][..]), &none)?);
         assert_eq!(o.to_vec::<f64>()?, vec![0.0; 8]);
 
         // A wrong dtype with the same geometry is an error, as for a fresh plan.
         let f = Tensor::zeros(&[8], DType::F32);
-        assert!(k.relaunch(&p, &[&a], &[&f], None).is_err());
+        assert!(k.relaunch(&p, &[&a], &[&f], None, &none).is_err());
         // So is a plan made for a spec of another loop kind, even with the same layout.
         let mut foreign = p.clone();
         foreign.kind = LoopKind::Softmax {
             value: 1,
             log: false,
         };
-        assert!(k.relaunch(&foreign, &[&a], &[&out], None).is_err());
+        assert!(k.relaunch(&foreign, &[&a], &[&out], None, &none).is_err());
         Ok(())
     }
 

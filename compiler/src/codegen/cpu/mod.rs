@@ -6,6 +6,6 @@ mod loops;
 pub mod math;
 mod staging;
 
-pub use args::{KernelArgs, KernelFn};
+pub use args::{KernelArgs, KernelFn, ScalarArgs};
 pub use compile::{CodegenOptions, CompiledKernel, compile, compile_with, live_kernels};
 pub use launch::{LaunchPlan, MIN_CHUNK, plan};

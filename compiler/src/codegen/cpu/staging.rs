@@ -142,7 +142,7 @@ pub(super) fn plan(
                 ..
             } if args
                 .iter()
-                .any(|&a| matches!(spec.insts[a], Inst::Const { .. })) =>
+                .any(|&a| matches!(spec.insts[a], Inst::Const { .. } | Inst::Param { .. })) =>
             {
                 None
             }
@@ -157,7 +157,7 @@ pub(super) fn plan(
     let mut level = vec![0usize; n];
     for (id, inst) in spec.insts.iter().enumerate() {
         level[id] = match inst {
-            Inst::Load { .. } | Inst::Const { .. } => 0,
+            Inst::Load { .. } | Inst::Const { .. } | Inst::Param { .. } => 0,
             Inst::Op { args, .. } => {
                 args.iter().map(|&a| level[a]).max().unwrap_or(0)
                     + usize::from(outlined[id].is_some())
@@ -278,7 +278,7 @@ pub(super) fn plan(
                 Inst::Op { args, .. } => args.iter().for_each(|&a| need[a] = true),
                 Inst::Cast { arg, .. } => need[*arg] = true,
                 Inst::Store { value, .. } => need[*value] = true,
-                Inst::Load { .. } | Inst::Const { .. } => {}
+                Inst::Load { .. } | Inst::Const { .. } | Inst::Param { .. } => {}
             }
         }
         stage_live.push(need);
