@@ -83,7 +83,7 @@ fn unsupported_rust_types_are_errors_naming_the_type() {
         "(i64, i64)",
         "Option<Option<Tensor>>",
         "Vec<Vec<i64>>",
-        "Vec<Option<Tensor>>",
+        "Vec<Option<i64>>",
         "&[Vec<f64>]",
         "Box<Tensor>",
         "Optional<Tensor>",
@@ -93,6 +93,11 @@ fn unsupported_rust_types_are_errors_naming_the_type() {
         let err = rust_type_to_schema(bad).expect_err(bad);
         assert_arg_error(err, &["infer_schema", &format!("`{bad}`")]);
     }
+    // Issue 10 item 13: the one list of optionals schemas have.
+    assert_eq!(
+        rust_type_to_schema("Vec<Option<Tensor>>").unwrap(),
+        "Tensor?[]"
+    );
     assert!(
         rust_type_to_schema("Option<Option<Tensor>>")
             .unwrap_err()
@@ -250,7 +255,7 @@ fn returns() -> Result<()> {
     // No parameters at all.
     assert_eq!(
         infer_schema(
-            &Prototype::new("Tensor"),
+            Prototype::new("Tensor"),
             MutatesArgs::None,
             Some("ns::make")
         )?,

@@ -525,9 +525,9 @@ fn concurrent(x: &Tensor) -> Result<Tensor> {
 fn op_is_defined_once() -> Result<()> {
     let a = once::op()?;
     let b = once::op()?;
-    assert!(Arc::ptr_eq(a.operator(), b.operator()));
+    assert!(Arc::ptr_eq(&a.operator(), &b.operator()));
     assert!(Arc::ptr_eq(
-        a.operator(),
+        &a.operator(),
         &registry().get("macro_test::once")?
     ));
     Ok(())
@@ -542,7 +542,7 @@ fn concurrent_first_calls_define_one_operator() -> Result<()> {
         .collect::<Result<_>>()?;
     let registered = registry().get("macro_test::concurrent")?;
     for op in &ops {
-        assert!(Arc::ptr_eq(op.operator(), &registered));
+        assert!(Arc::ptr_eq(&op.operator(), &registered));
     }
     Ok(())
 }

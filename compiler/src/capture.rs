@@ -71,7 +71,10 @@ fn attr_of(v: &Value) -> Option<Attr> {
         Value::DType(d) => Attr::DType(*d),
         Value::Device(d) => Attr::Device(*d),
         Value::None | Value::OptionalTensor(None) => Attr::None,
-        Value::Tensor(_) | Value::OptionalTensor(Some(_)) | Value::TensorList(_) => return None,
+        Value::Tensor(_)
+        | Value::OptionalTensor(Some(_))
+        | Value::TensorList(_)
+        | Value::OptionalTensorList(_) => return None,
     })
 }
 
@@ -186,6 +189,25 @@ impl TraceState {
                     reads.extend(&rs);
                     BuilderArg::TensorList(rs)
                 }
+                // Graphs have no absent list entries; a full `Tensor?[]` is recorded as a list.
+                Value::OptionalTensorList(ts) => {
+                    let rs = ts
+                        .iter()
+                        .map(|t| match t {
+                            Some(t) => self.value_of(t),
+                            None => Err(Error::compile(
+                                CompileKind::Capture,
+                                format!(
+                                    "capture: argument `{}` is a Tensor?[] with absent entries, \
+                                     which graphs cannot hold",
+                                    name.as_deref().unwrap_or("?")
+                                ),
+                            )),
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    reads.extend(&rs);
+                    BuilderArg::TensorList(rs)
+                }
                 other => BuilderArg::Attr {
                     name,
                     value: attr_of(other).unwrap_or(Attr::None),
@@ -296,7 +318,7 @@ impl Tracer {
         args: &[Value],
         reason: String,
     ) -> Result<Vec<Tensor>> {
-        if !op.has_fake() && !op.schema().returns.is_empty() {
+        if !op.runs_on_fake() {
             return Err(Error::compile(
                 CompileKind::Capture,
                 format!(

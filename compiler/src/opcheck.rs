@@ -227,17 +227,24 @@ fn test_faketensor(op: &std::sync::Arc<Operator>, args: &[Value]) -> Result<Opti
         )));
     }
     for (i, (f, r)) in fake.iter().zip(&real).enumerate() {
-        if f.shape() != r.shape()
-            || f.dtype() != r.dtype()
-            || f.device() != r.device()
-            || f.strides() != r.strides()
-        {
+        let mut diffs = Vec::new();
+        if f.shape() != r.shape() {
+            diffs.push(format!("shape {:?} vs {:?}", f.shape(), r.shape()));
+        }
+        if f.dtype() != r.dtype() {
+            diffs.push(format!("dtype {} vs {}", f.dtype(), r.dtype()));
+        }
+        if f.device() != r.device() {
+            diffs.push(format!("device {} vs {}", f.device(), r.device()));
+        }
+        if f.shape() == r.shape() && f.strides() != r.strides() {
+            diffs.push(format!("strides {:?} vs {:?}", f.strides(), r.strides()));
+        }
+        if !diffs.is_empty() {
             return Ok(Some(format!(
-                "output {i}: fake kernel gives {:?} with strides {:?}, the kernel {:?} with strides {:?}",
-                f,
-                f.strides(),
-                r,
-                r.strides()
+                "output {i}: the fake kernel's output differs from the kernel's (fake vs real): {} \
+                 (fake {f:?}, real {r:?})",
+                diffs.join(", ")
             )));
         }
     }

@@ -101,10 +101,27 @@ fn wrong_fake_kernel_fails_test_faketensor() -> Result<()> {
     op.register_fake(|x: Tensor| -> Result<Tensor> { x.sum(&[0], false) })?;
     let (x, _) = vecs(4)?;
     let failures = opcheck(&op, &[x], &[], no_raise())?;
+    // Issue 10 item 14: the message says what differs (fake vs real).
     assert!(
-        failures["test_faketensor"].contains("fake kernel gives"),
+        failures["test_faketensor"].contains("shape [3] vs [4]"),
         "{failures:?}"
     );
+    Ok(())
+}
+
+#[test]
+fn test_faketensor_names_the_differing_shape_and_dtype() -> Result<()> {
+    let op = library::custom_op("oc_fake::flat_f64")
+        .arg_names(&["x"])
+        .build(|x: &Tensor| -> Result<Tensor> { x.clone_tensor() })?;
+    op.register_fake(|x: &Tensor| -> Result<Tensor> {
+        Ok(Tensor::empty_fake(&[7], DType::F64, x.device()))
+    })?;
+    let x: Value = Tensor::randn_seeded(&[2, 3], DType::F32, 3)?.into();
+    let failures = opcheck(&op, &[x], &[], no_raise())?;
+    let msg = &failures["test_faketensor"];
+    assert!(msg.contains("shape [7] vs [2, 3]"), "{msg}");
+    assert!(msg.contains("dtype f64 vs f32"), "{msg}");
     Ok(())
 }
 

@@ -951,7 +951,7 @@ fn expand(
             fn define() -> ::tensorplay::Result<::tensorplay::library::CustomOpDef> {
                 let mutates: ::tensorplay::library::MutatesArgs = #mutates;
                 let proto = ::tensorplay::library::Prototype::new(
-                    <#ret_ty as ::tensorplay::library::ReturnType>::SCHEMA,
+                    &<#ret_ty as ::tensorplay::library::ReturnType>::schema(),
                 ) #(#proto_params)*;
                 let schema = ::tensorplay::library::infer_schema(
                     &proto, ::core::clone::Clone::clone(&mutates), ::core::option::Option::None,
@@ -962,6 +962,7 @@ fn expand(
                     .arg_names(&[#(#arg_names),*])
                     .schema(&schema)
                     .build(#kernel)
+                    .map(::tensorplay::library::CustomOp::into_def)
             }
 
             #[doc = #call_doc]

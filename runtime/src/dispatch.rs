@@ -16,7 +16,6 @@ use crate::capture;
 use crate::library::autograd::{CustomBackward, make_ctx};
 use crate::library::bind::bind;
 use crate::library::registry::{Operator, Slot};
-use crate::library::triton::{TritonScope, with_scope};
 use crate::ops::{GradCtx, Kernel, OpDef, Saved};
 use crate::tensor::Tensor;
 use crate::value::{Args, Value};
@@ -236,10 +235,9 @@ pub fn backend(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
 /// implicitly through the builtin ops its kernel calls), then kernel selection.
 pub(crate) fn call_custom(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
     if autocast::any_active() {
-        let device = common_device(op.qualname(), args)?;
-        let rule = Slot::for_device(device).and_then(|slot| {
-            autocast::active_dtype(device).and(op.regs.read().autocast.get(&slot).map(|e| e.value))
-        });
+        let device = crate::library::backend::call_device(op, args)?;
+        let rule = Slot::for_device(device)
+            .and_then(|slot| autocast::active_dtype(device).and(op.autocast_dtype(slot)));
         if let Some(dtype) = rule {
             let cast = autocast::cast_args(args, device, dtype)?;
             return custom_vmap_layer(op, &cast);
@@ -257,7 +255,7 @@ fn custom_vmap_layer(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> 
 }
 
 fn custom_autograd_layer(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
-    let formula = op.regs.read().autograd.as_ref().map(|e| e.value.clone());
+    let formula = op.autograd_impl();
     let needs_grad = is_grad_enabled() && any_requires_grad(args);
     match formula {
         Some(imp) if needs_grad => {
@@ -293,154 +291,8 @@ fn custom_bottom(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
     custom_backend(op, args)
 }
 
-/// Picks and runs the kernel for `args`: the fake kernel for fake inputs; otherwise the
-/// concrete device slot if registered and enabled, else the default slot. Skips every layer
-/// above the backend (a capture hook calls it for opaque nodes).
+/// Picks and runs the kernel for `args` and checks what it did (see `library::backend`). Skips
+/// every layer above the backend (a capture hook calls it for opaque nodes).
 pub fn custom_backend(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
-    let name = op.qualname();
-    let device = common_device(name, args)?;
-    let fake = device == Device::Meta || any_fake(args);
-    let kernel = {
-        let regs = op.regs.read();
-        if fake {
-            match &regs.fake {
-                Some(e) => e.value.clone(),
-                None if op.schema().returns.is_empty() => return Ok(vec![]),
-                None => {
-                    return Err(Error::Lookup(format!(
-                        "`{name}` has no fake kernel, so it cannot run on fake or meta tensors; \
-                         register one with register_fake"
-                    )));
-                }
-            }
-        } else {
-            let slot = Slot::for_device(device);
-            let concrete = slot
-                .and_then(|s| regs.kernels.get(&s))
-                .filter(|k| k.enabled);
-            match concrete.or_else(|| regs.kernels.get(&Slot::Default)) {
-                Some(k) => k.f.clone(),
-                None => {
-                    let slots: Vec<String> = {
-                        let mut v: Vec<_> = regs
-                            .kernels
-                            .iter()
-                            .map(|(s, k)| {
-                                if k.enabled {
-                                    s.to_string()
-                                } else {
-                                    format!("{s} (disabled)")
-                                }
-                            })
-                            .collect();
-                        v.sort();
-                        v
-                    };
-                    return Err(Error::Lookup(format!(
-                        "`{name}` has no kernel for device {device}; registered slots: [{}]",
-                        slots.join(", ")
-                    )));
-                }
-            }
-        }
-    };
-    let run = || {
-        let _off = autocast::suspend();
-        kernel(args)
-    };
-    let outs = if op.is_triton() && !fake {
-        let declared = op.schema().mutated_params();
-        let read_only = op
-            .schema()
-            .params
-            .iter()
-            .zip(args)
-            .filter(|(p, _)| !declared.contains(&p.name.as_str()))
-            .flat_map(|(_, v)| v.tensors().cloned())
-            .collect();
-        with_scope(
-            TritonScope {
-                op: name.to_string(),
-                read_only,
-            },
-            run,
-        )?
-    } else {
-        run()?
-    };
-    check_outputs(op, args, &outs, fake)?;
-    Ok(outs)
-}
-
-/// Output rules: the count matches the schema, fake kernels return fake tensors and real
-/// kernels real ones, and no output aliases an input or another output.
-fn check_outputs(op: &Operator, args: &[Value], outs: &[Tensor], fake: bool) -> Result<()> {
-    let name = op.qualname();
-    let returns = &op.schema().returns;
-    let list_return = returns.len() == 1 && returns[0].ty.is_tensor_list();
-    if !list_return && outs.len() != returns.len() {
-        return Err(Error::argument(
-            name,
-            "returns",
-            format!("{} outputs (schema: {})", returns.len(), op.schema()),
-            format!("{}", outs.len()),
-        ));
-    }
-    for (i, o) in outs.iter().enumerate() {
-        if fake && !o.is_fake() {
-            return Err(Error::argument(
-                name,
-                "fake kernel",
-                "fake outputs (build them from the fake inputs or Tensor::empty_fake)",
-                format!("a real tensor for output {i}"),
-            ));
-        }
-        if fake {
-            continue;
-        }
-        if o.is_fake() {
-            return Err(Error::argument(
-                name,
-                "kernel",
-                "real outputs for real inputs (a fake, data-less tensor is what a fake kernel \
-                 returns on fake inputs)",
-                format!("a fake tensor for output {i}"),
-            ));
-        }
-        // A return annotated with an alias set (`-> Tensor(a!)`) may alias the parameter in
-        // that set; every other aliasing is an error.
-        let allowed: Vec<&Tensor> = match returns.get(i).and_then(|r| r.alias.as_ref()) {
-            Some(ret_alias) => op
-                .schema()
-                .params
-                .iter()
-                .zip(args)
-                .filter(|(p, _)| p.alias.as_ref().is_some_and(|a| a.set == ret_alias.set))
-                .flat_map(|(_, v)| v.tensors())
-                .collect(),
-            None => vec![],
-        };
-        if let Some(input) = args
-            .iter()
-            .flat_map(Value::tensors)
-            .filter(|t| !allowed.iter().any(|a| a.storage().same(t.storage())))
-            .find(|t| t.storage().same(o.storage()))
-        {
-            return Err(Error::argument(
-                name,
-                "returns",
-                "outputs that do not alias inputs (return a copy, e.g. x.clone_tensor())",
-                format!("output {i} shares storage with input {input:?}"),
-            ));
-        }
-        if outs[..i].iter().any(|p| p.storage().same(o.storage())) {
-            return Err(Error::argument(
-                name,
-                "returns",
-                "outputs that do not alias each other",
-                format!("output {i} shares storage with an earlier output"),
-            ));
-        }
-    }
-    Ok(())
+    crate::library::backend::run(op, args)
 }

@@ -15,6 +15,8 @@ pub enum Value {
     OptionalTensor(Option<Tensor>),
     /// `Tensor[]`.
     TensorList(Vec<Tensor>),
+    /// `Tensor?[]`: a list whose entries may be absent.
+    OptionalTensorList(Vec<Option<Tensor>>),
     /// `int` / `SymInt`.
     Int(i64),
     /// `float`.
@@ -44,6 +46,7 @@ impl Value {
             Value::Tensor(_) => "Tensor",
             Value::OptionalTensor(_) => "Tensor?",
             Value::TensorList(_) => "Tensor[]",
+            Value::OptionalTensorList(_) => "Tensor?[]",
             Value::Int(_) => "int",
             Value::Float(_) => "float",
             Value::Bool(_) => "bool",
@@ -59,12 +62,15 @@ impl Value {
 
     /// Every tensor inside this value, in order (a list yields its items; absent optionals nothing).
     pub fn tensors(&self) -> impl Iterator<Item = &Tensor> {
-        let (one, many): (Option<&Tensor>, &[Tensor]) = match self {
-            Value::Tensor(t) | Value::OptionalTensor(Some(t)) => (Some(t), &[]),
-            Value::TensorList(ts) => (None, ts.as_slice()),
-            _ => (None, &[]),
+        let (one, many, maybe): (Option<&Tensor>, &[Tensor], &[Option<Tensor>]) = match self {
+            Value::Tensor(t) | Value::OptionalTensor(Some(t)) => (Some(t), &[], &[]),
+            Value::TensorList(ts) => (None, ts.as_slice(), &[]),
+            Value::OptionalTensorList(ts) => (None, &[], ts.as_slice()),
+            _ => (None, &[], &[]),
         };
-        one.into_iter().chain(many.iter())
+        one.into_iter()
+            .chain(many.iter())
+            .chain(maybe.iter().flatten())
     }
 }
 
@@ -74,6 +80,7 @@ impl fmt::Debug for Value {
             Value::Tensor(t) => write!(f, "{t:?}"),
             Value::OptionalTensor(t) => write!(f, "{t:?}"),
             Value::TensorList(ts) => write!(f, "{ts:?}"),
+            Value::OptionalTensorList(ts) => write!(f, "{ts:?}"),
             Value::Int(v) => write!(f, "{v}"),
             Value::Float(v) => write!(f, "{v:?}"),
             Value::Bool(v) => write!(f, "{v}"),
@@ -108,6 +115,22 @@ impl From<Vec<Tensor>> for Value {
         Value::TensorList(t)
     }
 }
+impl From<Vec<Option<Tensor>>> for Value {
+    fn from(t: Vec<Option<Tensor>>) -> Self {
+        Value::OptionalTensorList(t)
+    }
+}
+impl From<Option<&Tensor>> for Value {
+    fn from(t: Option<&Tensor>) -> Self {
+        Value::OptionalTensor(t.cloned())
+    }
+}
+
+impl From<&[Tensor]> for Value {
+    fn from(t: &[Tensor]) -> Self {
+        Value::TensorList(t.to_vec())
+    }
+}
 impl From<i64> for Value {
     fn from(v: i64) -> Self {
         Value::Int(v)
@@ -136,6 +159,21 @@ impl From<Vec<i64>> for Value {
 impl From<DType> for Value {
     fn from(v: DType) -> Self {
         Value::DType(v)
+    }
+}
+impl From<String> for Value {
+    fn from(v: String) -> Self {
+        Value::Str(v)
+    }
+}
+impl From<Vec<f64>> for Value {
+    fn from(v: Vec<f64>) -> Self {
+        Value::FloatList(v)
+    }
+}
+impl From<Vec<bool>> for Value {
+    fn from(v: Vec<bool>) -> Self {
+        Value::BoolList(v)
     }
 }
 impl From<Device> for Value {

@@ -70,6 +70,7 @@ fn weighted_sum(ns: &str) -> Result<CustomOpDef> {
     library::custom_op(&format!("{ns}::weighted_sum"))
         .arg_names(&["x", "weight"])
         .build(|x: Tensor, w: Tensor| -> Result<Tensor> { x.mul(&w)?.sum_all() })
+        .map(Into::into)
 }
 
 // ---- register_fake ---------------------------------------------------------------------------
@@ -218,7 +219,9 @@ fn a_mutating_op_returning_nothing_needs_no_fake_kernel() -> Result<()> {
         })?;
     assert!(!op.operator().has_fake());
     for device in [Device::Cpu, Device::Cuda(0), Device::Meta] {
-        let outs = op.call(&[fake(&[3], DType::F32, device).into(), 2.0.into()])?;
+        let outs = op
+            .def()
+            .call(&[fake(&[3], DType::F32, device).into(), 2.0.into()])?;
         assert!(outs.is_empty());
     }
     // A mutating op that returns something does need one.
@@ -370,7 +373,7 @@ fn scaled_mul(
             },
         )),
     )?;
-    Ok(op)
+    Ok(op.into())
 }
 
 #[test]
@@ -587,8 +590,8 @@ fn multi_output_formula_sees_none_for_unused_outputs() -> Result<()> {
         None,
     )?;
     let x = f32s(&[1.0, 1.0]).requires_grad_(true)?;
-    let outs = op.call(&[x.clone().into()])?;
-    outs[1].sum_all()?.backward()?;
+    let outs = op.call((&x,))?;
+    outs.1.sum_all()?.backward()?;
     assert_eq!(*seen.lock(), vec![false, true]);
     assert_eq!(vals(&x.grad().unwrap()), vec![3.0, 3.0]);
     Ok(())
@@ -659,7 +662,7 @@ fn dtype_probe(ns: &str, seen: Arc<Mutex<Vec<DType>>>) -> Result<CustomOpDef> {
             Ok(Tensor::empty_fake(&[1], DType::F32, a.device()))
         },
     )?;
-    Ok(op)
+    Ok(op.into())
 }
 
 fn probe_args(device: Option<Device>) -> Vec<Value> {

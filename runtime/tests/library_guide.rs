@@ -15,7 +15,7 @@ fn weighted_sum_walkthrough() -> Result<()> {
     // -- guide: define --
     let weighted_sum = library::custom_op("mylib::weighted_sum")
         .arg_names(&["x", "weight"])
-        .build(|x: Tensor, weight: Tensor| -> Result<Tensor> { x.mul(&weight)?.sum_all() })?;
+        .build(|x: &Tensor, weight: &Tensor| -> Result<Tensor> { x.mul(weight)?.sum_all() })?;
     assert_eq!(
         weighted_sum.schema().to_string(),
         "mylib::weighted_sum(Tensor x, Tensor weight) -> Tensor"
@@ -23,7 +23,11 @@ fn weighted_sum_walkthrough() -> Result<()> {
 
     let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?;
     let w = Tensor::from_vec(vec![0.5f32, 0.5, 2.0], &[3])?;
-    let y = weighted_sum.call1(&[x.clone().into(), w.clone().into()])?;
+    // The handle is typed: a tuple of arguments in, the closure's result type out.
+    let y: Tensor = weighted_sum.call((&x, &w))?;
+    assert_eq!(y.item::<f32>()?, 7.5);
+    // Keyword arguments by name.
+    let y = weighted_sum.call_kw((&x,), &[("weight", w.clone().into())])?;
     assert_eq!(y.item::<f32>()?, 7.5);
 
     // By name, from anywhere in the process (builtins live under `tp::`).

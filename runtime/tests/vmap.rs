@@ -522,7 +522,7 @@ fn custom_op_with_a_vmap_rule() -> Result<()> {
         },
     )?;
     let f: &Fun<'_> = &|xs| {
-        op.call(&[
+        op.def().call(&[
             xs[0].clone().into(),
             xs[1].clone().into(),
             Value::Float(3.0),
@@ -551,7 +551,7 @@ fn custom_op_with_a_vmap_rule() -> Result<()> {
         Ok((vec![x.clone_tensor()?], vec![Some(7)]))
     })?;
     let err = vmap(
-        |xs: &[Tensor]| bad.call(&[xs[0].clone().into()]),
+        |xs: &[Tensor]| bad.def().call(&[xs[0].clone().into()]),
         vec![Some(0)],
         vec![0],
     )(&[randn(&[2, 3], 1)])
@@ -574,7 +574,7 @@ fn custom_op_without_a_rule_runs_per_example() -> Result<()> {
             c.fetch_add(1, Ordering::SeqCst);
             x.mul(&x)?.sum_all()?.sqrt()
         })?;
-    let f: &Fun<'_> = &|xs| op.call(&[xs[0].clone().into()]);
+    let f: &Fun<'_> = &|xs| op.def().call(&[xs[0].clone().into()]);
     let x = randn(&[4, 6], 3);
     let got = vmap(f, vec![Some(1)], vec![0])(from_ref(&x))?;
     assert_eq!(calls.load(Ordering::SeqCst), 6);
@@ -588,7 +588,11 @@ fn seed_weighted_sum_under_vmap_and_its_gradient() -> Result<()> {
     let weighted_sum = library::custom_op("vmaptest::weighted_sum")
         .arg_names(&["x", "weight"])
         .build(|x: Tensor, w: Tensor| -> Result<Tensor> { x.mul(&w)?.sum_all() })?;
-    let f: &Fun<'_> = &|xs| weighted_sum.call(&[xs[0].clone().into(), xs[1].clone().into()]);
+    let f: &Fun<'_> = &|xs| {
+        weighted_sum
+            .def()
+            .call(&[xs[0].clone().into(), xs[1].clone().into()])
+    };
     check(
         f,
         &[randn(&[5, 3], 1), randn(&[3], 2)],

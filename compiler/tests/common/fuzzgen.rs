@@ -217,7 +217,7 @@ pub fn custom_ops() -> &'static (CustomOpDef, CustomOpDef) {
         opaque
             .register_fake(|x: Tensor| -> Result<Tensor> { Ok(Tensor::empty_like(&x)) })
             .expect("its fake kernel");
-        (traced, opaque)
+        (traced.into(), opaque.into())
     })
 }
 

@@ -54,9 +54,55 @@ pub type SetupContextFn =
 /// A boxed `setup_context`, as the registration functions take it.
 pub type SetupContextBox =
     Box<dyn Fn(&mut AutogradCtx, &[Value], &[Tensor]) -> Result<()> + Send + Sync>;
-/// `backward(ctx, grads)`: one gradient per output in, one optional gradient per parameter out.
+/// `backward(ctx, grads)`: one gradient per output in, gradients for the inputs out.
 pub type BackwardUserFn =
-    Arc<dyn Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
+    Arc<dyn Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Grad>> + Send + Sync>;
+
+/// The gradient `backward` returns for one input: none, a tensor, or one per element of a
+/// `Tensor[]` input.
+#[derive(Clone, Debug, Default)]
+pub enum Grad {
+    #[default]
+    None,
+    Tensor(Tensor),
+    List(Vec<Option<Tensor>>),
+}
+
+impl From<Option<Tensor>> for Grad {
+    fn from(t: Option<Tensor>) -> Grad {
+        t.map_or(Grad::None, Grad::Tensor)
+    }
+}
+
+impl From<Tensor> for Grad {
+    fn from(t: Tensor) -> Grad {
+        Grad::Tensor(t)
+    }
+}
+
+impl From<Vec<Option<Tensor>>> for Grad {
+    fn from(ts: Vec<Option<Tensor>>) -> Grad {
+        Grad::List(ts)
+    }
+}
+
+/// What `backward` may return: one gradient per schema parameter, or one per tensor input
+/// actually passed (PyTorch accepts both).
+pub trait IntoGrads {
+    fn into_grads(self) -> Vec<Grad>;
+}
+
+impl IntoGrads for Vec<Option<Tensor>> {
+    fn into_grads(self) -> Vec<Grad> {
+        self.into_iter().map(Grad::from).collect()
+    }
+}
+
+impl IntoGrads for Vec<Grad> {
+    fn into_grads(self) -> Vec<Grad> {
+        self
+    }
+}
 
 /// A registered autograd formula.
 pub struct AutogradImpl {
@@ -92,52 +138,99 @@ pub(crate) fn make_ctx(
     Ok(ctx)
 }
 
+impl CustomBackward {
+    /// The parameters `grads` answers for: every parameter when there is one gradient each,
+    /// else the tensor parameters that were passed a value.
+    fn targets(&self, n: usize) -> Result<Vec<usize>> {
+        let params = &self.schema.params;
+        if n == params.len() {
+            return Ok((0..n).collect());
+        }
+        let passed: Vec<usize> = params
+            .iter()
+            .zip(&self.args)
+            .enumerate()
+            .filter(|(_, (p, a))| p.ty.is_tensor_like() && !matches!(a, Value::None))
+            .map(|(i, _)| i)
+            .collect();
+        if n == passed.len() {
+            return Ok(passed);
+        }
+        Err(Error::Autograd(format!(
+            "backward of `{}` returned {n} gradients, expected {} (one per parameter: {}) or {} \
+             (one per tensor input passed: {})",
+            self.op,
+            params.len(),
+            params
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            passed.len(),
+            passed
+                .iter()
+                .map(|&i| params[i].name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )))
+    }
+}
+
 impl BackwardFn for CustomBackward {
     fn apply(&self, grads: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
-        let per_param = (self.imp.backward)(&self.ctx, grads)?;
-        let params = &self.schema.params;
-        if per_param.len() != params.len() {
-            return Err(Error::Autograd(format!(
-                "backward of `{}` returned {} gradients, expected {} (one per input: {})",
-                self.op,
-                per_param.len(),
-                params.len(),
-                params
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
+        let returned = (self.imp.backward)(&self.ctx, grads)?;
+        let targets = self.targets(returned.len())?;
+        let mut per_param = vec![Grad::None; self.schema.params.len()];
+        for (i, g) in targets.into_iter().zip(returned) {
+            per_param[i] = g;
         }
         let mut flat = Vec::new();
-        for ((param, grad), arg) in params.iter().zip(per_param).zip(&self.args) {
+        for ((param, grad), arg) in self.schema.params.iter().zip(per_param).zip(&self.args) {
             let n = arg.tensors().count();
-            if !param.ty.is_tensor_like() {
-                if grad.is_some() {
-                    return Err(Error::Autograd(format!(
-                        "backward of `{}` returned a gradient for `{}`, which is not a tensor (return None)",
-                        self.op, param.name
-                    )));
-                }
-                continue;
-            }
-            if param.ty.is_tensor_list() {
-                if grad.is_some() {
-                    return Err(Error::Autograd(format!(
-                        "backward of `{}`: gradients for the tensor-list input `{}` are not supported; return None",
-                        self.op, param.name
-                    )));
-                }
-                flat.extend(std::iter::repeat_n(None, n));
-                continue;
-            }
-            if n == 1 {
-                flat.push(grad);
-            } else if grad.is_some() {
-                return Err(Error::Autograd(format!(
-                    "backward of `{}` returned a gradient for `{}`, which was None",
+            let bad = |why: &str| {
+                Err(Error::Autograd(format!(
+                    "backward of `{}` returned a gradient for `{}`, {why}",
                     self.op, param.name
-                )));
+                )))
+            };
+            match grad {
+                Grad::None => flat.extend(std::iter::repeat_n(None, n)),
+                _ if !param.ty.is_tensor_like() => {
+                    return bad("which is not a tensor (return None)");
+                }
+                // `Tensor?[]`: one entry per list element; absent elements take none.
+                Grad::List(gs) if let Value::OptionalTensorList(ts) = arg => {
+                    if gs.len() != ts.len() {
+                        return bad(&format!(
+                            "a list of {} entries, but the list input had {} entries",
+                            gs.len(),
+                            ts.len()
+                        ));
+                    }
+                    flat.extend(
+                        gs.into_iter()
+                            .zip(ts)
+                            .filter(|(_, t)| t.is_some())
+                            .map(|(g, _)| g),
+                    );
+                }
+                Grad::List(gs) if param.ty.is_tensor_list() => {
+                    if gs.len() != n {
+                        return bad(&format!(
+                            "a list of {} entries, but the list input had {n} tensors",
+                            gs.len()
+                        ));
+                    }
+                    flat.extend(gs);
+                }
+                Grad::List(_) => return bad("a list, but the input is a single tensor"),
+                Grad::Tensor(_) if param.ty.is_tensor_list() => {
+                    return bad(
+                        "a single tensor, but the input is a Tensor[] (return a list: Grad::List)",
+                    );
+                }
+                Grad::Tensor(_) if n == 0 => return bad("which was None"),
+                Grad::Tensor(t) => flat.push(Some(t)),
             }
         }
         Ok(flat)

@@ -50,6 +50,16 @@ fn coerce(op: &str, param: &Param, ty: &SchemaType, v: Value) -> Result<Value> {
                 }
             };
             match (inner.base(), v) {
+                (BaseType::Tensor, Value::OptionalTensorList(ts)) if inner.is_optional() => {
+                    check_len(ts.len())?;
+                    Ok(Value::OptionalTensorList(ts))
+                }
+                (BaseType::Tensor, Value::TensorList(ts)) if inner.is_optional() => {
+                    check_len(ts.len())?;
+                    Ok(Value::OptionalTensorList(
+                        ts.into_iter().map(Some).collect(),
+                    ))
+                }
                 (BaseType::Tensor, Value::TensorList(ts)) => {
                     check_len(ts.len())?;
                     Ok(Value::TensorList(ts))

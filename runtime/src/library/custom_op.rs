@@ -1,16 +1,21 @@
 //! `custom_op` / `triton_op` and the `CustomOpDef` handle they return.
 
+use std::marker::PhantomData;
+use std::ops::Deref;
 use std::sync::Arc;
 
 use tensorplay_ir::schema::{Schema, validate_qualname};
 use tensorplay_ir::{DType, Error, Result};
 
-use super::autograd::{AutogradCtx, AutogradImpl, SetupContextBox};
+use super::autograd::{AutogradCtx, AutogradImpl, IntoGrads, SetupContextBox};
+use super::call_args::{CallArgs, kwargs_owned};
+use super::device_types::{DeviceType, DeviceTypes};
 use super::infer_schema::{MutatesArgs, Prototype, infer_schema};
 use super::register;
 use super::registry::{Operator, Origin, Owner, Slot, registry};
 use super::triton::TritonInfo;
-use super::typed::IntoKernel;
+use super::typed::{IntoKernel, ReturnType};
+use super::validate;
 use super::vmap_rule::VmapInfo;
 use crate::dispatch::call_operator;
 use crate::tensor::Tensor;
@@ -47,15 +52,15 @@ impl std::fmt::Debug for CustomOpDef {
 #[must_use = "the flag is restored when the guard drops; bind it to a variable"]
 pub struct KernelEnabledGuard {
     op: Arc<Operator>,
-    device_type: String,
+    slot: Slot,
     prev: bool,
+    warning: Option<String>,
 }
 
 impl Drop for KernelEnabledGuard {
     fn drop(&mut self) {
-        // The slot existed when the guard was made; it can only be gone if a Library owning it
-        // dropped meanwhile, and then there is nothing to restore.
-        let _ = register::set_kernel_enabled(&self.op, &self.device_type, self.prev);
+        // The flag belongs to the slot, which always exists; restoring cannot fail.
+        let _ = register::set_kernel_enabled(&self.op, self.slot, self.prev);
     }
 }
 
@@ -63,6 +68,11 @@ impl KernelEnabledGuard {
     /// The flag before the change.
     pub fn previous(&self) -> bool {
         self.prev
+    }
+
+    /// The warning given when the slot held no kernel (also printed with `TP_LOGS=library`).
+    pub fn warning(&self) -> Option<&str> {
+        self.warning.as_deref()
     }
 }
 
@@ -73,35 +83,34 @@ impl CustomOpDef {
 
     /// The qualified name.
     pub fn name(&self) -> &str {
+        // Redefinitions keep the name, so the handle's own op answers for the newest one.
         self.op.qualname()
     }
 
-    /// The schema (given or inferred).
-    pub fn schema(&self) -> &Schema {
-        self.op.schema()
+    /// The schema (given or inferred) of the newest definition.
+    pub fn schema(&self) -> Schema {
+        self.operator().schema().clone()
     }
 
-    /// The registry entry.
-    pub fn operator(&self) -> &Arc<Operator> {
-        &self.op
+    /// The registry entry: the newest definition under this name (a `custom_op` redefinition
+    /// replaces the op for every handle).
+    pub fn operator(&self) -> Arc<Operator> {
+        self.op.latest()
     }
 
-    /// Calls the op with positional arguments.
-    pub fn call(&self, args: &[Value]) -> Result<Vec<Tensor>> {
-        call_operator(&self.op, args, &[])
+    /// Calls the op with positional arguments: a tuple of Rust values (`(&x, &w, 2.0)`) or
+    /// boxed [`Value`]s.
+    pub fn call(&self, args: impl CallArgs) -> Result<Vec<Tensor>> {
+        call_operator(&self.operator(), &args.into_values(), &[])
     }
 
-    /// Calls the op with positional and keyword arguments.
-    pub fn call_kw(&self, args: &[Value], kwargs: &[(&str, Value)]) -> Result<Vec<Tensor>> {
-        let kw: Vec<(String, Value)> = kwargs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        call_operator(&self.op, args, &kw)
+    /// Calls the op with positional and keyword arguments (`&[("eps", 1e-3.into())]`).
+    pub fn call_kw(&self, args: impl CallArgs, kwargs: &[(&str, Value)]) -> Result<Vec<Tensor>> {
+        call_operator(&self.operator(), &args.into_values(), &kwargs_owned(kwargs))
     }
 
     /// Calls an op that returns exactly one tensor.
-    pub fn call1(&self, args: &[Value]) -> Result<Tensor> {
+    pub fn call1(&self, args: impl CallArgs) -> Result<Tensor> {
         let mut outs = self.call(args)?;
         if outs.len() != 1 {
             return Err(Error::argument(
@@ -114,25 +123,28 @@ impl CustomOpDef {
         Ok(outs.swap_remove(0))
     }
 
-    /// Registers a kernel for `device_types` (`[]` = the device-agnostic slot; `cpu`, `cuda` and
-    /// `Composite…` spellings accepted).
+    /// Registers a kernel for `device_types`: lower-case `"cpu"`/`"cuda"`, a [`Device`] or
+    /// [`Slot`] (one or a list); `&[]` is the device-agnostic slot.
+    ///
+    /// [`Device`]: tensorplay_ir::Device
     pub fn register_kernel<M>(
         &self,
-        device_types: &[&str],
+        device_types: impl DeviceTypes,
         f: impl IntoKernel<M>,
     ) -> Result<&Self> {
-        self.register_kernel_owned(device_types, f, Owner::Process)
+        let slots = device_types.slots(self.name(), "device_types")?;
+        self.register_kernel_slots(&slots, f, Owner::Process)
     }
 
-    pub(crate) fn register_kernel_owned<M, F: IntoKernel<M>>(
+    pub(crate) fn register_kernel_slots<M, F: IntoKernel<M>>(
         &self,
-        device_types: &[&str],
+        slots: &[Slot],
         f: F,
         owner: Owner,
     ) -> Result<&Self> {
-        register::check_arity::<F, M>(&self.op, "the kernel")?;
-        let slots = register::parse_slots(self.name(), device_types)?;
-        register::register_kernel(&self.op, &slots, f.into_kernel(self.name()), owner)?;
+        let op = self.operator();
+        register::check_arity::<F, M>(&op, "the kernel")?;
+        register::register_kernel(&op, slots, f.into_kernel(self.name()), owner)?;
         Ok(self)
     }
 
@@ -147,45 +159,42 @@ impl CustomOpDef {
         owner: Owner,
         allow_override: bool,
     ) -> Result<&Self> {
-        register::check_arity::<F, M>(&self.op, "the fake kernel")?;
-        register::register_fake(&self.op, f.into_kernel(self.name()), owner, allow_override)?;
+        let op = self.operator();
+        register::check_arity::<F, M>(&op, "the fake kernel")?;
+        register::register_fake(&op, f.into_kernel(self.name()), owner, allow_override)?;
         Ok(self)
     }
 
     /// Registers an autograd formula: `backward(ctx, grads)` returns one optional gradient per
     /// parameter; `setup_context(ctx, inputs, outputs)` saves what backward needs.
-    pub fn register_autograd(
+    pub fn register_autograd<G: IntoGrads>(
         &self,
-        backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>>
-        + Send
-        + Sync
-        + 'static,
+        backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<G> + Send + Sync + 'static,
         setup_context: Option<SetupContextBox>,
     ) -> Result<&Self> {
         self.register_autograd_owned(backward, setup_context, Owner::Process)
     }
 
-    pub(crate) fn register_autograd_owned(
+    pub(crate) fn register_autograd_owned<G: IntoGrads>(
         &self,
-        backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>>
-        + Send
-        + Sync
-        + 'static,
+        backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<G> + Send + Sync + 'static,
         setup_context: Option<SetupContextBox>,
         owner: Owner,
     ) -> Result<&Self> {
         let imp = AutogradImpl {
-            backward: Arc::new(backward),
+            backward: Arc::new(move |ctx: &AutogradCtx, g: &[Option<Tensor>]| {
+                backward(ctx, g).map(IntoGrads::into_grads)
+            }),
             setup_context: setup_context.map(Arc::from),
         };
-        register::register_autograd(&self.op, imp, owner)?;
+        register::register_autograd(&self.operator(), imp, owner)?;
         Ok(self)
     }
 
     /// Inside an autocast region for `device_type`, casts floating inputs (not f64) to
     /// `cast_inputs` before the kernel runs.
     pub fn register_autocast(&self, device_type: &str, cast_inputs: DType) -> Result<&Self> {
-        register::register_autocast(&self.op, device_type, cast_inputs, Owner::Process)?;
+        register::register_autocast(&self.operator(), device_type, cast_inputs, Owner::Process)?;
         Ok(self)
     }
 
@@ -201,22 +210,32 @@ impl CustomOpDef {
         + Sync
         + 'static,
     ) -> Result<&Self> {
-        register::register_vmap(&self.op, Arc::new(rule), Owner::Process)?;
+        register::register_vmap(&self.operator(), Arc::new(rule), Owner::Process)?;
         Ok(self)
     }
 
-    /// Enables or disables the kernel in a concrete slot (`cpu`/`cuda`); a disabled slot falls
-    /// back to the default kernel. The returned guard restores the previous flag when dropped.
+    /// Enables or disables the kernel slot of a concrete device type (`"cpu"`/`"cuda"`, a
+    /// [`Device`](tensorplay_ir::Device) or [`Slot`]); a disabled slot falls back to the default
+    /// kernel. A slot with no kernel is a warning ([`KernelEnabledGuard::warning`]), and a kernel
+    /// registered while its slot is disabled stays disabled. The guard restores the previous flag
+    /// when dropped.
     pub fn set_kernel_enabled(
         &self,
-        device_type: &str,
+        device_type: impl DeviceType,
         enabled: bool,
     ) -> Result<KernelEnabledGuard> {
-        let prev = register::set_kernel_enabled(&self.op, device_type, enabled)?;
+        let op = self.operator();
+        let slot = if device_type.names_default_slot() {
+            Slot::Default // refused below with its own message
+        } else {
+            device_type.slot(self.name(), "device_type")?
+        };
+        let change = register::set_kernel_enabled(&op, slot, enabled)?;
         Ok(KernelEnabledGuard {
-            op: self.op.clone(),
-            device_type: device_type.to_string(),
-            prev,
+            op,
+            slot,
+            prev: change.prev,
+            warning: change.warning,
         })
     }
 }
@@ -226,10 +245,13 @@ impl CustomOpDef {
 pub struct CustomOpBuilder {
     name: String,
     mutates_args: MutatesArgs,
-    device_types: Option<Vec<String>>,
+    /// `None`: every device (the default slot). An invalid spelling is kept as the error `build`
+    /// reports.
+    device_types: Option<Result<Vec<Slot>>>,
     schema: Option<String>,
     arg_names: Option<Vec<String>>,
     triton: bool,
+    owner: Owner,
 }
 
 /// Defines a custom operator whose body is `kernel` (see [`CustomOpBuilder::build`]).
@@ -253,6 +275,7 @@ pub fn custom_op(name: &str) -> CustomOpBuilder {
         schema: None,
         arg_names: None,
         triton: false,
+        owner: Owner::Process,
     }
 }
 
@@ -272,12 +295,22 @@ impl CustomOpBuilder {
         self
     }
 
-    /// Device types (`cpu`, `cuda`) whose kernel slots the body fills; every device when omitted
-    /// or empty (as `register_kernel(op, [])`: the device-agnostic slot, never an op without a
-    /// kernel).
-    pub fn device_types(mut self, types: &[&str]) -> Self {
-        self.device_types =
-            (!types.is_empty()).then(|| types.iter().map(|s| s.to_string()).collect());
+    /// Device types (`"cpu"`, `"cuda"`, [`Device`](tensorplay_ir::Device) values) whose kernel
+    /// slots the body fills; every device when omitted or empty (as `register_kernel(op, [])`:
+    /// the device-agnostic slot, never an op without a kernel). An op without tensor parameters
+    /// dispatches on its `Device` parameter.
+    pub fn device_types(mut self, types: impl DeviceTypes) -> Self {
+        self.device_types = match types.slots(&self.name, "device_types") {
+            Ok(slots) if slots == [Slot::Default] => None,
+            Ok(slots) => Some(Ok(slots)),
+            Err(e) => Some(Err(e)),
+        };
+        self
+    }
+
+    /// Scopes the op to `lib`: it is removed when the library drops (PyTorch's `lib=`).
+    pub fn lib(mut self, lib: &super::Library) -> Self {
+        self.owner = lib.owner;
         self
     }
 
@@ -296,19 +329,8 @@ impl CustomOpBuilder {
     fn slots(&self) -> Result<Vec<Slot>> {
         match &self.device_types {
             None => Ok(vec![Slot::Default]),
-            Some(types) => types
-                .iter()
-                .map(|t| match t.as_str() {
-                    "cpu" => Ok(Slot::Cpu),
-                    "cuda" => Ok(Slot::Cuda),
-                    other => Err(Error::argument(
-                        &self.name,
-                        "device_types",
-                        "lower-case `cpu` or `cuda` (no index)",
-                        format!("`{other}`"),
-                    )),
-                })
-                .collect(),
+            Some(Ok(slots)) => Ok(slots.clone()),
+            Some(Err(e)) => Err(e.clone()),
         }
     }
 
@@ -435,22 +457,26 @@ impl CustomOpBuilder {
         Ok(schema)
     }
 
-    /// Defines (or redefines) the op with `kernel` as its body and returns its handle. Nothing is
-    /// registered when this fails.
-    pub fn build<M, F: IntoKernel<M>>(self, kernel: F) -> Result<CustomOpDef> {
+    /// Defines (or redefines) the op with `kernel` as its body and returns its typed handle
+    /// (calls return the kernel's result type). Nothing is registered when this fails.
+    pub fn build<M, F: IntoKernel<M>>(self, kernel: F) -> Result<CustomOp<F::Output>> {
         let (ns, name, overload) = check_definable(&self.name)?;
         let slots = self.slots()?;
         let schema = self.resolve_schema::<F, M>(&ns, &name, &overload)?;
+        validate::check_definition(&schema)?;
         let qualname = schema.qualified_name();
+        if self.device_types.is_some() {
+            validate::check_dispatchable(&schema)?;
+        }
         let op = Arc::new(Operator::new_custom(
             qualname.clone(),
             schema,
             Origin::CustomOp,
-            Owner::Process,
+            self.owner,
             self.device_types.as_ref().map(|_| slots.clone()),
             self.triton.then_some(TritonInfo),
         ));
-        register::register_kernel(&op, &slots, kernel.into_kernel(&qualname), Owner::Process)?;
+        register::register_kernel(&op, &slots, kernel.into_kernel(&qualname), self.owner)?;
         let op = registry().insert(op, |existing| match existing.origin() {
             Origin::CustomOp => Ok(()),
             Origin::Builtin => Err(Error::Registration(format!("`{qualname}` is a builtin op"))),
@@ -458,6 +484,77 @@ impl CustomOpBuilder {
                 "`{qualname}` was created with define/Library::define; custom_op cannot redefine it"
             ))),
         })?;
-        Ok(CustomOpDef { op })
+        Ok(CustomOp {
+            def: CustomOpDef { op },
+            ret: PhantomData,
+        })
+    }
+}
+
+/// A typed handle from [`CustomOpBuilder::build`]: [`CustomOp::call`] returns the kernel's result
+/// type `R`; everything else is [`CustomOpDef`]'s (it derefs to one).
+///
+/// ```
+/// use tensorplay_runtime::{library, Tensor, DType, Result};
+/// let ws = library::custom_op("docs_typed::weighted_sum")
+///     .arg_names(&["x", "w"])
+///     .build(|x: &Tensor, w: &Tensor| -> Result<Tensor> { x.mul(w)?.sum_all() })?;
+/// let x = Tensor::ones(&[3], DType::F32);
+/// let y: Tensor = ws.call((&x, &x))?;
+/// assert_eq!(y.item::<f32>()?, 3.0);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub struct CustomOp<R> {
+    def: CustomOpDef,
+    ret: PhantomData<fn() -> R>,
+}
+
+impl<R> Clone for CustomOp<R> {
+    fn clone(&self) -> Self {
+        CustomOp {
+            def: self.def.clone(),
+            ret: PhantomData,
+        }
+    }
+}
+
+impl<R> std::fmt::Debug for CustomOp<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.def.fmt(f)
+    }
+}
+
+impl<R> Deref for CustomOp<R> {
+    type Target = CustomOpDef;
+    fn deref(&self) -> &CustomOpDef {
+        &self.def
+    }
+}
+
+impl<R> From<CustomOp<R>> for CustomOpDef {
+    fn from(op: CustomOp<R>) -> CustomOpDef {
+        op.def
+    }
+}
+
+impl<R: ReturnType> CustomOp<R> {
+    /// Calls the op: positional arguments as a tuple (`(&x, &w)`) or boxed values.
+    pub fn call(&self, args: impl CallArgs) -> Result<R> {
+        R::from_tensors(self.name(), self.def.call(args)?)
+    }
+
+    /// Calls the op with keyword arguments too.
+    pub fn call_kw(&self, args: impl CallArgs, kwargs: &[(&str, Value)]) -> Result<R> {
+        R::from_tensors(self.name(), self.def.call_kw(args, kwargs)?)
+    }
+
+    /// The untyped handle.
+    pub fn def(&self) -> &CustomOpDef {
+        &self.def
+    }
+
+    /// Converts into the untyped handle.
+    pub fn into_def(self) -> CustomOpDef {
+        self.def
     }
 }

@@ -60,6 +60,8 @@ pub struct ProtoParam {
     /// Schema type (`Tensor`, `SymInt`, `float?`...).
     pub ty: String,
     pub default: Option<DefaultValue>,
+    /// Keyword-only (after `*` in the schema).
+    pub kwarg_only: bool,
 }
 
 /// A function prototype: what `infer_schema` reads.
@@ -140,8 +142,9 @@ fn schema_type(ty: &str) -> std::result::Result<String, String> {
         generic_arg(t, "Vec").or_else(|| t.strip_prefix('[').and_then(|s| s.strip_suffix(']')));
     if let Some(inner) = list {
         let s = schema_type(inner)?;
-        if s.ends_with(']') || s.ends_with('?') {
-            return Err("lists hold plain element types".to_string());
+        // `Tensor?[]` (`Vec<Option<Tensor>>`) is the one list of optionals schemas have.
+        if s.ends_with(']') || (s.ends_with('?') && s != "Tensor?") {
+            return Err("lists hold plain element types (or Option<Tensor>)".to_string());
         }
         return Ok(format!("{s}[]"));
     }
@@ -168,24 +171,34 @@ impl Prototype {
         }
     }
 
-    /// Adds a parameter with a schema type.
-    pub fn param(mut self, name: &str, ty: &str) -> Prototype {
+    fn push(mut self, name: &str, ty: &str, default: Option<DefaultValue>, kw: bool) -> Self {
         self.params.push(ProtoParam {
             name: name.to_string(),
             ty: ty.to_string(),
-            default: None,
+            default,
+            kwarg_only: kw,
         });
         self
     }
 
+    /// Adds a parameter with a schema type.
+    pub fn param(self, name: &str, ty: &str) -> Prototype {
+        self.push(name, ty, None, false)
+    }
+
     /// Adds a parameter with a default value.
-    pub fn param_default(mut self, name: &str, ty: &str, default: DefaultValue) -> Prototype {
-        self.params.push(ProtoParam {
-            name: name.to_string(),
-            ty: ty.to_string(),
-            default: Some(default),
-        });
-        self
+    pub fn param_default(self, name: &str, ty: &str, default: DefaultValue) -> Prototype {
+        self.push(name, ty, Some(default), false)
+    }
+
+    /// Adds a keyword-only parameter (printed after `*`).
+    pub fn kwarg(self, name: &str, ty: &str) -> Prototype {
+        self.push(name, ty, None, true)
+    }
+
+    /// Adds a keyword-only parameter with a default value.
+    pub fn kwarg_default(self, name: &str, ty: &str, default: DefaultValue) -> Prototype {
+        self.push(name, ty, Some(default), true)
     }
 
     /// The prototype of a typed closure, with its parameters named `names`.
@@ -214,10 +227,35 @@ impl Prototype {
                     name: n.to_string(),
                     ty: t.to_string(),
                     default: None,
+                    kwarg_only: false,
                 })
                 .collect(),
             ret: ret.to_string(),
         })
+    }
+}
+
+/// What [`infer_schema`] reads a prototype from: a [`Prototype`], or a typed closure with its
+/// parameter names, `(["x", "w"], |x: &Tensor, w: &Tensor| -> Result<Tensor> { .. })`.
+pub trait IntoPrototype<M> {
+    fn into_prototype(self) -> Result<Prototype>;
+}
+
+impl IntoPrototype<()> for &Prototype {
+    fn into_prototype(self) -> Result<Prototype> {
+        Ok(self.clone())
+    }
+}
+
+impl IntoPrototype<()> for Prototype {
+    fn into_prototype(self) -> Result<Prototype> {
+        Ok(self)
+    }
+}
+
+impl<F: IntoKernel<M>, M, const N: usize> IntoPrototype<(M,)> for ([&str; N], F) {
+    fn into_prototype(self) -> Result<Prototype> {
+        Prototype::of::<F, M>(&self.0)
     }
 }
 
@@ -240,11 +278,12 @@ fn is_tensor_like(ty: &str) -> bool {
 /// assert_eq!(s, "ns::op(Tensor self, SymInt n, float eps=1e-05, Tensor? bias=None, Tensor(a!) out) -> Tensor");
 /// # Ok::<(), tensorplay_runtime::Error>(())
 /// ```
-pub fn infer_schema(
-    proto: &Prototype,
+pub fn infer_schema<P: IntoPrototype<M>, M>(
+    proto: P,
     mutates_args: MutatesArgs,
     op_name: Option<&str>,
 ) -> Result<String> {
+    let proto = &proto.into_prototype()?;
     for name in mutates_args.names() {
         match proto.params.iter().find(|p| &p.name == name) {
             None => {
@@ -275,8 +314,20 @@ pub fn infer_schema(
         }
     }
     let mut letter = b'a';
-    let mut parts = Vec::with_capacity(proto.params.len());
+    let mut parts = Vec::with_capacity(proto.params.len() + 1);
+    let mut star = false;
     for p in &proto.params {
+        if p.kwarg_only && !star {
+            parts.push("*".to_string());
+            star = true;
+        } else if !p.kwarg_only && star {
+            return Err(Error::argument(
+                op_name.unwrap_or("infer_schema"),
+                &p.name,
+                "positional parameters before keyword-only ones",
+                "a positional parameter after a keyword-only one",
+            ));
+        }
         let mutated = match &mutates_args {
             MutatesArgs::Unknown => is_tensor_like(&p.ty),
             MutatesArgs::Names(n) => n.contains(&p.name),

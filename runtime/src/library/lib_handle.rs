@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
-use tensorplay_ir::schema::Schema;
+use tensorplay_ir::schema::{Schema, validate_qualname};
 use tensorplay_ir::{Error, Result};
 
 use super::custom_op::{CustomOpDef, check_definable};
 use super::registry::{Operator, Origin, Owner, Slot, new_library_owner, registry};
 use super::typed::IntoKernel;
+use super::validate;
 
 /// The kind of a [`Library`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +53,14 @@ impl Library {
                 ));
             }
         };
-        check_definable(&format!("{namespace}::x")).map_err(|e| {
+        // An IMPL library may add kernels to `prim` ops (only defining into `prim` is reserved;
+        // `tp` holds the builtins, which take no registrations at all).
+        let valid = if kind == LibraryKind::Impl && namespace == "prim" {
+            validate_qualname(&format!("{namespace}::x")).map(|_| ())
+        } else {
+            check_definable(&format!("{namespace}::x")).map(|_| ())
+        };
+        valid.map_err(|e| {
             Error::Registration(format!("invalid library namespace `{namespace}`: {e}"))
         })?;
         let owner = new_library_owner();
@@ -121,17 +129,13 @@ impl Library {
         };
         // Errors name the parameter the caller actually filled in.
         let slots = [Slot::parse(op.qualname(), arg, key)?];
-        if !allow_override
-            && let Some(s) = slots
-                .iter()
-                .find(|s| op.regs.read().kernels.contains_key(s))
-        {
+        if !allow_override && let Some(s) = slots.iter().find(|s| op.kernel_in(**s).is_some()) {
             return Err(Error::Registration(format!(
                 "`{}` already has a {s} kernel (allow_override is false)",
                 op.qualname()
             )));
         }
-        CustomOpDef::from_operator(op).register_kernel_owned(&[key], f, self.owner)?;
+        CustomOpDef::from_operator(op).register_kernel_slots(&slots, f, self.owner)?;
         Ok(())
     }
 
@@ -162,7 +166,10 @@ pub(crate) fn define_op(
     owner: Owner,
     strict: bool,
 ) -> Result<String> {
-    let mut schema = Schema::parse(text)?;
+    // The seed's loose spelling (`ns::add(Tensor, Tensor)`) is completed only when the text does
+    // not parse as given, so errors keep pointing into the caller's text.
+    let mut schema = Schema::parse(text)
+        .or_else(|e| Schema::parse(&validate::complete_loose(text)).map_err(|_| e))?;
     match (&schema.namespace, default_ns) {
         (None, Some(ns)) => schema.namespace = Some(ns.to_string()),
         (None, None) => {
@@ -179,6 +186,7 @@ pub(crate) fn define_op(
     }
     let qualname = schema.qualified_name();
     check_definable(&qualname)?;
+    validate::check_definition(&schema)?;
     if !strict
         && let Some(existing) = registry().find(&qualname)
         && existing.origin() == Origin::Defined

@@ -9,30 +9,41 @@
 //! `lib: Option<&Library>` makes a registration owned by (and removed with) that library.
 
 pub mod autograd;
+pub(crate) mod backend;
 pub mod bind;
+pub mod call_args;
 pub mod custom_op;
+pub mod device_types;
+pub mod fake_ctx;
 pub mod infer_schema;
 pub mod lib_handle;
+pub mod log;
 pub(crate) mod register;
 pub mod registry;
 pub mod triton;
 pub mod typed;
+pub(crate) mod validate;
 pub mod vmap_rule;
 
 use std::sync::Arc;
 
 use tensorplay_ir::{DType, Error, Result};
 
-pub use autograd::AutogradCtx;
-pub use custom_op::{CustomOpBuilder, CustomOpDef, KernelEnabledGuard, custom_op, triton_op};
-pub use infer_schema::{MutatesArgs, Prototype, infer_schema};
+pub use autograd::{AutogradCtx, Grad, IntoGrads};
+pub use call_args::CallArgs;
+pub use custom_op::{
+    CustomOp, CustomOpBuilder, CustomOpDef, KernelEnabledGuard, custom_op, triton_op,
+};
+pub use device_types::{DeviceType, DeviceTypes};
+pub use fake_ctx::{DynamicSize, FakeCtx, get_ctx};
+pub use infer_schema::{IntoPrototype, MutatesArgs, Prototype, infer_schema};
 pub use lib_handle::{Library, LibraryKind};
 pub use registry::{KernelFn, Operator, Owner, Slot, registry};
 pub use triton::{
     CpuLauncher, GpuImage, GpuKernel, GridLauncher, LaunchArg, ProgramArg, TritonKernel,
     wrap_triton,
 };
-pub use typed::{ArgType, IntoKernel, ReturnType};
+pub use typed::{ArgType, IntoKernel, KernelArg, ReturnElem, ReturnType};
 pub use vmap_rule::{VmapInfo, VmapRule};
 
 use crate::tensor::Tensor;
@@ -58,13 +69,19 @@ impl OpLike for String {
 
 impl OpLike for &CustomOpDef {
     fn resolve(&self) -> Result<Arc<Operator>> {
-        Ok(self.operator().clone())
+        Ok(self.operator())
     }
 }
 
 impl OpLike for CustomOpDef {
     fn resolve(&self) -> Result<Arc<Operator>> {
-        Ok(self.operator().clone())
+        Ok(self.operator())
+    }
+}
+
+impl<R> OpLike for &CustomOp<R> {
+    fn resolve(&self) -> Result<Arc<Operator>> {
+        Ok(self.operator())
     }
 }
 
@@ -74,6 +91,18 @@ fn owner(lib: Option<&Library>) -> Owner {
 
 fn handle(op: impl OpLike) -> Result<CustomOpDef> {
     Ok(CustomOpDef::from_operator(op.resolve()?))
+}
+
+/// The handle of a `define`d (or any registered) op, to call it and register on it.
+///
+/// ```
+/// use tensorplay_runtime::library;
+/// library::define("docs_handle::f(Tensor x) -> Tensor", None, None)?;
+/// assert_eq!(library::op_handle("docs_handle::f")?.name(), "docs_handle::f");
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn op_handle(op: impl OpLike) -> Result<CustomOpDef> {
+    handle(op)
 }
 
 /// Defines an operator if absent (kernels are attached later with [`r#impl`] or
@@ -96,8 +125,23 @@ pub fn define(qualname: &str, schema: Option<&str>, lib: Option<&Library>) -> Re
             l.namespace()
         )));
     }
-    let text = match schema {
-        Some(s) => format!("{}{}", registry::name_part(qualname), s.trim()),
+    let name = registry::name_part(qualname);
+    let text = match schema.map(str::trim) {
+        Some(s) if s.starts_with('(') => format!("{name}{s}"),
+        // A schema carrying its own name must name the same op (`define("ns::a", "foo(...)")`
+        // is a mistake, not the op `ns::afoo`).
+        Some(s) => {
+            let given = registry::name_part(s);
+            let own = given.rsplit("::").next().unwrap_or(given);
+            let want = name.rsplit("::").next().unwrap_or(name);
+            if given != name && own != want {
+                return Err(Error::Registration(format!(
+                    "define(`{qualname}`): the schema `{s}` names the op `{given}`; pass the \
+                     part from `(` on, or a schema with the same name"
+                )));
+            }
+            format!("{name}{}", &s[given.len()..])
+        }
         None => qualname.to_string(),
     };
     if !text.contains('(') {
@@ -109,7 +153,7 @@ pub fn define(qualname: &str, schema: Option<&str>, lib: Option<&Library>) -> Re
 }
 
 /// Registers `func` as a kernel of `qualname` for `types` (`"CPU"`/`"CUDA"`/`"cpu"`/`"cuda"` or a
-/// `Composite…` key for the device-agnostic slot).
+/// `Composite…` key for the device-agnostic slot; `[]` is the device-agnostic slot).
 pub fn r#impl<M, F: IntoKernel<M>>(
     qualname: &str,
     types: &[&str],
@@ -117,23 +161,25 @@ pub fn r#impl<M, F: IntoKernel<M>>(
     lib: Option<&Library>,
 ) -> Result<()> {
     let op = handle(qualname)?;
-    let types: Vec<&str> = if types.is_empty() {
-        vec!["default"]
-    } else {
-        types.to_vec()
-    };
-    op.register_kernel_owned(&types, func, owner(lib))?;
+    let slots = register::parse_slots(qualname, types)?;
+    op.register_kernel_slots(&slots, func, owner(lib))?;
     Ok(())
 }
 
-/// Registers a kernel for `device_types` (`[]` = the device-agnostic slot).
+/// Registers a kernel for `device_types`: lower-case `"cpu"`/`"cuda"` strings, [`Device`]
+/// values or [`Slot`]s (`&[]` = the device-agnostic slot). Upper-case spellings are
+/// [`r#impl`]'s; here they are an error naming the accepted ones.
+///
+/// [`Device`]: tensorplay_ir::Device
 pub fn register_kernel<M, F: IntoKernel<M>>(
     op: impl OpLike,
-    device_types: &[&str],
+    device_types: impl DeviceTypes,
     func: F,
     lib: Option<&Library>,
 ) -> Result<()> {
-    handle(op)?.register_kernel_owned(device_types, func, owner(lib))?;
+    let op = handle(op)?;
+    let slots = device_types.slots(op.name(), "device_types")?;
+    op.register_kernel_slots(&slots, func, owner(lib))?;
     Ok(())
 }
 
@@ -159,12 +205,9 @@ pub fn impl_abstract<M, F: IntoKernel<M>>(
 }
 
 /// Registers an autograd formula (not allowed on mutating ops).
-pub fn register_autograd(
+pub fn register_autograd<G: IntoGrads>(
     op: impl OpLike,
-    backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>>
-    + Send
-    + Sync
-    + 'static,
+    backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<G> + Send + Sync + 'static,
     setup_context: Option<autograd::SetupContextBox>,
     lib: Option<&Library>,
 ) -> Result<()> {

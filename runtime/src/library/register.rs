@@ -2,6 +2,7 @@
 //! validates fully before it changes anything.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tensorplay_ir::{DType, Error, Result};
 
@@ -9,6 +10,7 @@ use super::autograd::AutogradImpl;
 use super::registry::{Entry, KernelEntry, KernelFn, Operator, Owner, Slot};
 use super::typed::IntoKernel;
 use super::vmap_rule::VmapRule;
+use crate::value::Value;
 
 /// Checks a typed kernel's parameter count against the op's schema.
 pub(crate) fn check_arity<F: IntoKernel<M>, M>(op: &Operator, what: &str) -> Result<()> {
@@ -50,15 +52,13 @@ pub(crate) fn register_kernel(
     op.check_mutable("a kernel")?;
     let mut regs = op.regs.write();
     for s in slots {
-        // Last registration wins; a re-registered slot starts enabled.
-        regs.kernels.insert(
-            *s,
-            KernelEntry {
-                f: f.clone(),
-                enabled: true,
-                owner,
-            },
-        );
+        // The newest registration is active; a disabled slot stays disabled (the flag belongs to
+        // the slot, not the kernel) until its guard restores it.
+        regs.kernels.entry(*s).or_default().push(KernelEntry {
+            f: f.clone(),
+            owner,
+            alive: Arc::new(AtomicBool::new(true)),
+        });
     }
     Ok(())
 }
@@ -71,26 +71,42 @@ pub(crate) fn register_fake(
 ) -> Result<()> {
     op.check_mutable("a fake kernel")?;
     let mut regs = op.regs.write();
-    if !allow_override && regs.fake.is_some() {
+    if !allow_override && !regs.fake.is_empty() {
         return Err(Error::Registration(format!(
             "`{}` already has a fake kernel (allow_override is false)",
             op.qualname()
         )));
     }
-    regs.fake = Some(Entry { value: f, owner });
+    regs.fake.push(Entry { value: f, owner });
     Ok(())
 }
 
 pub(crate) fn register_autograd(op: &Operator, imp: AutogradImpl, owner: Owner) -> Result<()> {
     op.check_mutable("an autograd formula")?;
-    if op.schema().is_mutating() {
+    let schema = op.schema();
+    if schema.is_mutating() {
         return Err(Error::Registration(format!(
             "register_autograd is not supported on `{}` because it mutates its inputs ({})",
             op.qualname(),
-            op.schema().mutated_params().join(", ")
+            schema.mutated_params().join(", ")
         )));
     }
-    op.regs.write().autograd = Some(Entry {
+    if schema.returns.is_empty() {
+        return Err(Error::Registration(format!(
+            "register_autograd is not supported on `{}` because it returns nothing (no output \
+             to take a gradient of)",
+            op.qualname()
+        )));
+    }
+    if let Some(r) = schema.returns.iter().find(|r| r.alias.is_some()) {
+        return Err(Error::Registration(format!(
+            "register_autograd is not supported on `{}` because its output `{}` aliases an input \
+             (return a fresh tensor instead of a view)",
+            op.qualname(),
+            r.ty
+        )));
+    }
+    op.regs.write().autograd.push(Entry {
         value: Arc::new(imp),
         owner,
     });
@@ -121,45 +137,65 @@ pub(crate) fn register_autocast(
             dtype.to_string(),
         ));
     }
-    op.regs.write().autocast.insert(
-        slot,
-        Entry {
+    op.regs
+        .write()
+        .autocast
+        .entry(slot)
+        .or_default()
+        .push(Entry {
             value: dtype,
             owner,
-        },
-    );
+        });
     Ok(())
 }
 
 pub(crate) fn register_vmap(op: &Operator, rule: VmapRule, owner: Owner) -> Result<()> {
     op.check_mutable("a vmap rule")?;
-    op.regs.write().vmap = Some(Entry { value: rule, owner });
+    op.regs.write().vmap.push(Entry { value: rule, owner });
     Ok(())
 }
 
-/// Enables or disables the kernel in a concrete slot; returns the previous flag.
-pub(crate) fn set_kernel_enabled(op: &Operator, device_type: &str, enabled: bool) -> Result<bool> {
+/// What [`set_kernel_enabled`] did: the previous flag, and a warning when the slot holds no
+/// kernel (the flag still applies to kernels registered later).
+pub(crate) struct FlagChange {
+    pub(crate) prev: bool,
+    pub(crate) warning: Option<String>,
+}
+
+/// Enables or disables a concrete slot; returns the previous flag. A slot without a kernel is a
+/// warning, not an error (as PyTorch): the flag applies to a kernel registered meanwhile.
+pub(crate) fn set_kernel_enabled(op: &Operator, slot: Slot, enabled: bool) -> Result<FlagChange> {
     op.check_mutable("kernel flags")?;
-    let slot = Slot::parse(op.qualname(), "device_type", device_type)?;
     if slot == Slot::Default {
         return Err(Error::argument(
             op.qualname(),
             "device_type",
             "a concrete device type (`cpu` or `cuda`); the default kernel cannot be disabled",
-            format!("`{device_type}`"),
+            "`default`",
         ));
     }
     let mut regs = op.regs.write();
-    let Some(k) = regs.kernels.get_mut(&slot) else {
-        return Err(Error::Lookup(format!(
-            "`{}` has no {slot} kernel to enable or disable",
-            op.qualname()
-        )));
+    let warning = regs.kernel(slot).is_none().then(|| {
+        format!(
+            "set_kernel_enabled: `{}` has no {slot} kernel; the flag ({}) applies to one \
+             registered later",
+            op.qualname(),
+            if enabled { "enabled" } else { "disabled" }
+        )
+    });
+    if let Some(w) = &warning {
+        super::log::warn(w);
+    }
+    let prev = if enabled {
+        !regs.disabled.remove(&slot)
+    } else {
+        regs.disabled.insert(slot)
     };
-    Ok(std::mem::replace(&mut k.enabled, enabled))
+    Ok(FlagChange { prev, warning })
 }
 
 /// The kernel `get_kernel` returns for `dispatch_key`; a disabled concrete kernel counts as absent.
+/// A kernel owned by a `Library` fails with an "invalidated" error once that library drops.
 pub(crate) fn lookup_kernel(op: &Operator, dispatch_key: &str) -> Result<KernelFn> {
     let slot = Slot::parse(op.qualname(), "dispatch_key", dispatch_key)?;
     if op.builtin().is_some() {
@@ -171,17 +207,15 @@ pub(crate) fn lookup_kernel(op: &Operator, dispatch_key: &str) -> Result<KernelF
     let found = {
         let regs = op.regs.read();
         match slot {
-            Slot::Default => regs.kernels.get(&Slot::Default),
+            Slot::Default => regs.kernel(Slot::Default),
             s => regs
-                .kernels
-                .get(&s)
-                .filter(|k| k.enabled)
-                .or_else(|| regs.kernels.get(&Slot::Default)),
+                .enabled_kernel(s)
+                .or_else(|| regs.kernel(Slot::Default)),
         }
-        .map(|k| k.f.clone())
+        .cloned()
     };
-    found.ok_or_else(|| {
-        Error::Lookup(format!(
+    let Some(entry) = found else {
+        return Err(Error::Lookup(format!(
             "`{}` has no usable kernel for dispatch key `{dispatch_key}` (registered: [{}])",
             op.qualname(),
             op.kernel_slots()
@@ -193,6 +227,19 @@ pub(crate) fn lookup_kernel(op: &Operator, dispatch_key: &str) -> Result<KernelF
                 })
                 .collect::<Vec<_>>()
                 .join(", ")
-        ))
-    })
+        )));
+    };
+    if entry.owner == Owner::Process {
+        return Ok(entry.f);
+    }
+    let name = op.qualname().to_string();
+    Ok(Arc::new(move |args: &[Value]| {
+        if !entry.alive.load(Ordering::Relaxed) {
+            return Err(Error::Lookup(format!(
+                "this kernel of `{name}` was invalidated: the Library that registered it was \
+                 dropped (call get_kernel again)"
+            )));
+        }
+        (entry.f)(args)
+    }))
 }

@@ -5,9 +5,9 @@
 //! exactly what it registered. Every mutating call validates first and changes state last, so a
 //! failed registration leaves the registry as it was.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
@@ -97,39 +97,111 @@ pub(crate) struct Entry<T> {
     pub(crate) owner: Owner,
 }
 
-/// A registered kernel with its enable flag.
+/// A registered kernel. `alive` turns false when its owner (a `Library`) drops, so handles from
+/// `get_kernel` stop running it.
 #[derive(Clone)]
 pub(crate) struct KernelEntry {
     pub(crate) f: KernelFn,
-    pub(crate) enabled: bool,
     pub(crate) owner: Owner,
+    pub(crate) alive: Arc<AtomicBool>,
+}
+
+/// Registrations of one kind, newest last. The newest is active; each owner holds at most one
+/// entry (registering again replaces its own), so dropping a `Library` that overrode something
+/// makes the previous registration active again.
+#[derive(Clone)]
+pub(crate) struct Stack<T>(Vec<T>);
+
+impl<T> Default for Stack<T> {
+    fn default() -> Self {
+        Stack(Vec::new())
+    }
+}
+
+/// What a stack entry needs: its owner.
+pub(crate) trait Owned {
+    fn owner(&self) -> Owner;
+}
+
+impl<T> Owned for Entry<T> {
+    fn owner(&self) -> Owner {
+        self.owner
+    }
+}
+
+impl Owned for KernelEntry {
+    fn owner(&self) -> Owner {
+        self.owner
+    }
+}
+
+impl<T: Owned> Stack<T> {
+    /// Makes `e` the active entry, replacing an earlier one from the same owner.
+    pub(crate) fn push(&mut self, e: T) {
+        let owner = e.owner();
+        self.0.retain(|x| x.owner() != owner);
+        self.0.push(e);
+    }
+
+    /// The active entry.
+    pub(crate) fn top(&self) -> Option<&T> {
+        self.0.last()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Removes `owner`'s entry; returns it.
+    fn remove_owner(&mut self, owner: Owner) -> Vec<T> {
+        let (gone, keep) = std::mem::take(&mut self.0)
+            .into_iter()
+            .partition(|x| x.owner() == owner);
+        self.0 = keep;
+        gone
+    }
 }
 
 /// Everything registered for one custom operator.
 #[derive(Default, Clone)]
 pub(crate) struct Registrations {
-    pub(crate) kernels: HashMap<Slot, KernelEntry>,
-    pub(crate) fake: Option<Entry<KernelFn>>,
-    pub(crate) autograd: Option<Entry<Arc<AutogradImpl>>>,
+    pub(crate) kernels: HashMap<Slot, Stack<KernelEntry>>,
+    /// Concrete slots switched off by `set_kernel_enabled` (they stay off for kernels registered
+    /// while disabled, until the guard restores the flag).
+    pub(crate) disabled: HashSet<Slot>,
+    pub(crate) fake: Stack<Entry<KernelFn>>,
+    pub(crate) autograd: Stack<Entry<Arc<AutogradImpl>>>,
     /// Per device type (`cpu`/`cuda`): the dtype floating inputs are cast to.
-    pub(crate) autocast: HashMap<Slot, Entry<DType>>,
-    pub(crate) vmap: Option<Entry<VmapRule>>,
+    pub(crate) autocast: HashMap<Slot, Stack<Entry<DType>>>,
+    pub(crate) vmap: Stack<Entry<VmapRule>>,
 }
 
 impl Registrations {
-    /// Removes everything owned by `owner`.
+    /// The active kernel in `slot` (regardless of the enabled flag).
+    pub(crate) fn kernel(&self, slot: Slot) -> Option<&KernelEntry> {
+        self.kernels.get(&slot).and_then(Stack::top)
+    }
+
+    /// The active kernel in `slot` if the slot is enabled.
+    pub(crate) fn enabled_kernel(&self, slot: Slot) -> Option<&KernelEntry> {
+        self.kernel(slot).filter(|_| !self.disabled.contains(&slot))
+    }
+
+    /// Removes everything owned by `owner`; what was below becomes active again.
     fn remove_owner(&mut self, owner: Owner) {
-        self.kernels.retain(|_, k| k.owner != owner);
-        if self.fake.as_ref().is_some_and(|e| e.owner == owner) {
-            self.fake = None;
+        for stack in self.kernels.values_mut() {
+            for k in stack.remove_owner(owner) {
+                k.alive.store(false, Ordering::Relaxed);
+            }
         }
-        if self.autograd.as_ref().is_some_and(|e| e.owner == owner) {
-            self.autograd = None;
+        self.kernels.retain(|_, s| !s.is_empty());
+        self.fake.remove_owner(owner);
+        self.autograd.remove_owner(owner);
+        for stack in self.autocast.values_mut() {
+            stack.remove_owner(owner);
         }
-        self.autocast.retain(|_, e| e.owner != owner);
-        if self.vmap.as_ref().is_some_and(|e| e.owner == owner) {
-            self.vmap = None;
-        }
+        self.autocast.retain(|_, s| !s.is_empty());
+        self.vmap.remove_owner(owner);
     }
 }
 
@@ -155,6 +227,8 @@ pub struct Operator {
     pub(crate) device_types: Option<Vec<Slot>>,
     pub(crate) triton: Option<TritonInfo>,
     pub(crate) regs: RwLock<Registrations>,
+    /// The op that replaced this one (a `custom_op` redefinition): old handles follow it.
+    successor: RwLock<Option<Arc<Operator>>>,
 }
 
 impl fmt::Debug for Operator {
@@ -181,6 +255,7 @@ impl Operator {
             device_types,
             triton,
             regs: RwLock::new(Registrations::default()),
+            successor: RwLock::new(None),
         }
     }
 
@@ -231,22 +306,30 @@ impl Operator {
 
     /// True when a fake kernel is registered.
     pub fn has_fake(&self) -> bool {
-        self.builtin.is_some() || self.regs.read().fake.is_some()
+        self.builtin.is_some() || !self.regs.read().fake.is_empty()
+    }
+
+    /// True when the op can run on fake tensors: it has a fake kernel, it mutates its inputs and
+    /// returns nothing (nothing to shape), or it is a triton op (its body runs with launches
+    /// skipped).
+    pub fn runs_on_fake(&self) -> bool {
+        self.has_fake()
+            || (self.schema.returns.is_empty() && self.schema.is_mutating())
+            || self.is_triton()
     }
 
     /// True when an autograd formula is registered.
     pub fn has_autograd(&self) -> bool {
-        self.regs.read().autograd.is_some()
+        !self.regs.read().autograd.is_empty()
     }
 
     /// The slots that hold a kernel, with their enabled flags, sorted.
     pub fn kernel_slots(&self) -> Vec<(Slot, bool)> {
-        let mut v: Vec<(Slot, bool)> = self
-            .regs
-            .read()
+        let regs = self.regs.read();
+        let mut v: Vec<(Slot, bool)> = regs
             .kernels
-            .iter()
-            .map(|(s, k)| (*s, k.enabled))
+            .keys()
+            .map(|s| (*s, !regs.disabled.contains(s)))
             .collect();
         v.sort();
         v
@@ -256,18 +339,50 @@ impl Operator {
     /// falls back to the default slot), or `None` when nothing would run.
     pub fn selected_slot(&self, device: Device) -> Option<Slot> {
         let regs = self.regs.read();
-        let concrete =
-            Slot::for_device(device).filter(|s| regs.kernels.get(s).is_some_and(|k| k.enabled));
-        concrete.or_else(|| {
-            regs.kernels
-                .contains_key(&Slot::Default)
-                .then_some(Slot::Default)
-        })
+        let concrete = Slot::for_device(device).filter(|s| regs.enabled_kernel(*s).is_some());
+        concrete.or_else(|| regs.kernel(Slot::Default).map(|_| Slot::Default))
     }
 
     /// The kernel in `slot`, if registered (regardless of its enabled flag).
     pub fn kernel_in(&self, slot: Slot) -> Option<KernelFn> {
-        self.regs.read().kernels.get(&slot).map(|k| k.f.clone())
+        self.regs.read().kernel(slot).map(|k| k.f.clone())
+    }
+
+    /// The registered fake kernel.
+    pub(crate) fn fake_kernel(&self) -> Option<KernelFn> {
+        self.regs.read().fake.top().map(|e| e.value.clone())
+    }
+
+    /// The registered autograd formula.
+    pub(crate) fn autograd_impl(&self) -> Option<Arc<AutogradImpl>> {
+        self.regs.read().autograd.top().map(|e| e.value.clone())
+    }
+
+    /// The autocast dtype registered for `slot`.
+    pub fn autocast_dtype(&self, slot: Slot) -> Option<DType> {
+        self.regs
+            .read()
+            .autocast
+            .get(&slot)
+            .and_then(Stack::top)
+            .map(|e| e.value)
+    }
+
+    /// The registered vmap rule.
+    pub(crate) fn vmap_rule(&self) -> Option<VmapRule> {
+        self.regs.read().vmap.top().map(|e| e.value.clone())
+    }
+
+    /// The newest definition under this op's name: itself, or the op that replaced it.
+    pub(crate) fn latest(self: &Arc<Self>) -> Arc<Operator> {
+        let mut op = self.clone();
+        loop {
+            let next = op.successor.read().clone();
+            match next {
+                Some(n) => op = n,
+                None => return op,
+            }
+        }
     }
 
     pub(crate) fn check_mutable(&self, what: &str) -> Result<()> {
@@ -309,6 +424,7 @@ pub fn registry() -> &'static Registry {
                     device_types: None,
                     triton: None,
                     regs: RwLock::new(Registrations::default()),
+                    successor: RwLock::new(None),
                 }),
             );
         }
@@ -356,6 +472,7 @@ impl Registry {
         let mut ops = self.ops.write();
         if let Some(existing) = ops.get(op.qualname()) {
             replace(existing)?;
+            *existing.successor.write() = Some(op.clone());
         }
         ops.insert(op.qualname().to_string(), op.clone());
         Ok(op)
@@ -379,7 +496,8 @@ impl Registry {
         let mut ops = self.ops.write();
         let mut removed = Vec::new();
         ops.retain(|_, op| {
-            let keep = !(op.origin == Origin::Defined && op.owner == owner);
+            // Ops it defined (`define`, or `custom_op(..).lib(..)`) go with it.
+            let keep = op.origin == Origin::Builtin || op.owner != owner;
             if !keep {
                 removed.push(op.clone());
             }

@@ -257,6 +257,8 @@ pub fn wrap_triton(kernel: impl IntoTritonKernel) -> TritonKernel {
 pub(crate) struct TritonScope {
     pub(crate) op: String,
     pub(crate) read_only: Vec<Tensor>,
+    /// Fake inputs: the body runs for its output shapes only, so launches do nothing.
+    pub(crate) skip_launches: bool,
 }
 
 thread_local! {
@@ -290,7 +292,7 @@ impl TritonKernel {
     /// Launches over `grid`. Only allowed inside a triton op's body, and `Out` arguments must not
     /// alias an input the op did not declare as mutated.
     pub fn launch(&self, grid: [u32; 3], args: &[LaunchArg]) -> Result<()> {
-        let check = SCOPE.with(|s| -> Result<()> {
+        let check = SCOPE.with(|s| -> Result<bool> {
             let scopes = s.borrow();
             let Some(scope) = scopes.last() else {
                 return Err(Error::unsupported(
@@ -298,6 +300,9 @@ impl TritonKernel {
                     "wrap_triton kernels can only be launched from the body of a triton_op",
                 ));
             };
+            if scope.skip_launches {
+                return Ok(false);
+            }
             for a in args {
                 if let LaunchArg::Out(t) = a
                     && let Some(ro) = scope.read_only.iter().find(|r| r.storage().same(t.storage()))
@@ -310,10 +315,9 @@ impl TritonKernel {
                     ));
                 }
             }
-            Ok(())
+            Ok(true)
         });
-        check?;
-        if grid.contains(&0) {
+        if !check? || grid.contains(&0) {
             return Ok(());
         }
         self.inner.launch(grid, args)

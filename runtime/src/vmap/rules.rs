@@ -736,7 +736,7 @@ pub(crate) fn dispatch_custom(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<
             ));
         }
     }
-    let rule = op.regs.read().vmap.as_ref().map(|e| e.value.clone());
+    let rule = op.vmap_rule();
     let Some(rule) = rule else {
         return per_example(name, &u, level, &|vals: &[Value]| {
             dispatch::call_custom(op, vals)
