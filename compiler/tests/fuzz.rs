@@ -43,44 +43,15 @@ use tensorplay_runtime::{DType, Result, Tensor};
 
 #[path = "common/fuzzgen.rs"]
 mod fuzzgen;
+// The numerics contract's comparisons, shared with the regression tests (not all used here).
+#[path = "common/numerics.rs"]
+#[allow(dead_code)]
+mod numerics;
 
 use fuzzgen::*;
+use numerics::{close, max_finite, ulp};
 
 // ---- the error analysis ------------------------------------------------------------------------
-
-/// The spacing of `dtype`'s values at `|v|` (subnormal spacing below the normal range).
-fn ulp(v: f64, dtype: DType) -> f64 {
-    let (p, emin) = match dtype {
-        DType::F16 => (11, -14),
-        DType::BF16 => (8, -126),
-        DType::F32 => (24, -126),
-        _ => (53, -1022),
-    };
-    let a = v.abs();
-    if !a.is_finite() {
-        return INF;
-    }
-    let e = if a < f64::MIN_POSITIVE {
-        emin
-    } else {
-        (((a.to_bits() >> 52) & 0x7ff) as i32 - 1023).max(emin)
-    };
-    let k = e - (p - 1);
-    if k >= -1022 {
-        f64::from_bits(((k + 1023) as u64) << 52)
-    } else {
-        f64::from_bits(1u64 << (k + 1074).max(0))
-    }
-}
-
-fn max_finite(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => 65504.0,
-        DType::BF16 => 3.389_531_389_251_535e38,
-        DType::F32 => f32::MAX as f64,
-        _ => f64::MAX,
-    }
-}
 
 /// The precision compiled code holds a value of `dtype` in (f16/bf16 live in f32).
 fn internal(dtype: DType) -> DType {
@@ -754,26 +725,6 @@ fn analyse(p: &Program, t: &Trace) -> Result<Vec<Model>> {
 }
 
 // ---- comparison --------------------------------------------------------------------------------
-
-fn close(got: f64, want: f64, bound: f64, dtype: DType) -> bool {
-    if got.is_nan() || want.is_nan() {
-        return got.is_nan() && want.is_nan();
-    }
-    if got == want {
-        return true;
-    }
-    if got.is_infinite() || want.is_infinite() {
-        let (inf, fin) = if got.is_infinite() {
-            (got, want)
-        } else {
-            (want, got)
-        };
-        return fin.is_finite()
-            && fin.signum() == inf.signum()
-            && fin.abs() + bound >= max_finite(dtype);
-    }
-    (got - want).abs() <= bound
-}
 
 fn show(v: f64, dtype: DType) -> String {
     if dtype.is_float() {
