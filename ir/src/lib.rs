@@ -11,6 +11,7 @@ pub mod op_id;
 pub mod scalar;
 pub mod schema;
 pub mod shape;
+pub mod symint;
 
 pub use device::Device;
 pub use dtype::{Category, DType};
@@ -21,3 +22,4 @@ pub use op_class::OpClass;
 pub use op_id::OpId;
 pub use scalar::{ReduceOp, ScalarExpr, ScalarOp};
 pub use shape::{Dim, Shape, Strides, SymShape};
+pub use symint::SymExpr;

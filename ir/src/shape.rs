@@ -6,6 +6,7 @@ use std::fmt;
 use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
+use crate::symint::SymExpr;
 
 /// A concrete shape. Six dims inline covers nearly every real tensor without a heap allocation.
 pub type Shape = SmallVec<[usize; 6]>;
@@ -13,20 +14,52 @@ pub type Shape = SmallVec<[usize; 6]>;
 /// Strides in elements (not bytes). Signed so that views may one day walk backwards.
 pub type Strides = SmallVec<[isize; 6]>;
 
-/// One dimension of a symbolic shape: a known size, or a named symbol (`s0`, `s1`, ...) whose value
-/// is bound at run time. Dynamic capture turns every size except 1 into a symbol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// One dimension of a symbolic shape: a known size, a named symbol (`s0`, `s1`, ...) whose value
+/// is bound at run time, or an expression over symbols (`s0 - 1`, see [`SymExpr`]). Dynamic
+/// capture turns every input size except 0 and 1 into a symbol; op results get the expressions
+/// their sizes are of those symbols. Build dims from expressions with [`Dim::from_expr`], which
+/// keeps the form canonical (a literal is `Static`, a bare symbol `Sym`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dim {
     Static(usize),
     Sym(u32),
+    Expr(SymExpr),
 }
 
 impl Dim {
     /// The size if it is known.
-    pub const fn as_static(self) -> Option<usize> {
+    pub fn as_static(self) -> Option<usize> {
         match self {
             Dim::Static(n) => Some(n),
-            Dim::Sym(_) => None,
+            Dim::Sym(_) | Dim::Expr(_) => None,
+        }
+    }
+
+    /// The dim as an expression.
+    pub fn to_expr(self) -> SymExpr {
+        match self {
+            Dim::Static(n) => SymExpr::lit(n as i64),
+            Dim::Sym(k) => SymExpr::sym(k),
+            Dim::Expr(e) => e,
+        }
+    }
+
+    /// The canonical dim for an expression (`Static` for a non-negative literal, `Sym` for a
+    /// bare symbol).
+    ///
+    /// ```
+    /// use tensorplay_ir::{Dim, SymExpr};
+    /// assert_eq!(Dim::from_expr(SymExpr::sym(0) + 1 - 1), Dim::Sym(0));
+    /// assert_eq!(Dim::from_expr(SymExpr::lit(4)), Dim::Static(4));
+    /// assert_eq!(Dim::from_expr(SymExpr::sym(0) - 1).to_string(), "s0 - 1");
+    /// ```
+    pub fn from_expr(e: SymExpr) -> Dim {
+        if let Some(n) = e.as_lit().and_then(|n| usize::try_from(n).ok()) {
+            return Dim::Static(n);
+        }
+        match e.as_sym() {
+            Some(k) => Dim::Sym(k),
+            None => Dim::Expr(e),
         }
     }
 }
@@ -36,6 +69,7 @@ impl fmt::Display for Dim {
         match self {
             Dim::Static(n) => write!(f, "{n}"),
             Dim::Sym(s) => write!(f, "s{s}"),
+            Dim::Expr(e) => write!(f, "{e}"),
         }
     }
 }

@@ -5,6 +5,7 @@ use std::hash::{Hash, Hasher};
 
 use crate::device::Device;
 use crate::dtype::DType;
+use crate::symint::SymExpr;
 
 /// A non-tensor argument of an op call: an integer, a float, a flag, a string, a list of those, a
 /// dtype, a device or `None`.
@@ -42,6 +43,11 @@ pub enum Attr {
     DType(DType),
     /// A device (`Device`).
     Device(Device),
+    /// A size computed from the graph's input dims (`s0 - 1`), never a literal (that is `Int`);
+    /// the executor evaluates it for each call's input sizes.
+    SymInt(SymExpr),
+    /// A list of sizes at least one of which is symbolic (`[s0, 4]`).
+    SymIntList(Vec<SymExpr>),
     /// An absent optional non-tensor argument.
     None,
 }
@@ -65,8 +71,39 @@ impl Attr {
             Attr::BoolList(_) => "bool[]",
             Attr::DType(_) => "ScalarType",
             Attr::Device(_) => "Device",
+            Attr::SymInt(_) => "SymInt",
+            Attr::SymIntList(_) => "SymInt[]",
             Attr::None => "None",
         }
+    }
+
+    /// An integer attribute from an expression: `Int` for a literal, `SymInt` otherwise.
+    pub fn sym_int(e: SymExpr) -> Attr {
+        match e.as_lit() {
+            Some(n) => Attr::Int(n),
+            None => Attr::SymInt(e),
+        }
+    }
+
+    /// An integer-list attribute: `IntList` when every entry is a literal, `SymIntList` otherwise.
+    pub fn sym_int_list(v: Vec<SymExpr>) -> Attr {
+        match v.iter().map(|e| e.as_lit()).collect::<Option<Vec<i64>>>() {
+            Some(ints) => Attr::IntList(ints),
+            None => Attr::SymIntList(v),
+        }
+    }
+
+    /// This attribute with its size expressions evaluated under `env` (the symbols' values);
+    /// other attributes are returned as they are. `None` when an expression cannot be evaluated
+    /// (an unbound symbol, a division by zero, an overflow).
+    pub fn resolve(&self, env: &dyn Fn(u32) -> Option<i64>) -> Option<Attr> {
+        Some(match self {
+            Attr::SymInt(e) => Attr::Int(e.eval(env)?),
+            Attr::SymIntList(v) => {
+                Attr::IntList(v.iter().map(|e| e.eval(env)).collect::<Option<_>>()?)
+            }
+            other => other.clone(),
+        })
     }
 
     /// A small integer identifying the variant, used by `Hash` so that e.g. `Int(0)` and
@@ -83,6 +120,8 @@ impl Attr {
             Attr::DType(_) => 7,
             Attr::Device(_) => 8,
             Attr::None => 9,
+            Attr::SymInt(_) => 10,
+            Attr::SymIntList(_) => 11,
         }
     }
 }
@@ -101,6 +140,8 @@ impl PartialEq for Attr {
             (Attr::BoolList(a), Attr::BoolList(b)) => a == b,
             (Attr::DType(a), Attr::DType(b)) => a == b,
             (Attr::Device(a), Attr::Device(b)) => a == b,
+            (Attr::SymInt(a), Attr::SymInt(b)) => a == b,
+            (Attr::SymIntList(a), Attr::SymIntList(b)) => a == b,
             (Attr::None, Attr::None) => true,
             _ => false,
         }
@@ -127,6 +168,8 @@ impl Hash for Attr {
             Attr::BoolList(v) => v.hash(state),
             Attr::DType(v) => v.hash(state),
             Attr::Device(v) => v.hash(state),
+            Attr::SymInt(v) => v.hash(state),
+            Attr::SymIntList(v) => v.hash(state),
             Attr::None => {}
         }
     }
@@ -227,6 +270,8 @@ impl fmt::Display for Attr {
             Attr::BoolList(v) => write_list(f, v, |x| py_bool(*x).to_string()),
             Attr::DType(v) => write!(f, "{v}"),
             Attr::Device(v) => write!(f, "{v}"),
+            Attr::SymInt(v) => write!(f, "{v}"),
+            Attr::SymIntList(v) => write_list(f, v, |x| x.to_string()),
             Attr::None => f.write_str("None"),
         }
     }

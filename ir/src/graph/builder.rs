@@ -475,6 +475,11 @@ impl GraphBuilder {
         self.graph.add_size_guard(guard);
     }
 
+    /// Records a condition on the input dims (see [`SymGuard`](super::SymGuard)).
+    pub fn sym_guard(&mut self, guard: super::SymGuard) {
+        self.graph.add_sym_guard(guard);
+    }
+
     /// Validates and returns the graph (see [`Graph::validate`] for what is checked).
     ///
     /// ```

@@ -10,6 +10,7 @@ use std::fmt;
 
 use super::ValueRef;
 use crate::shape::fmt_shape;
+use crate::symint::SymExpr;
 
 /// "Value `value` had this size when capture read it." `dim: None` guards the whole shape (what
 /// `shape()` and `numel()` expose), `Some(d)` one dim (`size(d)`).
@@ -51,5 +52,87 @@ impl fmt::Display for SizeGuard {
                 self.expected.first().copied().unwrap_or(0)
             ),
         }
+    }
+}
+
+/// How a [`SymGuard`] compares its expression with its bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SymCmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl SymCmp {
+    /// Whether `a <op> b`.
+    pub fn test(self, a: i64, b: i64) -> bool {
+        match self {
+            SymCmp::Eq => a == b,
+            SymCmp::Ne => a != b,
+            SymCmp::Lt => a < b,
+            SymCmp::Le => a <= b,
+            SymCmp::Gt => a > b,
+            SymCmp::Ge => a >= b,
+        }
+    }
+
+    /// The comparison that holds exactly when this one does not.
+    pub fn negate(self) -> SymCmp {
+        match self {
+            SymCmp::Eq => SymCmp::Ne,
+            SymCmp::Ne => SymCmp::Eq,
+            SymCmp::Lt => SymCmp::Ge,
+            SymCmp::Le => SymCmp::Gt,
+            SymCmp::Gt => SymCmp::Le,
+            SymCmp::Ge => SymCmp::Lt,
+        }
+    }
+
+    fn symbol(self) -> &'static str {
+        match self {
+            SymCmp::Eq => "==",
+            SymCmp::Ne => "!=",
+            SymCmp::Lt => "<",
+            SymCmp::Le => "<=",
+            SymCmp::Gt => ">",
+            SymCmp::Ge => ">=",
+        }
+    }
+}
+
+/// "Expression `expr` over the input dims compared as `cmp` with `rhs`": what capture assumed
+/// when the closure branched on a symbolic size (`n > 4`) or turned one into a plain integer
+/// (`n.to_usize()`, a guard `expr == value`). The executor checks these against each call's
+/// input dims before anything runs; a failed one is a miss (capture again).
+///
+/// ```
+/// use tensorplay_ir::graph::{SymCmp, SymGuard};
+/// use tensorplay_ir::SymExpr;
+/// let g = SymGuard { expr: SymExpr::sym(0) - 1, cmp: SymCmp::Ge, rhs: 5 };
+/// assert_eq!(g.holds(&|_| Some(8)), Some(true));
+/// assert_eq!(g.holds(&|_| Some(3)), Some(false));
+/// assert_eq!(g.to_string(), "s0 - 1 >= 5");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SymGuard {
+    pub expr: SymExpr,
+    pub cmp: SymCmp,
+    pub rhs: i64,
+}
+
+impl SymGuard {
+    /// Whether the guard holds under a binding of the symbols (`None` when the expression
+    /// cannot be evaluated).
+    pub fn holds(&self, env: &dyn Fn(u32) -> Option<i64>) -> Option<bool> {
+        Some(self.cmp.test(self.expr.eval(env)?, self.rhs))
+    }
+}
+
+impl fmt::Display for SymGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {}", self.expr, self.cmp.symbol(), self.rhs)
     }
 }

@@ -41,7 +41,7 @@ use petgraph::visit::{EdgeRef, NodeIndexable};
 
 pub use attr::Attr;
 pub use builder::{BuilderArg, GraphBuilder};
-pub use guard::SizeGuard;
+pub use guard::{SizeGuard, SymCmp, SymGuard};
 pub use node::{Arg, Constant, Edge, Node, NodeId, NodeKind, OpCall, ValueRef};
 
 use crate::error::{Error, Result};
@@ -73,6 +73,8 @@ pub struct Graph {
     g: StableDiGraph<Node, Edge>,
     /// Sizes capture read as plain integers (see [`SizeGuard`]); not part of the printed form.
     size_guards: Vec<SizeGuard>,
+    /// Conditions on the input dims capture assumed (see [`SymGuard`]); not printed either.
+    sym_guards: Vec<SymGuard>,
 }
 
 impl Graph {
@@ -95,6 +97,19 @@ impl Graph {
     pub fn add_size_guard(&mut self, guard: SizeGuard) {
         if !self.size_guards.contains(&guard) {
             self.size_guards.push(guard);
+        }
+    }
+
+    /// The conditions on the input dims recorded by capture: the graph is valid only for inputs
+    /// whose dims satisfy all of them.
+    pub fn sym_guards(&self) -> &[SymGuard] {
+        &self.sym_guards
+    }
+
+    /// Records a condition on the input dims (duplicates are kept once).
+    pub fn add_sym_guard(&mut self, guard: SymGuard) {
+        if !self.sym_guards.contains(&guard) {
+            self.sym_guards.push(guard);
         }
     }
 

@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::meta::TensorMeta;
 use crate::op_class::OpClass;
 use crate::shape::{Dim, SymShape};
+use crate::symint::SymExpr;
 
 /// The class names a `# class: ...` comment accepts, as `OpClass` displays them.
 const CLASSES: [OpClass; 5] = [
@@ -375,10 +376,53 @@ impl<'a> Line<'a> {
         })
     }
 
-    /// A dimension: a size (`8`) or a symbol (`s0`).
+    /// The text of a size expression starting here: up to the next `,`, `]` or `)` outside
+    /// parentheses. `Some` only when it mentions a symbol (`s0 - 1`, `min(s0, 4)`).
+    fn sym_span(&mut self) -> Option<&'a str> {
+        self.skip_ws();
+        let rest = self.rest();
+        let mut depth = 0usize;
+        let mut end = rest.len();
+        for (i, c) in rest.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' if depth == 0 => {
+                    end = i;
+                    break;
+                }
+                ')' => depth -= 1,
+                ',' | ']' if depth == 0 => {
+                    end = i;
+                    break;
+                }
+                '"' => return None,
+                _ => {}
+            }
+        }
+        let span = rest[..end].trim_end();
+        crate::symint::looks_symbolic(span).then_some(span)
+    }
+
+    /// A size expression at the cursor (see [`Self::sym_span`]).
+    fn sym_expr(&mut self) -> Result<Option<SymExpr>> {
+        let start = self.pos;
+        let Some(span) = self.sym_span() else {
+            self.pos = start;
+            return Ok(None);
+        };
+        let at = self.pos;
+        let e = SymExpr::parse(span).map_err(|e| self.error_at(at, e))?;
+        self.pos = at + span.len();
+        Ok(Some(e))
+    }
+
+    /// A dimension: a size (`8`), a symbol (`s0`) or an expression over symbols (`s0 - 1`).
     fn dim(&mut self) -> Result<Dim> {
         self.skip_ws();
         let start = self.pos;
+        if let Some(e) = self.sym_expr()? {
+            return Ok(Dim::from_expr(e));
+        }
         if let Some(n) = self.unsigned() {
             return Ok(Dim::Static(n));
         }
@@ -438,6 +482,9 @@ impl<'a> Line<'a> {
     fn attr(&mut self) -> Result<Attr> {
         self.skip_ws();
         let start = self.pos;
+        if let Some(e) = self.sym_expr()? {
+            return Ok(Attr::sym_int(e));
+        }
         if let Some(n) = self.number()? {
             return Ok(match n {
                 Num::Int(v) => Attr::Int(v),
@@ -486,7 +533,10 @@ impl<'a> Line<'a> {
         loop {
             let at = self.pos;
             let item = self.attr()?;
-            if !matches!(item, Attr::Int(_) | Attr::Float(_) | Attr::Bool(_)) {
+            if !matches!(
+                item,
+                Attr::Int(_) | Attr::Float(_) | Attr::Bool(_) | Attr::SymInt(_)
+            ) {
                 return Err(self.error_at(
                     at,
                     format!("a list holds numbers or flags, not {}", item.type_name()),
@@ -499,6 +549,17 @@ impl<'a> Line<'a> {
             self.expect(",")?;
         }
         let at = self.pos;
+        if items.iter().any(|a| matches!(a, Attr::SymInt(_))) {
+            return items
+                .iter()
+                .map(|a| match a {
+                    Attr::Int(v) => Ok(SymExpr::lit(*v)),
+                    Attr::SymInt(e) => Ok(*e),
+                    _ => Err(self.error_at(at, "a list mixes sizes and other values")),
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(Attr::sym_int_list);
+        }
         let bools = items.iter().filter(|a| matches!(a, Attr::Bool(_))).count();
         if bools == items.len() {
             return Ok(Attr::BoolList(
