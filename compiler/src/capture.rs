@@ -21,15 +21,17 @@ use std::rc::Rc;
 use std::sync::Arc;
 use tensorplay_ir::CompileKind;
 
-use tensorplay_ir::graph::{Attr, BuilderArg, Constant, GraphBuilder, SizeGuard};
+use tensorplay_ir::graph::{Attr, BuilderArg, Constant, GraphBuilder, SizeGuard, SymGuard};
 use tensorplay_ir::schema::Schema;
 use tensorplay_ir::{
-    DType, Device, Dim, Error, Graph, NodeId, OpClass, Result, TensorMeta, ValueRef,
+    DType, Device, Dim, Error, Graph, NodeId, OpClass, Result, SymExpr, TensorMeta, ValueRef,
 };
 use tensorplay_runtime::capture::{CaptureHook, install, suspend};
 use tensorplay_runtime::dispatch;
 use tensorplay_runtime::library::{Operator, Slot, registry};
 use tensorplay_runtime::ops::OpDef;
+use tensorplay_runtime::ops::sym_meta::{SymArg, SymCtx, sym_meta};
+use tensorplay_runtime::symint::SymInt;
 use tensorplay_runtime::{Tensor, Value};
 
 /// Largest tensor a closure may capture as a literal constant (larger ones must be inputs).
@@ -53,6 +55,11 @@ struct TraceState {
     keep_alive: Vec<Tensor>,
     /// Real tensors the closure closes over, captured as literal constants.
     constants: Vec<Tensor>,
+    /// The symbolic shape of every value that has one (inputs, constants, and results of ops
+    /// with a symbolic meta rule whose arguments have one).
+    sym_dims: HashMap<ValueRef, Vec<SymExpr>>,
+    /// The example value of each symbol `s{k}`.
+    hints: Vec<i64>,
 }
 
 struct Tracer {
@@ -70,6 +77,8 @@ fn attr_of(v: &Value) -> Option<Attr> {
         Value::BoolList(v) => Attr::BoolList(v.clone()),
         Value::DType(d) => Attr::DType(*d),
         Value::Device(d) => Attr::Device(*d),
+        Value::SymInt(s) => Attr::sym_int(s.expr()),
+        Value::SymIntList(l) => Attr::sym_int_list(l.items().iter().map(|s| s.expr()).collect()),
         Value::None | Value::OptionalTensor(None) => Attr::None,
         Value::Tensor(_)
         | Value::OptionalTensor(Some(_))
@@ -131,6 +140,10 @@ impl TraceState {
         }
         let c = constant_of(t)?;
         let v = self.builder.constant(c, t.device())?;
+        self.sym_dims.insert(
+            v,
+            t.shape().iter().map(|&d| SymExpr::lit(d as i64)).collect(),
+        );
         self.values.insert(t.identity(), v);
         self.keep_alive.push(t.clone());
         self.constants.push(t.clone());
@@ -230,8 +243,14 @@ impl TraceState {
         outputs: &[Tensor],
         mutated: &[ValueRef],
         reason: Option<String>,
+        sym: Option<Vec<Vec<SymExpr>>>,
     ) -> Result<NodeId> {
-        let metas: Vec<TensorMeta> = outputs.iter().map(Tensor::meta).collect();
+        let mut metas: Vec<TensorMeta> = outputs.iter().map(Tensor::meta).collect();
+        if let Some(shapes) = &sym {
+            for (m, dims) in metas.iter_mut().zip(shapes) {
+                m.shape = dims.iter().map(|&e| Dim::from_expr(e)).collect();
+            }
+        }
         let node = self.builder.op_node(name, class, args, metas)?;
         if let Some(r) = reason {
             self.builder.set_barrier_reason(node, r)?;
@@ -253,8 +272,62 @@ impl TraceState {
                 .entry(t.identity())
                 .or_insert(ValueRef::new(node, i));
             self.keep_alive.push(t.clone());
+            if let Some(dims) = sym.as_ref().and_then(|s| s.get(i)) {
+                self.sym_dims.insert(ValueRef::new(node, i), dims.clone());
+            }
         }
         Ok(node)
+    }
+
+    /// The symbolic output shapes of builtin `op` on `args` (outputs `outs`), when its symbolic
+    /// meta rule applies and agrees with the concrete result at the example sizes; the guards
+    /// the rule relied on are recorded then.
+    fn sym_outputs(
+        &mut self,
+        op: &'static OpDef,
+        args: &[Value],
+        outs: &[Tensor],
+    ) -> Option<Vec<Vec<SymExpr>>> {
+        let lits = |v: &[i64]| v.iter().map(|&i| SymExpr::lit(i)).collect::<Vec<_>>();
+        let sargs: Vec<SymArg> = args
+            .iter()
+            .map(|v| match v {
+                Value::Tensor(t) => self
+                    .values
+                    .get(&t.identity())
+                    .and_then(|r| self.sym_dims.get(r))
+                    .map_or(SymArg::UnknownTensor, |d| SymArg::Tensor(d.clone())),
+                Value::OptionalTensor(Some(_)) | Value::TensorList(_) => SymArg::UnknownTensor,
+                Value::Int(i) => SymArg::Int(SymExpr::lit(*i)),
+                Value::SymInt(s) => SymArg::Int(s.expr()),
+                Value::IntList(v) => SymArg::Ints(lits(v)),
+                Value::SymIntList(l) => SymArg::Ints(l.items().iter().map(|s| s.expr()).collect()),
+                _ => SymArg::Other,
+            })
+            .collect();
+        let hints = self.hints.clone();
+        let hint = move |k: u32| hints.get(k as usize).copied();
+        let mut ctx = SymCtx {
+            hint: &hint,
+            guards: Vec::new(),
+        };
+        let shapes = sym_meta(op, &sargs, &mut ctx)?;
+        let agrees = shapes.len() == outs.len()
+            && shapes.iter().zip(outs).all(|(dims, t)| {
+                let real = t.shape();
+                dims.len() == real.len()
+                    && dims
+                        .iter()
+                        .zip(real)
+                        .all(|(e, &r)| e.eval(&hint) == Some(r as i64))
+            });
+        if !agrees {
+            return None;
+        }
+        for g in ctx.guards {
+            self.builder.sym_guard(g);
+        }
+        Some(shapes)
     }
 }
 
@@ -279,7 +352,8 @@ impl Tracer {
         } else {
             vec![]
         };
-        st.add_node(&qualname, op.class, bargs, &reads, &outs, &mutated, None)?;
+        let sym = st.sym_outputs(op, args, &outs);
+        st.add_node(&qualname, op.class, bargs, &reads, &outs, &mutated, None, sym)?;
         Ok(outs)
     }
 
@@ -360,6 +434,7 @@ impl Tracer {
             &outs,
             &mutated,
             Some(reason),
+            None,
         )?;
         Ok(outs)
     }
@@ -383,6 +458,19 @@ impl CaptureHook for Tracer {
             dim,
             expected,
         });
+    }
+
+    fn on_sym_guard(&self, guard: SymGuard) {
+        self.state.borrow_mut().builder.sym_guard(guard);
+    }
+
+    fn sym_size(&self, t: &Tensor, dim: usize) -> Option<SymInt> {
+        let _off = suspend();
+        let st = self.state.borrow();
+        let v = st.values.get(&t.identity())?;
+        let e = *st.sym_dims.get(v)?.get(dim)?;
+        let hint = *t.shape().get(dim)? as i64;
+        Some(SymInt::symbolic(e, hint))
     }
 
     fn on_builtin(&self, op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
@@ -449,14 +537,19 @@ pub fn capture(
             let proxy = Tensor::empty_fake(&shape, m.dtype, m.device);
             let mut meta = m.clone();
             if opts.dynamic {
-                for d in meta.shape.iter_mut() {
-                    if *d != Dim::Static(1) {
+                // Sizes 0 and 1 are specialised (they change what broadcasting and empty
+                // tensors do); every other size is a symbol, guarded to stay >= 2.
+                for (d, &n) in meta.shape.iter_mut().zip(&shape) {
+                    if n >= 2 {
                         *d = Dim::Sym(next_sym);
                         next_sym += 1;
+                        st.hints.push(n as i64);
                     }
                 }
             }
-            let v = st.builder.input(format!("x{i}"), meta);
+            let v = st.builder.input(format!("x{i}"), meta.clone());
+            st.sym_dims
+                .insert(v, meta.shape.iter().map(|d| d.to_expr()).collect());
             st.values.insert(proxy.identity(), v);
             st.keep_alive.push(proxy.clone());
             proxies.push(proxy);

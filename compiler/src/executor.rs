@@ -23,7 +23,7 @@ use tensorplay_ir::CompileKind;
 
 use parking_lot::Mutex;
 use smallvec::SmallVec;
-use tensorplay_ir::graph::{Arg, Attr, Constant, NodeKind, OpCall, SizeGuard};
+use tensorplay_ir::graph::{Arg, Attr, Constant, NodeKind, OpCall, SizeGuard, SymGuard};
 use tensorplay_ir::{DType, Device, Dim, Error, Graph, NodeId, Result, Shape, ValueRef};
 use tensorplay_runtime::autograd::is_grad_enabled;
 use tensorplay_runtime::dispatch;
@@ -42,6 +42,8 @@ enum ArgSrc {
     OptTensor(Option<usize>),
     List(Vec<usize>),
     Value(Value),
+    /// A size expression over the input dims, evaluated per call.
+    Sym(Attr),
 }
 
 /// One op node, ready to call through the dispatcher.
@@ -81,6 +83,8 @@ pub(crate) struct ShapeEntry {
     shapes: Vec<Shape>,
     /// The first size guard that failed for these inputs, if any.
     guard_failure: Option<String>,
+    /// The value of each symbol `s{k}` for these inputs.
+    syms: Vec<i64>,
 }
 
 /// Whether a graph applies to some inputs.
@@ -158,6 +162,10 @@ pub struct CompiledGraph {
     check_calls: Vec<(NodeCall, Vec<(usize, SizeGuard)>)>,
     /// Size guards on the graph inputs.
     input_size_guards: Vec<(usize, SizeGuard)>,
+    /// Conditions on the input dims (checked before the replay).
+    sym_guards: Vec<SymGuard>,
+    /// Where each symbol `s{k}` comes from: (input, dim).
+    sym_src: Vec<(usize, usize)>,
     /// Constants of the graph as captured (dead ones included).
     check_constants: Vec<(usize, Tensor)>,
     shape_cache: Mutex<ShapeCache>,
@@ -174,7 +182,7 @@ fn attr_value(a: &Attr) -> Value {
         Attr::BoolList(v) => Value::BoolList(v.clone()),
         Attr::DType(d) => Value::DType(*d),
         Attr::Device(d) => Value::Device(*d),
-        Attr::None => Value::None,
+        Attr::None | Attr::SymInt(_) | Attr::SymIntList(_) => Value::None,
     }
 }
 
@@ -263,6 +271,19 @@ impl CompiledGraph {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let mut sym_src: Vec<(usize, usize)> = Vec::new();
+        for (i, &v) in inputs.iter().enumerate() {
+            let Some(m) = graph.meta(v) else { continue };
+            for (d, dim) in m.shape.iter().enumerate() {
+                if let Dim::Sym(k) = dim {
+                    let k = *k as usize;
+                    if sym_src.len() <= k {
+                        sym_src.resize(k + 1, (usize::MAX, 0));
+                    }
+                    sym_src[k] = (i, d);
+                }
+            }
+        }
         let output_ids = graph
             .outputs()?
             .into_iter()
@@ -382,7 +403,7 @@ impl CompiledGraph {
                         ArgSrc::Tensor(i) => vec![*i],
                         ArgSrc::OptTensor(i) => i.iter().copied().collect(),
                         ArgSrc::List(v) => v.clone(),
-                        ArgSrc::Value(_) => vec![],
+                        ArgSrc::Value(_) | ArgSrc::Sym(_) => vec![],
                     })
                     .chain(c.outs.iter().copied())
                     .collect(),
@@ -418,6 +439,8 @@ impl CompiledGraph {
             calls,
             check_calls,
             input_size_guards,
+            sym_guards: captured.sym_guards().to_vec(),
+            sym_src,
             check_constants,
             shape_cache: Mutex::new(ShapeCache::default()),
         };
@@ -460,6 +483,10 @@ impl CompiledGraph {
                 Arg::TensorList { len } => {
                     ArgSrc::List((0..*len).map(|_| take()).collect::<Result<_>>()?)
                 }
+                Arg::Attr {
+                    value: value @ (Attr::SymInt(_) | Attr::SymIntList(_)),
+                    ..
+                } => ArgSrc::Sym(value.clone()),
                 Arg::Attr { value, .. } => ArgSrc::Value(attr_value(value)),
             });
         }
@@ -504,6 +531,12 @@ impl CompiledGraph {
                 text.push_str(&format!("  {g}  ({node})\n"));
             }
         }
+        if !self.sym_guards.is_empty() {
+            text.push_str("symbolic size guards (conditions on the input dims the captured code relied on):\n");
+            for g in &self.sym_guards {
+                text.push_str(&format!("  {g}\n"));
+            }
+        }
         text
     }
 
@@ -525,7 +558,8 @@ impl CompiledGraph {
             && t.shape()
                 .iter()
                 .zip(&g.dims)
-                .all(|(&s, d)| d.is_none_or(|d| d == s) && (d.is_some() || s != 1))
+                // A symbolic dim stands for sizes >= 2 (0 and 1 are specialised at capture).
+                .all(|(&s, d)| d.is_none_or(|d| d == s) && (d.is_some() || s >= 2))
     }
 
     fn check_guards(&self, inputs: &[Tensor]) -> Result<()> {
@@ -549,7 +583,7 @@ impl CompiledGraph {
                 return Err(Error::compile(
                     CompileKind::Guard,
                     format!(
-                        "guard failed for input {i}: compiled for {}[{}] on {}, got {}{} on {} (rank, dtype, device and size-1 dims must match; recompile for this input)",
+                        "guard failed for input {i}: compiled for {}[{}] on {}, got {}{} on {} (rank, dtype, device and sizes 0 and 1 must match; recompile for this input)",
                         g.dtype,
                         want.join(", "),
                         g.device,
@@ -579,7 +613,7 @@ impl CompiledGraph {
                 .all(|(t, g)| Self::guard_holds(g, t))
     }
 
-    fn args_of(call: &NodeCall, env: &[Option<Tensor>]) -> Result<Vec<Value>> {
+    fn args_of(call: &NodeCall, env: &[Option<Tensor>], syms: &[i64]) -> Result<Vec<Value>> {
         let get = |i: usize| -> Result<Tensor> {
             env[i].clone().ok_or_else(|| {
                 Error::compile(
@@ -599,13 +633,29 @@ impl CompiledGraph {
                         Value::TensorList(v.iter().map(|&i| get(i)).collect::<Result<_>>()?)
                     }
                     ArgSrc::Value(v) => v.clone(),
+                    ArgSrc::Sym(a) => {
+                        let resolved = a.resolve(&|k| syms.get(k as usize).copied());
+                        match resolved {
+                            Some(r) => attr_value(&r),
+                            None => {
+                                return Err(Error::compile(
+                                    CompileKind::Launch,
+                                    format!(
+                                        "`{}`: size {a} cannot be evaluated for input sizes \
+                                         {syms:?}",
+                                        call.op.qualname()
+                                    ),
+                                ));
+                            }
+                        }
+                    }
                 })
             })
             .collect()
     }
 
-    fn call_node(call: &NodeCall, env: &mut [Option<Tensor>]) -> Result<()> {
-        let args = Self::args_of(call, env)?;
+    fn call_node(call: &NodeCall, env: &mut [Option<Tensor>], syms: &[i64]) -> Result<()> {
+        let args = Self::args_of(call, env, syms)?;
         let outs = match call.op.builtin() {
             Some(def) => dispatch::call(def, &args)?,
             None => dispatch::call_bound(&call.op, &args)?,
@@ -659,6 +709,7 @@ impl CompiledGraph {
     }
 
     fn infer_shapes(&self, inputs: &[Tensor], key: Vec<Shape>) -> Result<ShapeEntry> {
+        let syms = self.bind_syms(inputs);
         let failed = |g: &SizeGuard, got: &[usize]| ShapeEntry {
             inputs: key.clone(),
             shapes: Vec::new(),
@@ -667,7 +718,21 @@ impl CompiledGraph {
                  integer)",
                 tensorplay_ir::shape::fmt_shape(got)
             )),
+            syms: Vec::new(),
         };
+        for g in &self.sym_guards {
+            if g.holds(&|k| syms.get(k as usize).copied()) != Some(true) {
+                return Ok(ShapeEntry {
+                    inputs: key.clone(),
+                    shapes: Vec::new(),
+                    guard_failure: Some(format!(
+                        "size guard {g} failed for input sizes {syms:?} (the captured code \
+                         branched on this size or read it as a plain integer)"
+                    )),
+                    syms: Vec::new(),
+                });
+            }
+        }
         let mut env: Vec<Option<Tensor>> = vec![None; self.num_values];
         for (&i, t) in self.input_ids.iter().zip(inputs) {
             env[i] = Some(Tensor::empty_fake(t.shape(), t.dtype(), t.device()));
@@ -684,7 +749,7 @@ impl CompiledGraph {
         {
             let _g = tensorplay_runtime::autograd::no_grad();
             for (call, guards) in &self.check_calls {
-                Self::call_node(call, &mut env)?;
+                Self::call_node(call, &mut env, &syms)?;
                 for (v, g) in guards {
                     let shape = env[*v].as_ref().map_or(&[][..], Tensor::shape);
                     if !g.holds(shape) {
@@ -704,6 +769,7 @@ impl CompiledGraph {
             inputs: key,
             shapes,
             guard_failure: None,
+            syms,
         })
     }
 
@@ -772,13 +838,13 @@ impl CompiledGraph {
                  fused kernels) so autograd records it"
                     .to_string()
             });
-            return self.interpret_accepted(inputs);
+            return self.interpret_accepted(inputs, &shapes.syms);
         }
         let mut env = self.env_with_inputs(inputs);
         for (si, step) in self.steps.iter().enumerate() {
             match step {
                 Exec::Node(call) => {
-                    Self::call_node(call, &mut env)?;
+                    Self::call_node(call, &mut env, &shapes.syms)?;
                     self.check_node_outputs(call, &shapes.shapes, &env)?;
                 }
                 Exec::Region(r) => self.run_region(r, &shapes.shapes, &mut env)?,
@@ -888,13 +954,26 @@ impl CompiledGraph {
             ));
         }
         let _ac = tensorplay_runtime::autocast::suspend();
-        self.interpret_accepted(inputs)
+        self.interpret_accepted(inputs, &self.bind_syms(inputs))
     }
 
-    fn interpret_accepted(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    /// The value of every symbol for these inputs (symbol `k` is one input dim).
+    fn bind_syms(&self, inputs: &[Tensor]) -> Vec<i64> {
+        self.sym_src
+            .iter()
+            .map(|&(i, d)| {
+                inputs
+                    .get(i)
+                    .and_then(|t| t.shape().get(d))
+                    .map_or(0, |&n| n as i64)
+            })
+            .collect()
+    }
+
+    fn interpret_accepted(&self, inputs: &[Tensor], syms: &[i64]) -> Result<Vec<Tensor>> {
         let mut env = self.env_with_inputs(inputs);
         for call in &self.calls {
-            Self::call_node(call, &mut env)?;
+            Self::call_node(call, &mut env, syms)?;
         }
         self.collect_outputs(&env)
     }

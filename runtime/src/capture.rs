@@ -8,6 +8,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use tensorplay_ir::Result;
+use tensorplay_ir::graph::SymGuard;
+
+use crate::symint::SymInt;
 
 use crate::library::registry::Operator;
 use crate::ops::OpDef;
@@ -24,6 +27,14 @@ pub trait CaptureHook {
     /// whole shape): the size is now baked into whatever the code computes from it, so the
     /// tracer guards it. Batched tensors are reported as their innermost physical tensor.
     fn on_size_read(&self, _t: &Tensor, _dim: Option<usize>) {}
+    /// The traced code turned a symbolic size into a plain fact (see [`SymInt`]): the graph is
+    /// valid only while `guard` holds.
+    fn on_sym_guard(&self, _guard: SymGuard) {}
+    /// Dim `dim` of fake tensor `t` as a symbolic size, when the tracer knows one (`None`: the
+    /// size is read as a plain, guarded integer instead).
+    fn sym_size(&self, _t: &Tensor, _dim: usize) -> Option<SymInt> {
+        None
+    }
 }
 
 thread_local! {
@@ -84,4 +95,21 @@ fn note_physical(hook: &dyn CaptureHook, t: &Tensor) {
         Some(info) => note_physical(hook, &info.physical),
         None => hook.on_size_read(t, None),
     }
+}
+
+/// Reports a guard on symbolic sizes to the installed hook, if any.
+pub(crate) fn note_sym_guard(g: SymGuard) {
+    if let Some(hook) = current() {
+        hook.on_sym_guard(g);
+    }
+}
+
+/// Dim `dim` of fake tensor `t` as the installed hook sees it (`None` without a hook or when it
+/// has no symbolic size for it).
+pub(crate) fn sym_size(t: &Tensor, dim: usize) -> Option<SymInt> {
+    let hook = current()?;
+    if t.is_batched() {
+        return None;
+    }
+    hook.sym_size(t, dim)
 }

@@ -12,11 +12,13 @@ pub mod library;
 pub mod ops;
 pub mod parallel;
 pub mod storage;
+pub mod symint;
 pub mod tensor;
 pub mod value;
 pub mod vmap;
 
 pub use element::Element;
+pub use symint::SymInt;
 pub use tensor::Tensor;
 pub use tensor::factory_api::manual_seed;
 pub use tensorplay_ir::{CompileKind, DType, Device, Error, Result};

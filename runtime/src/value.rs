@@ -5,6 +5,7 @@ use std::fmt;
 use tensorplay_ir::{DType, Device, Error, Result};
 
 use crate::tensor::Tensor;
+use crate::symint::{SymInt, SymIntList};
 
 /// One argument (or result) of an operator call.
 #[derive(Clone)]
@@ -35,6 +36,11 @@ pub enum Value {
     DType(DType),
     /// `Device`.
     Device(Device),
+    /// A symbolic `SymInt` (only during capture; a literal size is an `Int`). Read as a plain
+    /// integer through [`Args::int`], which guards it.
+    SymInt(SymInt),
+    /// A `SymInt[]` with a symbolic entry (only during capture).
+    SymIntList(SymIntList),
     /// An absent optional argument.
     None,
 }
@@ -56,6 +62,8 @@ impl Value {
             Value::BoolList(_) => "bool[]",
             Value::DType(_) => "ScalarType",
             Value::Device(_) => "Device",
+            Value::SymInt(_) => "SymInt",
+            Value::SymIntList(_) => "SymInt[]",
             Value::None => "None",
         }
     }
@@ -90,6 +98,8 @@ impl fmt::Debug for Value {
             Value::BoolList(v) => write!(f, "{v:?}"),
             Value::DType(v) => write!(f, "{v}"),
             Value::Device(v) => write!(f, "{v}"),
+            Value::SymInt(v) => write!(f, "{v:?}"),
+            Value::SymIntList(v) => write!(f, "{v:?}"),
             Value::None => f.write_str("None"),
         }
     }
@@ -131,6 +141,25 @@ impl From<&[Tensor]> for Value {
         Value::TensorList(t.to_vec())
     }
 }
+impl From<SymInt> for Value {
+    fn from(v: SymInt) -> Self {
+        match v {
+            SymInt::Lit(n) => Value::Int(n),
+            s => Value::SymInt(s),
+        }
+    }
+}
+
+impl Value {
+    /// A `SymInt[]` argument: an `IntList` unless an entry is symbolic.
+    pub fn sym_int_list(v: Vec<SymInt>) -> Value {
+        match v.iter().map(|s| s.as_literal()).collect::<Option<Vec<i64>>>() {
+            Some(ints) => Value::IntList(ints),
+            None => Value::SymIntList(SymIntList::new(v)),
+        }
+    }
+}
+
 impl From<i64> for Value {
     fn from(v: i64) -> Self {
         Value::Int(v)
@@ -290,6 +319,7 @@ impl<'a> Args<'a> {
     pub fn int(&self, i: usize) -> Result<i64> {
         match self.get(i)? {
             Value::Int(v) => Ok(*v),
+            Value::SymInt(v) => Ok(v.to_i64()),
             _ => Err(self.wrong(i, "int")),
         }
     }
@@ -299,6 +329,7 @@ impl<'a> Args<'a> {
         match self.get(i)? {
             Value::Float(v) => Ok(*v),
             Value::Int(v) => Ok(*v as f64),
+            Value::SymInt(v) => Ok(v.to_i64() as f64),
             _ => Err(self.wrong(i, "float")),
         }
     }
@@ -315,6 +346,7 @@ impl<'a> Args<'a> {
     pub fn scalar(&self, i: usize) -> Result<Scalar> {
         match self.get(i)? {
             Value::Int(v) => Ok(Scalar::Int(*v)),
+            Value::SymInt(v) => Ok(Scalar::Int(v.to_i64())),
             Value::Float(v) => Ok(Scalar::Float(*v)),
             Value::Bool(v) => Ok(Scalar::Bool(*v)),
             _ => Err(self.wrong(i, "Scalar")),
@@ -333,6 +365,7 @@ impl<'a> Args<'a> {
     pub fn ints(&self, i: usize) -> Result<&'a [i64]> {
         match self.get(i)? {
             Value::IntList(v) => Ok(v),
+            Value::SymIntList(v) => Ok(v.to_ints()),
             _ => Err(self.wrong(i, "int[]")),
         }
     }

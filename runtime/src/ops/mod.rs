@@ -18,6 +18,7 @@ pub mod lowering;
 pub mod reduce;
 pub mod shape;
 pub mod softmax;
+pub mod sym_meta;
 pub mod unary;
 
 use tensorplay_ir::{DType, OpClass, Result, Shape};

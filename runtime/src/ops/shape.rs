@@ -9,6 +9,7 @@ use tensorplay_ir::{Error, OpClass, Result, Shape, Strides};
 use super::{AutocastPolicy, Kernel, Lower, OpDef, OutSpec, Saved, VmapRule};
 use crate::dispatch::call1;
 use crate::tensor::{Tensor, checked_nbytes};
+use crate::symint::SymInt;
 use crate::value::{Args, Value};
 
 /// Element count of a shape that passed [`checked_nbytes`] (zero-size dims short-circuit).
@@ -18,21 +19,11 @@ fn shape_numel(shape: &[usize]) -> usize {
 
 /// A Rust shape as the schema's `SymInt[]`. A size above `i64::MAX` is an error naming the size
 /// the caller gave (a plain cast would turn `usize::MAX` into `-1`, "infer this dim").
-fn sizes_as_ints(op: &str, shape: &[usize]) -> Result<Vec<i64>> {
-    shape
-        .iter()
-        .map(|&s| {
-            i64::try_from(s).map_err(|_| {
-                Error::argument(
-                    op,
-                    "size",
-                    "sizes of at most i64::MAX",
-                    format!("size {s} in {}", fmt_shape(shape)),
-                )
-            })
-        })
-        .collect()
+/// A `SymInt[]` argument from sizes.
+fn sym_sizes<S: Into<SymInt> + Copy>(shape: &[S]) -> Value {
+    Value::sym_int_list(shape.iter().map(|&s| s.into()).collect())
 }
+
 
 /// `view(Tensor(a) self, SymInt[] size) -> Tensor(a)`: same data, new shape (must be viewable).
 pub static VIEW: OpDef = OpDef {
@@ -410,9 +401,11 @@ fn slice_backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
 
 impl Tensor {
     /// A view with a new shape; errors when the strides do not allow one (see [`Tensor::reshape`]).
-    pub fn view(&self, shape: &[usize]) -> Result<Tensor> {
-        let size = sizes_as_ints("view", shape)?;
-        call1(&VIEW, &[self.into(), size.into()])
+    ///
+    /// Sizes may be symbolic ([`SymInt`](crate::SymInt)s from [`Tensor::sym_size`]): under
+    /// capture the graph records the expressions.
+    pub fn view<S: Into<SymInt> + Copy>(&self, shape: &[S]) -> Result<Tensor> {
+        call1(&VIEW, &[self.into(), sym_sizes(shape)])
     }
 
     /// Same data with a new shape: a view when possible, otherwise a contiguous copy.
@@ -424,7 +417,43 @@ impl Tensor {
     /// assert_eq!(y.to_vec::<f32>()?, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
-    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+    ///
+    /// Symbolic sizes are accepted; deciding view-or-copy reads the strides, which guards the
+    /// input's shape under capture (use [`Tensor::view`] to stay size-generic).
+    pub fn reshape<S: Into<SymInt> + Copy>(&self, shape: &[S]) -> Result<Tensor> {
+        let sizes: Vec<SymInt> = shape.iter().map(|&s| s.into()).collect();
+        if sizes.iter().any(|s| s.is_symbolic()) {
+            return self.reshape_sym(&sizes);
+        }
+        let shape: Vec<usize> = sizes
+            .iter()
+            .map(|s| usize::try_from(s.hint()).unwrap_or(usize::MAX))
+            .collect();
+        self.reshape_concrete(&shape)
+    }
+
+    fn reshape_sym(&self, sizes: &[SymInt]) -> Result<Tensor> {
+        let hints: Vec<i64> = sizes.iter().map(|s| s.hint()).collect();
+        let numel = sizes.iter().fold(SymInt::Lit(1), |a, &b| a * b);
+        if numel != self.sym_numel() {
+            return Err(Error::shape(
+                "reshape",
+                format!(
+                    "shape {} is invalid for input of size {} (shape {})",
+                    fmt_shape(&hints),
+                    self.sym_numel().hint(),
+                    fmt_shape(&self.sym_shape().iter().map(|s| s.hint()).collect::<Vec<_>>())
+                ),
+            ));
+        }
+        let concrete: Vec<usize> = hints.iter().map(|&h| h.max(0) as usize).collect();
+        if view_strides(self.shape(), self.strides(), &concrete).is_none() {
+            return self.contiguous()?.view(sizes);
+        }
+        self.view(sizes)
+    }
+
+    fn reshape_concrete(&self, shape: &[usize]) -> Result<Tensor> {
         checked_nbytes("reshape", shape, self.dtype())?;
         if shape_numel(shape) != self.numel() {
             return Err(Error::shape(
@@ -525,13 +554,12 @@ impl Tensor {
     }
 
     /// Broadcasts to `shape` without copying (new leading dims and size-1 dims stretch).
-    pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
-        let size = sizes_as_ints("expand", shape)?;
-        call1(&EXPAND, &[self.into(), size.into()])
+    pub fn expand<S: Into<SymInt> + Copy>(&self, shape: &[S]) -> Result<Tensor> {
+        call1(&EXPAND, &[self.into(), sym_sizes(shape)])
     }
 
     /// Same as [`Tensor::expand`].
-    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+    pub fn broadcast_to<S: Into<SymInt> + Copy>(&self, shape: &[S]) -> Result<Tensor> {
         self.expand(shape)
     }
 
@@ -550,36 +578,76 @@ impl Tensor {
         )
     }
 
-    /// `len` elements of `dim` starting at `start` (a view).
-    pub fn narrow(&self, dim: i64, start: usize, len: usize) -> Result<Tensor> {
+    /// `len` elements of `dim` starting at `start` (a view). `start` and `len` may be symbolic
+    /// (`x.narrow(0, 1, x.sym_size(0)? - 1)` stays size-generic under compile).
+    pub fn narrow(
+        &self,
+        dim: i64,
+        start: impl Into<SymInt>,
+        len: impl Into<SymInt>,
+    ) -> Result<Tensor> {
+        let (start, len) = (start.into(), len.into());
         let d = normalize_dim("narrow", dim, self.rank())?;
-        let size = self.shape().get(d).copied().unwrap_or(0);
-        if start.checked_add(len).is_none_or(|e| e > size) {
-            return Err(Error::shape(
+        let size = if self.rank() == 0 {
+            SymInt::Lit(0)
+        } else {
+            self.sym_size(d as i64)?
+        };
+        if start < 0 || len < 0 {
+            return Err(Error::argument(
                 "narrow",
-                format!("start {start} + length {len} exceeds dim {dim} of size {size}"),
+                if start < 0 { "start" } else { "length" },
+                "a non-negative integer",
+                format!("{}", if start < 0 { start } else { len }.hint()),
             ));
         }
-        self.slice(dim, Some(start as i64), Some((start + len) as i64), 1)
+        let end = start + len;
+        if end > size {
+            return Err(Error::shape(
+                "narrow",
+                format!(
+                    "start {} + length {} exceeds dim {dim} of size {}",
+                    start.hint(),
+                    len.hint(),
+                    size.hint()
+                ),
+            ));
+        }
+        call1(
+            &SLICE,
+            &[
+                self.into(),
+                dim.into(),
+                start.into(),
+                end.into(),
+                Value::Int(1),
+            ],
+        )
     }
 
-    /// Index `index` of `dim`, removing that dim (a view).
-    pub fn select(&self, dim: i64, index: i64) -> Result<Tensor> {
+    /// Index `index` of `dim`, removing that dim (a view). `index` may be symbolic.
+    pub fn select(&self, dim: i64, index: impl Into<SymInt>) -> Result<Tensor> {
+        let index = index.into();
         if self.rank() == 0 {
             return Err(Error::shape("select", "cannot select from a 0-d tensor"));
         }
         let d = normalize_dim("select", dim, self.rank())?;
-        let size = self.shape()[d] as i64;
+        let size = self.sym_size(d as i64)?;
         let i = if index < 0 { index + size } else { index };
         if i < 0 || i >= size {
             return Err(Error::shape(
                 "select",
-                format!("index {index} is out of range for dim {dim} of size {size}"),
+                format!(
+                    "index {} is out of range for dim {dim} of size {}",
+                    index.hint(),
+                    size.hint()
+                ),
             ));
         }
-        let mut shape: Shape = self.shape().into();
+        let mut shape = self.sym_shape();
         shape.remove(d);
-        self.narrow(dim, i as usize, 1)?.reshape(&shape)
+        // Dropping a size-1 dim is always a view.
+        self.narrow(dim, i, 1)?.view(&shape)
     }
 
     /// Removes size-1 dims (all of them, or just `dim`).

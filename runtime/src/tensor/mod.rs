@@ -151,9 +151,52 @@ impl Tensor {
         Ok(self.0.shape[d])
     }
 
-    /// Strides in elements.
+    /// Strides in elements. Under capture, strides follow from sizes, so reading them guards
+    /// the whole shape like [`Tensor::shape`].
     pub fn strides(&self) -> &[isize] {
+        if self.is_fake() {
+            crate::capture::note_size_read(self, None);
+        }
         &self.0.strides
+    }
+
+    /// Size of dimension `dim` as a [`SymInt`](crate::SymInt): a plain integer outside
+    /// capture; during capture an expression over the input dims when the tracer knows one
+    /// (it is not guarded until code turns it into a plain fact), else the guarded size.
+    pub fn sym_size(&self, dim: i64) -> Result<crate::SymInt> {
+        if self.rank() == 0 {
+            return self.size(dim).map(crate::SymInt::from);
+        }
+        let d = tensorplay_ir::shape::normalize_dim("sym_size", dim, self.rank())?;
+        if self.is_fake()
+            && let Some(s) = crate::capture::sym_size(self, d)
+        {
+            return Ok(s);
+        }
+        self.size(d as i64).map(crate::SymInt::from)
+    }
+
+    /// Every dim as a [`SymInt`](crate::SymInt) (see [`Tensor::sym_size`]).
+    pub fn sym_shape(&self) -> Vec<crate::SymInt> {
+        if self.is_fake() {
+            (0..self.rank())
+                .map(|d| {
+                    crate::capture::sym_size(self, d).unwrap_or_else(|| {
+                        crate::capture::note_size_read(self, Some(d));
+                        crate::SymInt::from(self.0.shape[d])
+                    })
+                })
+                .collect()
+        } else {
+            self.0.shape.iter().map(|&s| crate::SymInt::from(s)).collect()
+        }
+    }
+
+    /// The element count as a [`SymInt`](crate::SymInt) (the product of [`Tensor::sym_shape`]).
+    pub fn sym_numel(&self) -> crate::SymInt {
+        self.sym_shape()
+            .into_iter()
+            .fold(crate::SymInt::Lit(1), |a, b| a * b)
     }
 
     /// Offset of the first element into the storage, in elements.
@@ -197,6 +240,9 @@ impl Tensor {
 
     /// True when the elements are laid out row-major without gaps.
     pub fn is_contiguous(&self) -> bool {
+        if self.is_fake() {
+            crate::capture::note_size_read(self, None);
+        }
         is_contiguous(&self.0.shape, &self.0.strides)
     }
 

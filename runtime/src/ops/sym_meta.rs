@@ -1,0 +1,207 @@
+//! Meta rules over symbolic sizes: an op's output shapes as expressions of its inputs' symbolic
+//! shapes and size arguments (what printed graphs show, and what `Tensor::sym_size` hands out for
+//! an op's result during capture).
+//!
+//! A rule exists for elementwise ops (from their class: broadcasting) and for the ops that take
+//! sizes (`view`, `expand`, `slice`, `permute`); any other op's results have no symbolic shape,
+//! so code reading their sizes gets guarded plain integers. Rules are selected by `OpDef`
+//! identity, never by name. Correctness never rests on a rule: the caller checks every result
+//! against the op's concrete meta rule at the example sizes and drops a rule's answer that
+//! disagrees, and where a rule needs a fact about the sizes that does not hold for all of them
+//! (two dims that broadcast are equal), it records a guard.
+
+use tensorplay_ir::graph::{SymCmp, SymGuard};
+use tensorplay_ir::{OpClass, SymExpr};
+
+use super::OpDef;
+use super::shape::{EXPAND, PERMUTE, SLICE, VIEW};
+
+/// One argument of a call, as the symbolic rule sees it.
+#[derive(Debug, Clone)]
+pub enum SymArg {
+    /// A tensor whose every dim has a known expression.
+    Tensor(Vec<SymExpr>),
+    /// A tensor without a (complete) symbolic shape.
+    UnknownTensor,
+    /// An integer.
+    Int(SymExpr),
+    /// An integer list.
+    Ints(Vec<SymExpr>),
+    /// Anything else (`None`, floats, flags, tensor lists, ...).
+    Other,
+}
+
+/// What a rule may consult and record: the example value of each symbol, and the guards its
+/// answer relies on.
+pub struct SymCtx<'a> {
+    pub hint: &'a dyn Fn(u32) -> Option<i64>,
+    pub guards: Vec<SymGuard>,
+}
+
+impl SymCtx<'_> {
+    /// Whether `e <cmp> rhs`: statically when it holds (or fails) for every size, otherwise by
+    /// the example values with a guard recorded.
+    pub fn decide(&mut self, e: SymExpr, cmp: SymCmp, rhs: i64) -> Option<bool> {
+        let d = e.sub(SymExpr::lit(rhs));
+        if let Some(v) = d.as_lit() {
+            return Some(cmp.test(v, 0));
+        }
+        if let Some(lb) = d.lower_bound() {
+            let known = match cmp {
+                SymCmp::Gt if lb > 0 => Some(true),
+                SymCmp::Ge if lb >= 0 => Some(true),
+                SymCmp::Lt if lb >= 0 => Some(false),
+                SymCmp::Le if lb > 0 => Some(false),
+                SymCmp::Eq if lb > 0 => Some(false),
+                SymCmp::Ne if lb > 0 => Some(true),
+                _ => None,
+            };
+            if known.is_some() {
+                return known;
+            }
+        }
+        let holds = cmp.test(d.eval(self.hint)?, 0);
+        self.guards.push(SymGuard {
+            expr: d,
+            cmp: if holds { cmp } else { cmp.negate() },
+            rhs: 0,
+        });
+        Some(holds)
+    }
+
+    /// The broadcast of two dims (`None` when the example sizes do not broadcast).
+    fn broadcast_dim(&mut self, a: SymExpr, b: SymExpr) -> Option<SymExpr> {
+        if a == b {
+            return Some(a);
+        }
+        if self.decide(a, SymCmp::Eq, 1)? {
+            return Some(b);
+        }
+        if self.decide(b, SymCmp::Eq, 1)? {
+            return Some(a);
+        }
+        self.decide(a.sub(b), SymCmp::Eq, 0)?.then_some(a)
+    }
+
+    fn broadcast(&mut self, a: &[SymExpr], b: &[SymExpr]) -> Option<Vec<SymExpr>> {
+        let rank = a.len().max(b.len());
+        let one = SymExpr::lit(1);
+        (0..rank)
+            .map(|i| {
+                let at = |s: &[SymExpr]| {
+                    (i + s.len())
+                        .checked_sub(rank)
+                        .map_or(one, |j| s[j])
+                };
+                self.broadcast_dim(at(a), at(b))
+            })
+            .collect()
+    }
+}
+
+fn tensor(args: &[SymArg], i: usize) -> Option<&[SymExpr]> {
+    match args.get(i)? {
+        SymArg::Tensor(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn int(args: &[SymArg], i: usize) -> Option<SymExpr> {
+    match args.get(i)? {
+        SymArg::Int(e) => Some(*e),
+        _ => None,
+    }
+}
+
+fn ints(args: &[SymArg], i: usize) -> Option<&[SymExpr]> {
+    match args.get(i)? {
+        SymArg::Ints(v) => Some(v),
+        _ => None,
+    }
+}
+
+fn dim_index(d: SymExpr, rank: usize) -> Option<usize> {
+    let d = d.as_lit()?;
+    let r = rank as i64;
+    let d = if d < 0 { d + r } else { d };
+    (0..r).contains(&d).then_some(d as usize)
+}
+
+/// The symbolic output shapes of `op` called with `args` (`None`: no rule, or a tensor argument
+/// without a symbolic shape).
+pub fn sym_meta(op: &'static OpDef, args: &[SymArg], ctx: &mut SymCtx) -> Option<Vec<Vec<SymExpr>>> {
+    let is = |other: &'static OpDef| std::ptr::eq(op, other);
+    if args.iter().any(|a| matches!(a, SymArg::UnknownTensor)) {
+        return None;
+    }
+    if op.class == OpClass::Elementwise {
+        let mut out: Vec<SymExpr> = Vec::new();
+        for a in args {
+            if let SymArg::Tensor(s) = a {
+                out = ctx.broadcast(&out, s)?;
+            }
+        }
+        return Some(vec![out]);
+    }
+    if is(&VIEW) {
+        let size = ints(args, 1)?;
+        if size.iter().any(|e| e.as_lit() == Some(-1)) {
+            return None;
+        }
+        return Some(vec![size.to_vec()]);
+    }
+    if is(&EXPAND) {
+        let x = tensor(args, 0)?;
+        let size = ints(args, 1)?;
+        let lead = size.len().checked_sub(x.len())?;
+        let out = size
+            .iter()
+            .enumerate()
+            .map(|(i, &e)| match e.as_lit() {
+                Some(-1) => i.checked_sub(lead).map(|j| x[j]),
+                _ => Some(e),
+            })
+            .collect::<Option<Vec<_>>>()?;
+        return Some(vec![out]);
+    }
+    if is(&PERMUTE) {
+        let x = tensor(args, 0)?;
+        let dims = ints(args, 1)?;
+        let out = dims
+            .iter()
+            .map(|&d| dim_index(d, x.len()).map(|j| x[j]))
+            .collect::<Option<Vec<_>>>()?;
+        return Some(vec![out]);
+    }
+    if is(&SLICE) {
+        let x = tensor(args, 0)?;
+        let dim = match args.get(1) {
+            None => 0,
+            Some(_) => dim_index(int(args, 1)?, x.len())?,
+        };
+        let size = x[dim];
+        let step = match args.get(4) {
+            None => SymExpr::lit(1),
+            Some(_) => int(args, 4)?,
+        };
+        if step.as_lit().is_none_or(|s| s < 1) {
+            return None;
+        }
+        // Python bounds: a negative bound counts from the end; both clamp to [0, size].
+        let mut bound = |i: usize, default: SymExpr| -> Option<SymExpr> {
+            let e = match args.get(i) {
+                None | Some(SymArg::Other) => return Some(default),
+                Some(_) => int(args, i)?,
+            };
+            let e = if ctx.decide(e, SymCmp::Lt, 0)? { e.add(size) } else { e };
+            Some(e.max(SymExpr::lit(0)).min(size))
+        };
+        let start = bound(2, SymExpr::lit(0))?;
+        let end = bound(3, size)?.max(start);
+        let len = end.sub(start).add(step).sub(SymExpr::lit(1)).floor_div(step);
+        let mut out = x.to_vec();
+        out[dim] = len;
+        return Some(vec![out]);
+    }
+    None
+}
