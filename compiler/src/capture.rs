@@ -353,7 +353,9 @@ impl Tracer {
             vec![]
         };
         let sym = st.sym_outputs(op, args, &outs);
-        st.add_node(&qualname, op.class, bargs, &reads, &outs, &mutated, None, sym)?;
+        st.add_node(
+            &qualname, op.class, bargs, &reads, &outs, &mutated, None, sym,
+        )?;
         Ok(outs)
     }
 

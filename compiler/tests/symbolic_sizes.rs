@@ -98,6 +98,38 @@ fn flatten_and_narrow(xs: &[Tensor]) -> Result<Vec<Tensor>> {
     Ok(vec![y.narrow(0, k, y.numel() - k)?.abs()?])
 }
 
+fn narrow_sym(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let n = xs[0].sym_size(0)?;
+    Ok(vec![xs[0].narrow(0, 1, n - 1)?.exp()?])
+}
+
+fn select_sym(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let n = xs[0].sym_size(0)?;
+    Ok(vec![xs[0].select(0, n - 1)?.mul_scalar(2.0)?])
+}
+
+fn view_sym(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let s = xs[0].sym_shape();
+    let y = xs[0].view(&[s[0] * s[1]])?;
+    let half = y.sym_size(0)? / 2;
+    Ok(vec![y.narrow(0, half, y.sym_size(0)? - half)?.relu()?])
+}
+
+fn expand_sym(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let n = xs[0].sym_size(0)?;
+    let row = xs[1].unsqueeze(0)?.expand(&[n, xs[1].sym_size(0)?])?;
+    Ok(vec![xs[0].add(&row)?.tanh()?])
+}
+
+fn branch_sym(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let y = if xs[0].sym_size(0)? > 4 {
+        xs[0].exp()?
+    } else {
+        xs[0].neg()?
+    };
+    Ok(vec![y.add(&xs[1])?])
+}
+
 fn plain(xs: &[Tensor]) -> Result<Vec<Tensor>> {
     Ok(vec![xs[0].mul(&xs[1])?.add_scalar(1.0)?.relu()?])
 }
@@ -168,7 +200,77 @@ fn branching_on_a_size_recompiles_when_the_branch_changes() -> Result<()> {
     Ok(())
 }
 
+#[test]
+fn symbolic_sizes_flow_into_ops_without_recompiling() -> Result<()> {
+    // The first example written with sym_size: one graph serves every size.
+    let c = compile(narrow_sym);
+    for n in [8, 12, 5, 2, 31] {
+        agree("narrow_sym", narrow_sym, &c, &[ramp(&[n])]);
+    }
+    assert_eq!(c.num_compiled(), 1);
+    let y = c.call(&[ramp(&[12])])?;
+    assert_eq!(y[0].shape(), &[11]);
+    let g = c.latest().unwrap();
+    let text = g.graph().to_string();
+    assert!(text.contains("f32[s0 - 1]"), "{text}");
+    assert!(g.explain().contains("s0 - 1"), "{}", g.explain());
+    assert!(g.graph().size_guards().is_empty());
+
+    for (name, body) in [("select_sym", select_sym as Body), ("view_sym", view_sym)] {
+        let c = compile(body);
+        for n in [8, 3, 12, 2] {
+            agree(name, body, &c, &[ramp(&[n, 3])]);
+        }
+        assert_eq!(c.num_compiled(), 1, "{name}");
+    }
+    let c = compile(expand_sym);
+    for n in [8, 3, 12] {
+        agree("expand_sym", expand_sym, &c, &[ramp(&[n, 3]), ramp(&[3])]);
+    }
+    assert_eq!(c.num_compiled(), 1);
+    Ok(())
+}
+
+#[test]
+fn branching_on_a_symbolic_size_installs_a_guard() -> Result<()> {
+    let c = compile(branch_sym);
+    for n in [6, 7, 2, 3, 9] {
+        agree("branch_sym", branch_sym, &c, &[ramp(&[n]), ramp(&[n])]);
+    }
+    // One graph per side of `n > 4`.
+    assert_eq!(c.num_compiled(), 2);
+    let g = c.latest().unwrap();
+    assert!(
+        g.explain().contains("s0 - 4 <= 0") || g.explain().contains("s0 - 4 > 0"),
+        "{}",
+        g.explain()
+    );
+    Ok(())
+}
+
+#[test]
+fn symbolic_graphs_print_and_parse_back() -> Result<()> {
+    let m = TensorMeta::new(&[8, 3], DType::F32, Device::Cpu);
+    let g = capture(view_sym, &[m], CaptureOptions { dynamic: true })?;
+    let text = g.to_string();
+    assert!(text.contains("f32[s0*s1]"), "{text}");
+    assert!(text.contains("s0*s1 // 2"), "{text}");
+    let class_of = |name: &str| {
+        tensorplay_runtime::library::registry()
+            .find(name)
+            .map(|op| op.class())
+    };
+    let back = tensorplay_ir::Graph::parse(&text, class_of)?;
+    assert_eq!(back.to_string(), text);
+    Ok(())
+}
+
 const BODIES: &[(&str, Body, usize)] = &[
+    ("narrow_sym", narrow_sym, 1),
+    ("select_sym", select_sym, 2),
+    ("view_sym", view_sym, 2),
+    ("expand_sym", expand_sym, 2),
+    ("branch_sym", branch_sym, 1),
     ("narrow_from_shape", narrow_from_shape, 1),
     ("narrow_fixed", narrow_fixed, 1),
     ("select_fixed", select_fixed, 2),
@@ -184,7 +286,8 @@ const BODIES: &[(&str, Body, usize)] = &[
 /// Inputs for body `i` at sizes (a, b): rank-1 bodies take [a] (twice where they need two).
 fn inputs_for(name: &str, rank: usize, a: usize, b: usize) -> Vec<Tensor> {
     match (name, rank) {
-        ("branch_on_size", _) => vec![ramp(&[a]), ramp(&[a])],
+        ("branch_on_size" | "branch_sym", _) => vec![ramp(&[a]), ramp(&[a])],
+        ("expand_sym", _) => vec![ramp(&[a, b]), ramp(&[b])],
         ("expand_and_cat", _) => vec![ramp(&[a, b]), ramp(&[b])],
         ("plain", _) => vec![ramp(&[a, b]), ramp(&[a, b])],
         (_, 1) => vec![ramp(&[a])],

@@ -132,7 +132,11 @@ fn cmp(a: SymExpr, b: SymExpr) -> Ordering {
 /// Python's floor division and modulo (`None` for a zero divisor or overflow).
 fn floor_div_i(a: i64, b: i64) -> Option<i64> {
     let q = a.checked_div(b)?;
-    Some(if a % b != 0 && ((a < 0) != (b < 0)) { q - 1 } else { q })
+    Some(if a % b != 0 && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    })
 }
 
 fn mod_i(a: i64, b: i64) -> Option<i64> {
@@ -698,12 +702,18 @@ mod tests {
         assert_eq!((s(0) * 4 + 2).floor_div(SymExpr::lit(2)), s(0) * 2 + 1);
         assert_eq!((s(0) * 4 + 3).floor_div(SymExpr::lit(2)), s(0) * 2 + 1);
         assert_eq!((s(0) * 4 + 3).rem(SymExpr::lit(2)).as_lit(), Some(1));
-        assert_eq!((s(0) + 1).floor_div(SymExpr::lit(2)).to_string(), "(s0 + 1) // 2");
+        assert_eq!(
+            (s(0) + 1).floor_div(SymExpr::lit(2)).to_string(),
+            "(s0 + 1) // 2"
+        );
         assert_eq!(
             (s(0).floor_div(SymExpr::lit(2)) * 2).to_string(),
             "2*(s0 // 2)"
         );
-        assert_eq!(SymExpr::lit(-7).floor_div(SymExpr::lit(2)).as_lit(), Some(-4));
+        assert_eq!(
+            SymExpr::lit(-7).floor_div(SymExpr::lit(2)).as_lit(),
+            Some(-4)
+        );
         assert_eq!(SymExpr::lit(-7).rem(SymExpr::lit(2)).as_lit(), Some(1));
     }
 

@@ -197,7 +197,11 @@ impl SymInt {
 
 fn floor_div(a: i64, b: i64) -> Option<i64> {
     let q = a.checked_div(b)?;
-    Some(if a % b != 0 && ((a < 0) != (b < 0)) { q - 1 } else { q })
+    Some(if a % b != 0 && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    })
 }
 
 fn floor_mod(a: i64, b: i64) -> Option<i64> {

@@ -4,8 +4,8 @@ use std::fmt;
 
 use tensorplay_ir::{DType, Device, Error, Result};
 
-use crate::tensor::Tensor;
 use crate::symint::{SymInt, SymIntList};
+use crate::tensor::Tensor;
 
 /// One argument (or result) of an operator call.
 #[derive(Clone)]
@@ -153,7 +153,11 @@ impl From<SymInt> for Value {
 impl Value {
     /// A `SymInt[]` argument: an `IntList` unless an entry is symbolic.
     pub fn sym_int_list(v: Vec<SymInt>) -> Value {
-        match v.iter().map(|s| s.as_literal()).collect::<Option<Vec<i64>>>() {
+        match v
+            .iter()
+            .map(|s| s.as_literal())
+            .collect::<Option<Vec<i64>>>()
+        {
             Some(ints) => Value::IntList(ints),
             None => Value::SymIntList(SymIntList::new(v)),
         }

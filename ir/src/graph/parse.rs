@@ -381,6 +381,9 @@ impl<'a> Line<'a> {
     fn sym_span(&mut self) -> Option<&'a str> {
         self.skip_ws();
         let rest = self.rest();
+        if rest.starts_with(['[', '"']) {
+            return None;
+        }
         let mut depth = 0usize;
         let mut end = rest.len();
         for (i, c) in rest.char_indices() {

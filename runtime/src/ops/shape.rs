@@ -8,8 +8,8 @@ use tensorplay_ir::{Error, OpClass, Result, Shape, Strides};
 
 use super::{AutocastPolicy, Kernel, Lower, OpDef, OutSpec, Saved, VmapRule};
 use crate::dispatch::call1;
-use crate::tensor::{Tensor, checked_nbytes};
 use crate::symint::SymInt;
+use crate::tensor::{Tensor, checked_nbytes};
 use crate::value::{Args, Value};
 
 /// Element count of a shape that passed [`checked_nbytes`] (zero-size dims short-circuit).
@@ -23,7 +23,6 @@ fn shape_numel(shape: &[usize]) -> usize {
 fn sym_sizes<S: Into<SymInt> + Copy>(shape: &[S]) -> Value {
     Value::sym_int_list(shape.iter().map(|&s| s.into()).collect())
 }
-
 
 /// `view(Tensor(a) self, SymInt[] size) -> Tensor(a)`: same data, new shape (must be viewable).
 pub static VIEW: OpDef = OpDef {
@@ -442,7 +441,13 @@ impl Tensor {
                     "shape {} is invalid for input of size {} (shape {})",
                     fmt_shape(&hints),
                     self.sym_numel().hint(),
-                    fmt_shape(&self.sym_shape().iter().map(|s| s.hint()).collect::<Vec<_>>())
+                    fmt_shape(
+                        &self
+                            .sym_shape()
+                            .iter()
+                            .map(|s| s.hint())
+                            .collect::<Vec<_>>()
+                    )
                 ),
             ));
         }

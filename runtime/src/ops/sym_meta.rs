@@ -88,11 +88,7 @@ impl SymCtx<'_> {
         let one = SymExpr::lit(1);
         (0..rank)
             .map(|i| {
-                let at = |s: &[SymExpr]| {
-                    (i + s.len())
-                        .checked_sub(rank)
-                        .map_or(one, |j| s[j])
-                };
+                let at = |s: &[SymExpr]| (i + s.len()).checked_sub(rank).map_or(one, |j| s[j]);
                 self.broadcast_dim(at(a), at(b))
             })
             .collect()
@@ -129,7 +125,11 @@ fn dim_index(d: SymExpr, rank: usize) -> Option<usize> {
 
 /// The symbolic output shapes of `op` called with `args` (`None`: no rule, or a tensor argument
 /// without a symbolic shape).
-pub fn sym_meta(op: &'static OpDef, args: &[SymArg], ctx: &mut SymCtx) -> Option<Vec<Vec<SymExpr>>> {
+pub fn sym_meta(
+    op: &'static OpDef,
+    args: &[SymArg],
+    ctx: &mut SymCtx,
+) -> Option<Vec<Vec<SymExpr>>> {
     let is = |other: &'static OpDef| std::ptr::eq(op, other);
     if args.iter().any(|a| matches!(a, SymArg::UnknownTensor)) {
         return None;
@@ -193,12 +193,20 @@ pub fn sym_meta(op: &'static OpDef, args: &[SymArg], ctx: &mut SymCtx) -> Option
                 None | Some(SymArg::Other) => return Some(default),
                 Some(_) => int(args, i)?,
             };
-            let e = if ctx.decide(e, SymCmp::Lt, 0)? { e.add(size) } else { e };
+            let e = if ctx.decide(e, SymCmp::Lt, 0)? {
+                e.add(size)
+            } else {
+                e
+            };
             Some(e.max(SymExpr::lit(0)).min(size))
         };
         let start = bound(2, SymExpr::lit(0))?;
         let end = bound(3, size)?.max(start);
-        let len = end.sub(start).add(step).sub(SymExpr::lit(1)).floor_div(step);
+        let len = end
+            .sub(start)
+            .add(step)
+            .sub(SymExpr::lit(1))
+            .floor_div(step);
         let mut out = x.to_vec();
         out[dim] = len;
         return Some(vec![out]);

@@ -188,7 +188,11 @@ impl Tensor {
                 })
                 .collect()
         } else {
-            self.0.shape.iter().map(|&s| crate::SymInt::from(s)).collect()
+            self.0
+                .shape
+                .iter()
+                .map(|&s| crate::SymInt::from(s))
+                .collect()
         }
     }
 
