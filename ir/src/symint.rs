@@ -210,7 +210,7 @@ impl SymExpr {
     }
 
     /// `self + rhs`.
-    pub fn add(self, rhs: SymExpr) -> SymExpr {
+    pub fn plus(self, rhs: SymExpr) -> SymExpr {
         let (c1, mut t1) = self.lin();
         let (c2, t2) = rhs.lin();
         t1.extend(t2);
@@ -218,12 +218,12 @@ impl SymExpr {
     }
 
     /// `self - rhs`.
-    pub fn sub(self, rhs: SymExpr) -> SymExpr {
-        self.add(rhs.scale(-1))
+    pub fn minus(self, rhs: SymExpr) -> SymExpr {
+        self.plus(rhs.scale(-1))
     }
 
     /// `self * rhs`.
-    pub fn mul(self, rhs: SymExpr) -> SymExpr {
+    pub fn times(self, rhs: SymExpr) -> SymExpr {
         if let Some(k) = self.as_lit() {
             return rhs.scale(k);
         }
@@ -272,7 +272,7 @@ impl SymExpr {
     }
 
     /// Remainder with the divisor's sign (Python's `%`).
-    pub fn rem(self, rhs: SymExpr) -> SymExpr {
+    pub fn modulo(self, rhs: SymExpr) -> SymExpr {
         if let (Some(a), Some(b)) = (self.as_lit(), rhs.as_lit())
             && let Some(r) = mod_i(a, b)
         {
@@ -291,10 +291,10 @@ impl SymExpr {
 
     /// The smaller of two expressions (decided statically when their difference has a sign).
     pub fn min(self, rhs: SymExpr) -> SymExpr {
-        match self.sub(rhs).sign() {
+        match self.minus(rhs).sign() {
             Some(Ordering::Less | Ordering::Equal) => self,
             Some(Ordering::Greater) => rhs,
-            None if rhs.sub(self).lower_bound().is_some_and(|b| b >= 0) => self,
+            None if rhs.minus(self).lower_bound().is_some_and(|b| b >= 0) => self,
             None => {
                 let (a, b) = ordered(self, rhs);
                 intern(Node::Min(a, b))
@@ -304,10 +304,10 @@ impl SymExpr {
 
     /// The larger of two expressions.
     pub fn max(self, rhs: SymExpr) -> SymExpr {
-        match self.sub(rhs).sign() {
+        match self.minus(rhs).sign() {
             Some(Ordering::Greater | Ordering::Equal) => self,
             Some(Ordering::Less) => rhs,
-            None if rhs.sub(self).lower_bound().is_some_and(|b| b >= 0) => rhs,
+            None if rhs.minus(self).lower_bound().is_some_and(|b| b >= 0) => rhs,
             None => {
                 let (a, b) = ordered(self, rhs);
                 intern(Node::Max(a, b))
@@ -527,22 +527,22 @@ impl From<i64> for SymExpr {
 }
 
 macro_rules! sym_ops {
-    ($($tr:ident $m:ident),*) => {$(
+    ($($tr:ident $m:ident $f:ident),*) => {$(
         impl std::ops::$tr for SymExpr {
             type Output = SymExpr;
             fn $m(self, rhs: SymExpr) -> SymExpr {
-                SymExpr::$m(self, rhs)
+                SymExpr::$f(self, rhs)
             }
         }
         impl std::ops::$tr<i64> for SymExpr {
             type Output = SymExpr;
             fn $m(self, rhs: i64) -> SymExpr {
-                SymExpr::$m(self, SymExpr::lit(rhs))
+                SymExpr::$f(self, SymExpr::lit(rhs))
             }
         }
     )*};
 }
-sym_ops!(Add add, Sub sub, Mul mul);
+sym_ops!(Add add plus, Sub sub minus, Mul mul times, Rem rem modulo);
 
 impl std::ops::Neg for SymExpr {
     type Output = SymExpr;
@@ -588,9 +588,9 @@ impl ExprParser<'_> {
         let mut e = self.term()?;
         loop {
             if self.eat("+") {
-                e = e.add(self.term()?);
+                e = e.plus(self.term()?);
             } else if self.eat("-") {
-                e = e.sub(self.term()?);
+                e = e.minus(self.term()?);
             } else {
                 return Ok(e);
             }
@@ -603,9 +603,9 @@ impl ExprParser<'_> {
             if self.eat("//") {
                 e = e.floor_div(self.unary()?);
             } else if self.eat("*") {
-                e = e.mul(self.unary()?);
+                e = e.times(self.unary()?);
             } else if self.eat("%") {
-                e = e.rem(self.unary()?);
+                e = e.modulo(self.unary()?);
             } else {
                 return Ok(e);
             }
@@ -701,7 +701,7 @@ mod tests {
         assert_eq!(((s(0) + 1) * s(1)).to_string(), "s1*(s0 + 1)");
         assert_eq!((s(0) * 4 + 2).floor_div(SymExpr::lit(2)), s(0) * 2 + 1);
         assert_eq!((s(0) * 4 + 3).floor_div(SymExpr::lit(2)), s(0) * 2 + 1);
-        assert_eq!((s(0) * 4 + 3).rem(SymExpr::lit(2)).as_lit(), Some(1));
+        assert_eq!((s(0) * 4 + 3).modulo(SymExpr::lit(2)).as_lit(), Some(1));
         assert_eq!(
             (s(0) + 1).floor_div(SymExpr::lit(2)).to_string(),
             "(s0 + 1) // 2"
@@ -714,7 +714,7 @@ mod tests {
             SymExpr::lit(-7).floor_div(SymExpr::lit(2)).as_lit(),
             Some(-4)
         );
-        assert_eq!(SymExpr::lit(-7).rem(SymExpr::lit(2)).as_lit(), Some(1));
+        assert_eq!(SymExpr::lit(-7).modulo(SymExpr::lit(2)).as_lit(), Some(1));
     }
 
     #[test]
@@ -731,7 +731,7 @@ mod tests {
         let env = |k: u32| [Some(5), Some(3)][k as usize];
         assert_eq!((s(0) * s(1) - 1).eval(&env), Some(14));
         assert_eq!(s(0).floor_div(s(1)).eval(&env), Some(1));
-        assert_eq!(s(0).rem(s(1) - 3).eval(&env), None);
+        assert_eq!(s(0).modulo(s(1) - 3).eval(&env), None);
         assert_eq!(s(7).eval(&|_| None), None);
     }
 
@@ -742,7 +742,7 @@ mod tests {
             s(0) * 2 + s(1) - 3,
             (s(0) + 1) * s(1),
             s(0).floor_div(SymExpr::lit(3)) * 2,
-            (s(0) * s(1)).rem(SymExpr::lit(4)),
+            (s(0) * s(1)).modulo(SymExpr::lit(4)),
             s(0).min(s(1) - 1).max(SymExpr::lit(3)),
             -s(0) + 4,
             SymExpr::lit(-3),

@@ -122,7 +122,7 @@ impl SymInt {
 
     /// Remainder with the divisor's sign (`None` for a zero divisor).
     pub fn checked_rem(self, rhs: impl Into<SymInt>) -> Option<SymInt> {
-        self.binary(rhs.into(), floor_mod, SymExpr::rem)
+        self.binary(rhs.into(), floor_mod, SymExpr::modulo)
     }
 
     /// Exact division, as a reshape's inferred dim uses it: guards that `rhs` divides `self`
@@ -165,7 +165,7 @@ impl SymInt {
         if let (SymInt::Lit(a), SymInt::Lit(b)) = (self, rhs) {
             return cmp.test(a, b);
         }
-        let diff = self.expr().sub(rhs.expr());
+        let diff = self.expr().minus(rhs.expr());
         if let Some(d) = diff.as_lit() {
             return cmp.test(d, 0);
         }
@@ -359,9 +359,9 @@ macro_rules! arith {
     )*};
 }
 arith!(
-    Add add i64::saturating_add, SymExpr::add;
-    Sub sub i64::saturating_sub, SymExpr::sub;
-    Mul mul i64::saturating_mul, SymExpr::mul
+    Add add i64::saturating_add, SymExpr::plus;
+    Sub sub i64::saturating_sub, SymExpr::minus;
+    Mul mul i64::saturating_mul, SymExpr::times
 );
 
 impl<T: Into<SymInt>> std::ops::Div<T> for SymInt {

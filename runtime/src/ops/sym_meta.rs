@@ -42,7 +42,7 @@ impl SymCtx<'_> {
     /// Whether `e <cmp> rhs`: statically when it holds (or fails) for every size, otherwise by
     /// the example values with a guard recorded.
     pub fn decide(&mut self, e: SymExpr, cmp: SymCmp, rhs: i64) -> Option<bool> {
-        let d = e.sub(SymExpr::lit(rhs));
+        let d = e.minus(SymExpr::lit(rhs));
         if let Some(v) = d.as_lit() {
             return Some(cmp.test(v, 0));
         }
@@ -80,7 +80,7 @@ impl SymCtx<'_> {
         if self.decide(b, SymCmp::Eq, 1)? {
             return Some(a);
         }
-        self.decide(a.sub(b), SymCmp::Eq, 0)?.then_some(a)
+        self.decide(a.minus(b), SymCmp::Eq, 0)?.then_some(a)
     }
 
     fn broadcast(&mut self, a: &[SymExpr], b: &[SymExpr]) -> Option<Vec<SymExpr>> {
@@ -194,7 +194,7 @@ pub fn sym_meta(
                 Some(_) => int(args, i)?,
             };
             let e = if ctx.decide(e, SymCmp::Lt, 0)? {
-                e.add(size)
+                e.plus(size)
             } else {
                 e
             };
@@ -203,9 +203,9 @@ pub fn sym_meta(
         let start = bound(2, SymExpr::lit(0))?;
         let end = bound(3, size)?.max(start);
         let len = end
-            .sub(start)
-            .add(step)
-            .sub(SymExpr::lit(1))
+            .minus(start)
+            .plus(step)
+            .minus(SymExpr::lit(1))
             .floor_div(step);
         let mut out = x.to_vec();
         out[dim] = len;
