@@ -130,6 +130,24 @@ fn branch_sym(xs: &[Tensor]) -> Result<Vec<Tensor>> {
     Ok(vec![y.add(&xs[1])?])
 }
 
+fn full_sym(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let n = xs[0].sym_size(0)?;
+    let twos = Tensor::try_full(&[n], 2.0, DType::F32)?;
+    Ok(vec![
+        xs[0].mul(&twos)?.add(&Tensor::ones(&[n], DType::F32))?,
+    ])
+}
+
+fn reads_layout(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let y = xs[0].t()?;
+    let z = if y.is_contiguous() {
+        y.exp()?
+    } else {
+        y.contiguous()?.neg()?
+    };
+    Ok(vec![z.mul_scalar(y.strides()[0] as f64)?])
+}
+
 fn plain(xs: &[Tensor]) -> Result<Vec<Tensor>> {
     Ok(vec![xs[0].mul(&xs[1])?.add_scalar(1.0)?.relu()?])
 }
@@ -232,6 +250,34 @@ fn symbolic_sizes_flow_into_ops_without_recompiling() -> Result<()> {
 }
 
 #[test]
+fn a_factory_of_symbolic_sizes_is_a_graph_node_not_a_constant() -> Result<()> {
+    // 100 elements: more than a captured constant may hold.
+    let c = compile(full_sym);
+    for n in [100, 8, 300] {
+        agree("full_sym", full_sym, &c, &[ramp(&[n])]);
+    }
+    assert_eq!(c.num_compiled(), 1);
+    let text = c.latest().unwrap().graph().to_string();
+    assert!(
+        text.contains("tp::expand") && text.contains("f32[s0]"),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[test]
+fn layout_reads_are_guarded() -> Result<()> {
+    let m = TensorMeta::new(&[4, 3], DType::F32, Device::Cpu);
+    let g = capture(reads_layout, &[m], CaptureOptions { dynamic: true })?;
+    assert!(!g.size_guards().is_empty());
+    let c = compile(reads_layout);
+    for (a, b) in [(4, 3), (5, 3), (4, 6)] {
+        agree("reads_layout", reads_layout, &c, &[ramp(&[a, b])]);
+    }
+    Ok(())
+}
+
+#[test]
 fn branching_on_a_symbolic_size_installs_a_guard() -> Result<()> {
     let c = compile(branch_sym);
     for n in [6, 7, 2, 3, 9] {
@@ -271,6 +317,8 @@ const BODIES: &[(&str, Body, usize)] = &[
     ("view_sym", view_sym, 2),
     ("expand_sym", expand_sym, 2),
     ("branch_sym", branch_sym, 1),
+    ("full_sym", full_sym, 1),
+    ("reads_layout", reads_layout, 2),
     ("narrow_from_shape", narrow_from_shape, 1),
     ("narrow_fixed", narrow_fixed, 1),
     ("select_fixed", select_fixed, 2),

@@ -312,6 +312,24 @@ graph(%a: f32[s0, s1], %b: f32[s1]@cpu) {
     ));
 }
 
+#[test]
+fn symbolic_shapes_and_size_arguments_round_trip() {
+    let text = "graph(%x0: f32[s0, s1]) {
+  %0 = tp::slice(%x0, 0, 1, s0 - 1, 1) : f32[s0 - 2, s1]
+  %1 = tp::view(%0, [s1*(s0 - 2)]) : f32[s1*(s0 - 2)]
+  %2 = tp::narrow(%1, 0, min(s0, 4), s1 // 2 + 1) : f32[s1 // 2 + 1]
+  return (%2)
+}
+";
+    let g = Graph::parse(text, |n| n.starts_with("tp::").then_some(OpClass::View)).unwrap();
+    assert_eq!(g.to_string(), text);
+    let node = g.node(g.outputs().unwrap()[0].node).unwrap();
+    assert!(matches!(node.outputs[0].shape[0], Dim::Expr(_)));
+    // A malformed expression names its line and column.
+    let e = error("graph(%x: f32[s0]) {\n  %0 = tp::neg(%x) : f32[s0 +]\n  return (%0)\n}");
+    assert!(e.contains("line 2") && e.contains("size expression"), "{e}");
+}
+
 /// The message of a parse error.
 fn error(text: &str) -> String {
     Graph::parse(text, |n| {

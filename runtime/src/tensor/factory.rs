@@ -3,11 +3,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tensorplay_ir::shape::{contiguous_strides, fmt_shape, numel};
-use tensorplay_ir::{DType, Device, Error, Result};
+use tensorplay_ir::{DType, Device, Error, Result, Shape};
 
 use super::{Tensor, TensorImpl, checked_nbytes};
 use crate::element::Element;
 use crate::storage::Storage;
+use crate::symint::SymInt;
 use crate::value::Scalar;
 
 /// Global seed state for [`Tensor::rand`] and [`Tensor::randn`].
@@ -156,7 +157,7 @@ impl Tensor {
     ///
     /// # Panics
     /// When the shape is too large to allocate; [`Tensor::try_zeros`] returns an error instead.
-    pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
+    pub fn zeros<S: Into<SymInt> + Copy>(shape: &[S], dtype: DType) -> Tensor {
         Tensor::try_zeros(shape, dtype).unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -168,8 +169,19 @@ impl Tensor {
     /// assert!(Tensor::try_zeros(&[1 << 40, 1 << 40], DType::F32).is_err());
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
-    pub fn try_zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        Tensor::try_zeros_with("zeros", shape, dtype)
+    pub fn try_zeros<S: Into<SymInt> + Copy>(shape: &[S], dtype: DType) -> Result<Tensor> {
+        match factory_sizes("zeros", shape)? {
+            Ok(shape) => Tensor::try_zeros_with("zeros", &shape, dtype),
+            Err(sizes) => Tensor::symbolic_full(&sizes, Scalar::Int(0), dtype),
+        }
+    }
+
+    /// A factory of symbolic sizes (only during capture): a 0-d constant broadcast to `sizes` and
+    /// copied, so the graph holds nodes whose sizes follow the inputs (not a constant of the
+    /// example size).
+    fn symbolic_full(sizes: &[SymInt], value: Scalar, dtype: DType) -> Result<Tensor> {
+        let scalar = Tensor::try_full(&[] as &[usize], value, dtype)?;
+        scalar.expand(sizes)?.clone_tensor()
     }
 
     /// Zero-filled CPU storage for `shape`, with errors naming `op`.
@@ -198,7 +210,7 @@ impl Tensor {
     ///
     /// # Panics
     /// When the shape is too large to allocate (see [`Tensor::try_full`]).
-    pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
+    pub fn ones<S: Into<SymInt> + Copy>(shape: &[S], dtype: DType) -> Tensor {
         Tensor::full(shape, 1, dtype)
     }
 
@@ -206,13 +218,28 @@ impl Tensor {
     ///
     /// # Panics
     /// When the shape is too large to allocate; [`Tensor::try_full`] returns an error instead.
-    pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Tensor {
+    ///
+    /// Sizes may be symbolic ([`SymInt`]s during capture): the result is then a graph node
+    /// whose sizes follow the inputs.
+    pub fn full<S: Into<SymInt> + Copy>(
+        shape: &[S],
+        value: impl Into<Scalar>,
+        dtype: DType,
+    ) -> Tensor {
         Tensor::try_full(shape, value, dtype).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Like [`Tensor::full`], with an error when the shape overflows or memory runs out.
-    pub fn try_full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
-        let t = Tensor::try_empty_with("full", shape, dtype, Device::Cpu, false)?;
+    pub fn try_full<S: Into<SymInt> + Copy>(
+        shape: &[S],
+        value: impl Into<Scalar>,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        let shape = match factory_sizes("full", shape)? {
+            Ok(shape) => shape,
+            Err(sizes) => return Tensor::symbolic_full(&sizes, value.into(), dtype),
+        };
+        let t = Tensor::try_empty_with("full", &shape, dtype, Device::Cpu, false)?;
         crate::ops::inplace::fill_scalar("full", &t, value.into())?;
         Ok(t)
     }
@@ -393,4 +420,27 @@ mod tests {
             .unwrap();
         assert!(u.iter().all(|&x| (0.0..1.0).contains(&x)));
     }
+}
+
+/// A factory's sizes: `Ok` plain sizes, or `Err` the sizes when one is symbolic (capture only).
+#[allow(clippy::type_complexity)]
+fn factory_sizes<S: Into<SymInt> + Copy>(
+    op: &str,
+    shape: &[S],
+) -> Result<std::result::Result<Shape, Vec<SymInt>>> {
+    let mut out = Shape::with_capacity(shape.len());
+    for (i, &s) in shape.iter().enumerate() {
+        match s.into() {
+            SymInt::Lit(n) => out.push(usize::try_from(n).map_err(|_| {
+                Error::argument(
+                    op,
+                    "size",
+                    "non-negative sizes",
+                    format!("size {n} at dim {i}"),
+                )
+            })?),
+            SymInt::Sym { .. } => return Ok(Err(shape.iter().map(|&s| s.into()).collect())),
+        }
+    }
+    Ok(Ok(out))
 }
