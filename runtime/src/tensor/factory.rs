@@ -157,7 +157,7 @@ impl Tensor {
     ///
     /// # Panics
     /// When the shape is too large to allocate; [`Tensor::try_zeros`] returns an error instead.
-    pub fn zeros<S: Into<SymInt> + Copy>(shape: &[S], dtype: DType) -> Tensor {
+    pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
         Tensor::try_zeros(shape, dtype).unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -169,18 +169,56 @@ impl Tensor {
     /// assert!(Tensor::try_zeros(&[1 << 40, 1 << 40], DType::F32).is_err());
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
-    pub fn try_zeros<S: Into<SymInt> + Copy>(shape: &[S], dtype: DType) -> Result<Tensor> {
-        match factory_sizes("zeros", shape)? {
-            Ok(shape) => Tensor::try_zeros_with("zeros", &shape, dtype),
-            Err(sizes) => Tensor::symbolic_full(&sizes, Scalar::Int(0), dtype),
+    pub fn try_zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::try_zeros_with("zeros", shape, dtype)
+    }
+
+    /// [`Tensor::zeros`] of sizes that may be symbolic ([`SymInt`]s from
+    /// [`Tensor::sym_size`]): during capture a symbolic shape makes the result a graph node
+    /// whose sizes follow the inputs (see [`Tensor::full_sym`]).
+    pub fn zeros_sym(shape: &[SymInt], dtype: DType) -> Result<Tensor> {
+        Tensor::full_sym(shape, 0, dtype)
+    }
+
+    /// [`Tensor::ones`] of sizes that may be symbolic (see [`Tensor::full_sym`]).
+    pub fn ones_sym(shape: &[SymInt], dtype: DType) -> Result<Tensor> {
+        Tensor::full_sym(shape, 1, dtype)
+    }
+
+    /// [`Tensor::try_full`] of sizes that may be symbolic. Outside capture every `SymInt` is a
+    /// plain size and this is `try_full`; during capture a symbolic shape makes the result a
+    /// graph node (not a constant of the example size, which would be limited to 64 elements).
+    ///
+    /// ```
+    /// use tensorplay_runtime::{Tensor, DType};
+    /// let x = Tensor::zeros(&[3], DType::F32);
+    /// let twos = Tensor::full_sym(&[x.sym_size(0)?], 2.0, DType::F32)?;
+    /// assert_eq!(twos.to_vec::<f32>()?, vec![2.0; 3]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn full_sym(shape: &[SymInt], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
+        let mut plain = Shape::with_capacity(shape.len());
+        for (i, &s) in shape.iter().enumerate() {
+            match s {
+                SymInt::Lit(n) => plain.push(usize::try_from(n).map_err(|_| {
+                    Error::argument(
+                        "full",
+                        "size",
+                        "non-negative sizes",
+                        format!("size {n} at dim {i}"),
+                    )
+                })?),
+                SymInt::Sym { .. } => return Tensor::symbolic_full(shape, value.into(), dtype),
+            }
         }
+        Tensor::try_full(&plain, value, dtype)
     }
 
     /// A factory of symbolic sizes (only during capture): a 0-d constant broadcast to `sizes` and
     /// copied, so the graph holds nodes whose sizes follow the inputs (not a constant of the
     /// example size).
     fn symbolic_full(sizes: &[SymInt], value: Scalar, dtype: DType) -> Result<Tensor> {
-        let scalar = Tensor::try_full(&[] as &[usize], value, dtype)?;
+        let scalar = Tensor::try_full(&[], value, dtype)?;
         scalar.expand(sizes)?.clone_tensor()
     }
 
@@ -210,7 +248,7 @@ impl Tensor {
     ///
     /// # Panics
     /// When the shape is too large to allocate (see [`Tensor::try_full`]).
-    pub fn ones<S: Into<SymInt> + Copy>(shape: &[S], dtype: DType) -> Tensor {
+    pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
         Tensor::full(shape, 1, dtype)
     }
 
@@ -218,28 +256,13 @@ impl Tensor {
     ///
     /// # Panics
     /// When the shape is too large to allocate; [`Tensor::try_full`] returns an error instead.
-    ///
-    /// Sizes may be symbolic ([`SymInt`]s during capture): the result is then a graph node
-    /// whose sizes follow the inputs.
-    pub fn full<S: Into<SymInt> + Copy>(
-        shape: &[S],
-        value: impl Into<Scalar>,
-        dtype: DType,
-    ) -> Tensor {
+    pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Tensor {
         Tensor::try_full(shape, value, dtype).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Like [`Tensor::full`], with an error when the shape overflows or memory runs out.
-    pub fn try_full<S: Into<SymInt> + Copy>(
-        shape: &[S],
-        value: impl Into<Scalar>,
-        dtype: DType,
-    ) -> Result<Tensor> {
-        let shape = match factory_sizes("full", shape)? {
-            Ok(shape) => shape,
-            Err(sizes) => return Tensor::symbolic_full(&sizes, value.into(), dtype),
-        };
-        let t = Tensor::try_empty_with("full", &shape, dtype, Device::Cpu, false)?;
+    pub fn try_full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
+        let t = Tensor::try_empty_with("full", shape, dtype, Device::Cpu, false)?;
         crate::ops::inplace::fill_scalar("full", &t, value.into())?;
         Ok(t)
     }
@@ -420,27 +443,4 @@ mod tests {
             .unwrap();
         assert!(u.iter().all(|&x| (0.0..1.0).contains(&x)));
     }
-}
-
-/// A factory's sizes: `Ok` plain sizes, or `Err` the sizes when one is symbolic (capture only).
-#[allow(clippy::type_complexity)]
-fn factory_sizes<S: Into<SymInt> + Copy>(
-    op: &str,
-    shape: &[S],
-) -> Result<std::result::Result<Shape, Vec<SymInt>>> {
-    let mut out = Shape::with_capacity(shape.len());
-    for (i, &s) in shape.iter().enumerate() {
-        match s.into() {
-            SymInt::Lit(n) => out.push(usize::try_from(n).map_err(|_| {
-                Error::argument(
-                    op,
-                    "size",
-                    "non-negative sizes",
-                    format!("size {n} at dim {i}"),
-                )
-            })?),
-            SymInt::Sym { .. } => return Ok(Err(shape.iter().map(|&s| s.into()).collect())),
-        }
-    }
-    Ok(Ok(out))
 }
