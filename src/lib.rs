@@ -17,8 +17,8 @@
 //! ```
 
 pub use tensorplay_runtime::{
-    Args, CompileKind, DType, Device, Element, Error, Result, Scalar, Tensor, Value, autocast,
-    autograd, dispatch, manual_seed, ops, parallel,
+    Args, CompileKind, DType, Device, Element, Error, Result, Scalar, SymInt, Tensor, Value,
+    autocast, autograd, dispatch, manual_seed, ops, parallel,
 };
 
 /// The IR: dtypes, shapes, schemas and graphs (re-exported from `tensorplay-ir`).

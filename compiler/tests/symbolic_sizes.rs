@@ -132,9 +132,11 @@ fn branch_sym(xs: &[Tensor]) -> Result<Vec<Tensor>> {
 
 fn full_sym(xs: &[Tensor]) -> Result<Vec<Tensor>> {
     let n = xs[0].sym_size(0)?;
-    let twos = Tensor::try_full(&[n], 2.0, DType::F32)?;
+    let twos = Tensor::full_sym(&[n], 2.0, DType::F32)?;
     Ok(vec![
-        xs[0].mul(&twos)?.add(&Tensor::ones(&[n], DType::F32))?,
+        xs[0]
+            .mul(&twos)?
+            .add(&Tensor::ones_sym(&[n], DType::F32)?)?,
     ])
 }
 
