@@ -140,7 +140,7 @@ fn below_an_autocast_cast_autocast_is_off_for_custom_and_builtin_ops() -> Result
     let _ac = autocast("cpu", DType::BF16)?;
     let o = op.clone();
     let y = vmap(
-        move |xs: &[Tensor]| o.call(&[xs[0].clone().into(), xs[1].clone().into()]),
+        move |xs: &[Tensor]| Ok(vec![o.call(&[xs[0].clone().into(), xs[1].clone().into()])?]),
         vec![Some(0), None],
         vec![0],
     )(&[a, b])?;
@@ -163,7 +163,7 @@ fn child_prints_a_trace() -> Result<()> {
 #[test]
 fn tp_logs_dispatch_prints_every_layer() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_prints_a_trace", "--include-ignored"])
+        .args(["--exact", "child_prints_a_trace", "--include-ignored", "--nocapture"])
         .env("TP_LOGS", "dispatch")
         .output()
         .unwrap();
