@@ -46,7 +46,10 @@ fn builtin_and_custom_ops_pass_the_same_layers() -> Result<()> {
     let (y, custom) = trace_layers(|| fresh.call1(&[x.clone().into()]));
     y?;
     assert_eq!(layers_of(&builtin, "tp::exp"), dispatch::layer_names());
-    assert_eq!(layers_of(&custom, "ds_same::fresh"), dispatch::layer_names());
+    assert_eq!(
+        layers_of(&custom, "ds_same::fresh"),
+        dispatch::layer_names()
+    );
     assert_eq!(builtin.len(), 4, "{builtin:?}");
     // The custom kernel made no op call (Tensor::ones is a factory, not an op).
     assert_eq!(custom.len(), 4, "{custom:?}");
@@ -58,7 +61,10 @@ fn builtin_and_custom_ops_pass_the_same_layers() -> Result<()> {
     let (y, custom) = trace_layers(|| fresh.call1(&[g.clone().into()]));
     y?;
     assert_eq!(layers_of(&builtin, "tp::exp"), dispatch::layer_names());
-    assert_eq!(layers_of(&custom, "ds_same::fresh"), dispatch::layer_names());
+    assert_eq!(
+        layers_of(&custom, "ds_same::fresh"),
+        dispatch::layer_names()
+    );
     Ok(())
 }
 
@@ -81,8 +87,7 @@ fn a_custom_kernel_s_ops_are_dispatched_from_the_top_below_its_backend() -> Resu
 }
 
 #[test]
-fn under_vmap_both_kinds_stop_at_the_vmap_layer_and_redispatch_the_physical_call() -> Result<()>
-{
+fn under_vmap_both_kinds_stop_at_the_vmap_layer_and_redispatch_the_physical_call() -> Result<()> {
     // No vmap rule: the per-example fallback calls the op once per example, from the top.
     let fresh = library::custom_op("ds_vmap::twice")
         .arg_names(&["x"])
@@ -145,7 +150,11 @@ fn below_an_autocast_cast_autocast_is_off_for_custom_and_builtin_ops() -> Result
         vec![0],
     )(&[a, b])?;
     assert_eq!(*seen.lock(), vec![(false, DType::F32)]);
-    assert_eq!(y[0].dtype(), DType::F32, "the rule's matmul was not cast to bf16");
+    assert_eq!(
+        y[0].dtype(),
+        DType::F32,
+        "the rule's matmul was not cast to bf16"
+    );
     assert_eq!(y[0].shape(), &[4, 2, 2]);
     assert!(any_active(), "the region is back after the call");
     Ok(())
@@ -163,7 +172,12 @@ fn child_prints_a_trace() -> Result<()> {
 #[test]
 fn tp_logs_dispatch_prints_every_layer() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_prints_a_trace", "--include-ignored", "--nocapture"])
+        .args([
+            "--exact",
+            "child_prints_a_trace",
+            "--include-ignored",
+            "--nocapture",
+        ])
         .env("TP_LOGS", "dispatch")
         .output()
         .unwrap();

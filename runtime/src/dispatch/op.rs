@@ -122,9 +122,7 @@ impl<'a> OpHandle<'a> {
     pub(crate) fn backward_rule(self) -> Option<BackwardRule<'a>> {
         match self {
             OpHandle::Builtin(def) => def.derivative.map(|d| BackwardRule::Derivative(def, d)),
-            OpHandle::Custom(op) => op
-                .autograd_impl()
-                .map(|imp| BackwardRule::Formula(op, imp)),
+            OpHandle::Custom(op) => op.autograd_impl().map(|imp| BackwardRule::Formula(op, imp)),
         }
     }
 

@@ -1,4 +1,4 @@
-//! Layer traces: which layers a call passed, for `TP_LOGS=dispatch` (printed to stderr) and for
+//! Layer traces: which layers a call entered, for `TP_LOGS=dispatch` (printed to stderr) and for
 //! tests ([`trace_layers`]). Off by default; the check is made once per call, where it enters.
 
 use std::cell::RefCell;
@@ -18,14 +18,15 @@ thread_local! {
     static RECORDING: RefCell<Option<Vec<LayerEvent>>> = const { RefCell::new(None) };
 }
 
-/// True when `TP_LOGS` (read once) names `dispatch` or `all`.
+/// True when `TP_LOGS` (read once) names `dispatch` — explicitly: `all` leaves it out, since it
+/// prints a line per layer of every op call.
 pub fn log_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
         std::env::var("TP_LOGS").is_ok_and(|s| {
             s.split(',')
                 .map(|p| p.trim().to_ascii_lowercase())
-                .any(|p| p == "dispatch" || p == "all")
+                .any(|p| p == "dispatch")
         })
     })
 }
@@ -75,7 +76,9 @@ pub fn trace_layers<R>(f: impl FnOnce() -> R) -> (R, Vec<LayerEvent>) {
     let prev = RECORDING.with(|r| r.borrow_mut().replace(Vec::new()));
     let restore = Restore(prev);
     let out = f();
-    let events = RECORDING.with(|r| r.borrow_mut().take()).unwrap_or_default();
+    let events = RECORDING
+        .with(|r| r.borrow_mut().take())
+        .unwrap_or_default();
     drop(restore);
     (out, events)
 }
