@@ -251,9 +251,7 @@ fn operand(layout: Layout, k: usize, n: usize, dtype: DType, seed: u64) -> Resul
             1 => values(3, dtype, k, seed)
                 .reshape(&[3, 1])?
                 .expand(&[3, n])?,
-            _ => values(1, dtype, 2, seed)
-                .reshape::<usize>(&[])?
-                .expand(&[3, n])?,
+            _ => values(1, dtype, 2, seed).reshape(&[])?.expand(&[3, n])?,
         },
     })
 }

@@ -110,14 +110,14 @@ fn select_sym(xs: &[Tensor]) -> Result<Vec<Tensor>> {
 
 fn view_sym(xs: &[Tensor]) -> Result<Vec<Tensor>> {
     let s = xs[0].sym_shape();
-    let y = xs[0].view(&[s[0] * s[1]])?;
+    let y = xs[0].view_sym(&[s[0] * s[1]])?;
     let half = y.sym_size(0)? / 2;
     Ok(vec![y.narrow(0, half, y.sym_size(0)? - half)?.relu()?])
 }
 
 fn expand_sym(xs: &[Tensor]) -> Result<Vec<Tensor>> {
     let n = xs[0].sym_size(0)?;
-    let row = xs[1].unsqueeze(0)?.expand(&[n, xs[1].sym_size(0)?])?;
+    let row = xs[1].unsqueeze(0)?.expand_sym(&[n, xs[1].sym_size(0)?])?;
     Ok(vec![xs[0].add(&row)?.tanh()?])
 }
 

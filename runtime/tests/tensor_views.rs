@@ -78,7 +78,7 @@ fn view_of_contiguous_tensor_shares_storage() -> R {
     // 0-d <-> one-element views.
     let s = Tensor::scalar(5.0f32);
     assert_eq!(s.view(&[1, 1])?.shape(), &[1, 1]);
-    assert_eq!(s.view(&[1, 1])?.view::<usize>(&[])?.item::<f32>()?, 5.0);
+    assert_eq!(s.view(&[1, 1])?.view(&[])?.item::<f32>()?, 5.0);
     // Empty tensors view freely.
     let e = Tensor::zeros(&[0, 3], DType::F32);
     assert_eq!(e.view(&[3, 0, 5])?.shape(), &[3, 0, 5]);

@@ -19,9 +19,9 @@ fn shape_numel(shape: &[usize]) -> usize {
 
 /// A Rust shape as the schema's `SymInt[]`. A size above `i64::MAX` is an error naming the size
 /// the caller gave (a plain cast would turn `usize::MAX` into `-1`, "infer this dim").
-/// A `SymInt[]` argument from sizes.
-fn sym_sizes<S: Into<SymInt> + Copy>(shape: &[S]) -> Value {
-    Value::sym_int_list(shape.iter().map(|&s| s.into()).collect())
+/// Plain sizes as `SymInt`s (saturating past `i64::MAX`: the op rejects such sizes).
+fn sym_list(shape: &[usize]) -> Vec<SymInt> {
+    shape.iter().map(|&s| SymInt::from(s)).collect()
 }
 
 /// `view(Tensor(a) self, SymInt[] size) -> Tensor(a)`: same data, new shape (must be viewable).
@@ -400,11 +400,14 @@ fn slice_backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
 
 impl Tensor {
     /// A view with a new shape; errors when the strides do not allow one (see [`Tensor::reshape`]).
-    ///
-    /// Sizes may be symbolic ([`SymInt`](crate::SymInt)s from [`Tensor::sym_size`]): under
-    /// capture the graph records the expressions.
-    pub fn view<S: Into<SymInt> + Copy>(&self, shape: &[S]) -> Result<Tensor> {
-        call1(&VIEW, &[self.into(), sym_sizes(shape)])
+    pub fn view(&self, shape: &[usize]) -> Result<Tensor> {
+        self.view_sym(&sym_list(shape))
+    }
+
+    /// [`Tensor::view`] with sizes that may be symbolic ([`SymInt`]s from
+    /// [`Tensor::sym_size`]): under capture the graph records the expressions.
+    pub fn view_sym(&self, shape: &[SymInt]) -> Result<Tensor> {
+        call1(&VIEW, &[self.into(), Value::sym_int_list(shape.to_vec())])
     }
 
     /// Same data with a new shape: a view when possible, otherwise a contiguous copy.
@@ -416,22 +419,21 @@ impl Tensor {
     /// assert_eq!(y.to_vec::<f32>()?, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
-    ///
-    /// Symbolic sizes are accepted; deciding view-or-copy reads the strides, which guards the
-    /// input's shape under capture (use [`Tensor::view`] to stay size-generic).
-    pub fn reshape<S: Into<SymInt> + Copy>(&self, shape: &[S]) -> Result<Tensor> {
-        let sizes: Vec<SymInt> = shape.iter().map(|&s| s.into()).collect();
-        if sizes.iter().any(|s| s.is_symbolic()) {
-            return self.reshape_sym(&sizes);
-        }
-        let shape: Vec<usize> = sizes
-            .iter()
-            .map(|s| usize::try_from(s.hint()).unwrap_or(usize::MAX))
-            .collect();
-        self.reshape_concrete(&shape)
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        self.reshape_concrete(shape)
     }
 
-    fn reshape_sym(&self, sizes: &[SymInt]) -> Result<Tensor> {
+    /// [`Tensor::reshape`] with sizes that may be symbolic. Deciding view-or-copy reads the
+    /// strides, which guards the input's shape under capture (use [`Tensor::view_sym`] to stay
+    /// size-generic).
+    pub fn reshape_sym(&self, sizes: &[SymInt]) -> Result<Tensor> {
+        if sizes.iter().all(|s| !s.is_symbolic()) {
+            let plain: Vec<usize> = sizes
+                .iter()
+                .map(|s| usize::try_from(s.hint()).unwrap_or(usize::MAX))
+                .collect();
+            return self.reshape_concrete(&plain);
+        }
         let hints: Vec<i64> = sizes.iter().map(|s| s.hint()).collect();
         let numel = sizes.iter().fold(SymInt::Lit(1), |a, &b| a * b);
         if numel != self.sym_numel() {
@@ -453,9 +455,9 @@ impl Tensor {
         }
         let concrete: Vec<usize> = hints.iter().map(|&h| h.max(0) as usize).collect();
         if view_strides(self.shape(), self.strides(), &concrete).is_none() {
-            return self.contiguous()?.view(sizes);
+            return self.contiguous()?.view_sym(sizes);
         }
-        self.view(sizes)
+        self.view_sym(sizes)
     }
 
     fn reshape_concrete(&self, shape: &[usize]) -> Result<Tensor> {
@@ -559,12 +561,17 @@ impl Tensor {
     }
 
     /// Broadcasts to `shape` without copying (new leading dims and size-1 dims stretch).
-    pub fn expand<S: Into<SymInt> + Copy>(&self, shape: &[S]) -> Result<Tensor> {
-        call1(&EXPAND, &[self.into(), sym_sizes(shape)])
+    pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
+        self.expand_sym(&sym_list(shape))
+    }
+
+    /// [`Tensor::expand`] with sizes that may be symbolic.
+    pub fn expand_sym(&self, shape: &[SymInt]) -> Result<Tensor> {
+        call1(&EXPAND, &[self.into(), Value::sym_int_list(shape.to_vec())])
     }
 
     /// Same as [`Tensor::expand`].
-    pub fn broadcast_to<S: Into<SymInt> + Copy>(&self, shape: &[S]) -> Result<Tensor> {
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         self.expand(shape)
     }
 
@@ -652,7 +659,7 @@ impl Tensor {
         let mut shape = self.sym_shape();
         shape.remove(d);
         // Dropping a size-1 dim is always a view.
-        self.narrow(dim, i, 1)?.view(&shape)
+        self.narrow(dim, i, 1)?.view_sym(&shape)
     }
 
     /// Removes size-1 dims (all of them, or just `dim`).

@@ -219,7 +219,7 @@ impl Tensor {
     /// example size).
     fn symbolic_full(sizes: &[SymInt], value: Scalar, dtype: DType) -> Result<Tensor> {
         let scalar = Tensor::try_full(&[], value, dtype)?;
-        scalar.expand(sizes)?.clone_tensor()
+        scalar.expand_sym(sizes)?.clone_tensor()
     }
 
     /// Zero-filled CPU storage for `shape`, with errors naming `op`.
