@@ -19,9 +19,21 @@ fn shape_numel(shape: &[usize]) -> usize {
 
 /// A Rust shape as the schema's `SymInt[]`. A size above `i64::MAX` is an error naming the size
 /// the caller gave (a plain cast would turn `usize::MAX` into `-1`, "infer this dim").
-/// Plain sizes as `SymInt`s (saturating past `i64::MAX`: the op rejects such sizes).
-fn sym_list(shape: &[usize]) -> Vec<SymInt> {
-    shape.iter().map(|&s| SymInt::from(s)).collect()
+/// Plain sizes as `SymInt`s; a size past `i64::MAX` is an error naming it.
+fn sym_list(op: &str, shape: &[usize]) -> Result<Vec<SymInt>> {
+    shape
+        .iter()
+        .map(|&s| {
+            i64::try_from(s).map(SymInt::Lit).map_err(|_| {
+                Error::argument(
+                    op,
+                    "size",
+                    "sizes of at most i64::MAX",
+                    format!("size {s} in {}", fmt_shape(shape)),
+                )
+            })
+        })
+        .collect()
 }
 
 /// `view(Tensor(a) self, SymInt[] size) -> Tensor(a)`: same data, new shape (must be viewable).
@@ -401,7 +413,7 @@ fn slice_backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
 impl Tensor {
     /// A view with a new shape; errors when the strides do not allow one (see [`Tensor::reshape`]).
     pub fn view(&self, shape: &[usize]) -> Result<Tensor> {
-        self.view_sym(&sym_list(shape))
+        self.view_sym(&sym_list("view", shape)?)
     }
 
     /// [`Tensor::view`] with sizes that may be symbolic ([`SymInt`]s from
@@ -562,7 +574,7 @@ impl Tensor {
 
     /// Broadcasts to `shape` without copying (new leading dims and size-1 dims stretch).
     pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
-        self.expand_sym(&sym_list(shape))
+        self.expand_sym(&sym_list("expand", shape)?)
     }
 
     /// [`Tensor::expand`] with sizes that may be symbolic.
