@@ -899,6 +899,14 @@ impl CompiledGraph {
         self.collect_outputs(&env)
     }
 
+    /// The shapes of the graph's outputs for the inputs `entry` was inferred for.
+    pub(crate) fn output_shapes(&self, entry: &ShapeEntry) -> Vec<Shape> {
+        self.output_ids
+            .iter()
+            .map(|&i| entry.shapes.get(i).cloned().unwrap_or_default())
+            .collect()
+    }
+
     /// Dense id of a graph value (for tests and tools).
     pub fn value_id(&self, v: ValueRef) -> Option<usize> {
         self.ids.get(&v).copied()

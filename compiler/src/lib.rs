@@ -1,6 +1,7 @@
 //! `tensorplay-compiler`: capture closures into IR graphs, partition them into fused regions
 //! between barriers, generate native code for the regions (Cranelift on CPU) and run the result.
 
+pub mod aot;
 pub mod capture;
 pub mod codegen;
 pub mod compile;
