@@ -139,3 +139,4 @@ fn custom_ops_opaque_with_formula_and_traced_through() -> Result<()> {
     assert!(!text.contains("train_test::gelu_like"), "{text}");
     Ok(())
 }
+

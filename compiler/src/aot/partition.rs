@@ -2,8 +2,9 @@
 //!
 //! The joint graph's inputs are the primals then the tangents (one per differentiable output);
 //! its outputs are the forward outputs then the input gradients. A node belongs to the backward
-//! when it depends on a tangent or only the gradients need it; every other node (dead ones too,
-//! so their size guards are still checked) stays in the forward. Values the forward computes
+//! when it depends on a tangent or only the gradients need it; every other node stays in the
+//! forward (dead ones too, so their size guards are still checked — in the half that has their
+//! operands). Values the forward computes
 //! (or primal inputs) that backward nodes read are **saved**: extra outputs of the forward graph
 //! and the first inputs of the backward graph.
 //!
@@ -100,23 +101,26 @@ pub(crate) fn partition(
             .node(n)
             .is_some_and(|x| matches!(x.kind, NodeKind::Op(_) | NodeKind::Constant(_)))
     };
-    let in_forward: HashSet<NodeId> = order
-        .iter()
-        .copied()
-        .filter(|&n| {
-            is_op_or_const(n)
-                && !tangent_dep.contains(&n)
-                && (fw_needed.contains(&n) || !bw_needed.contains(&n))
-        })
-        .collect();
+    // Forward: what the outputs need, and dead nodes whose operands the forward has (so their
+    // size guards are checked there). Backward: everything else.
+    let mut in_forward: HashSet<NodeId> = HashSet::new();
+    for &n in &order {
+        if !is_op_or_const(n) || tangent_dep.contains(&n) {
+            continue;
+        }
+        let dead_here = !bw_needed.contains(&n)
+            && joint
+                .args_of(n)?
+                .iter()
+                .all(|v| in_forward.contains(&v.node) || primal_nodes.contains(&v.node));
+        if fw_needed.contains(&n) || dead_here {
+            in_forward.insert(n);
+        }
+    }
     let in_backward: HashSet<NodeId> = order
         .iter()
         .copied()
-        .filter(|&n| {
-            is_op_or_const(n)
-                && !in_forward.contains(&n)
-                && (tangent_dep.contains(&n) || bw_needed.contains(&n))
-        })
+        .filter(|&n| is_op_or_const(n) && !in_forward.contains(&n))
         .collect();
     let is_const = |n: NodeId| {
         joint
@@ -273,8 +277,10 @@ fn copy_node(
                     .ok_or_else(|| graph_err(format!("{}: missing argument", joint.describe(n))))?;
                 map.get(&v).copied().ok_or_else(|| {
                     graph_err(format!(
-                        "partition: {} reads {v:?}, which this half does not have",
-                        joint.describe(n)
+                        "partition: {} reads output {} of {}, which this half does not have",
+                        joint.describe(n),
+                        v.output,
+                        joint.describe(v.node)
                     ))
                 })
             };
