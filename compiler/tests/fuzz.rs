@@ -1244,11 +1244,11 @@ fn check_grad_program(p: &Program, stats: &GradStats) -> std::result::Result<(),
 }
 
 /// Random programs with inputs that require grad: gradients through the compiled backward equal
-/// eager ones, at the captured size and at a second size (`TP_FUZZ_GRAD_CASES`, default 300;
+/// eager ones, at the captured size and at a second size (`TP_FUZZ_GRAD_CASES`, default 1000;
 /// `TP_FUZZ_SEED` as above).
 #[test]
 fn compiled_gradients_match_eager_on_random_programs() {
-    let cases = env_u64("TP_FUZZ_GRAD_CASES").unwrap_or(300) as u32;
+    let cases = env_u64("TP_FUZZ_GRAD_CASES").unwrap_or(1000) as u32;
     let seed = env_u64("TP_FUZZ_SEED").unwrap_or(DEFAULT_SEED);
     eprintln!("fuzz (gradients): TP_FUZZ_SEED={seed:#x} TP_FUZZ_GRAD_CASES={cases}");
     let stats = GradStats::default();

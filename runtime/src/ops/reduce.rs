@@ -387,6 +387,18 @@ pub(crate) fn expand_reduced_grad(
     mask: &[bool],
     keepdim: bool,
 ) -> Result<Tensor> {
+    if x.is_fake() && crate::capture::is_installed() {
+        // A traced backward (compiled training): broadcast against zeros shaped like `x` rather
+        // than reshape/expand to `x`'s sizes, so the recorded graph reads and bakes no size and
+        // serves other sizes (same values; a -0.0 gradient element becomes +0.0).
+        let mut g = g.clone();
+        if !keepdim {
+            for (d, _) in mask.iter().enumerate().filter(|(_, m)| **m) {
+                g = g.unsqueeze(d as i64)?;
+            }
+        }
+        return g.add(&Tensor::zeros_like(x));
+    }
     let g = if keepdim {
         g.clone()
     } else {
