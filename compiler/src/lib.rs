@@ -7,6 +7,7 @@ pub mod codegen;
 pub mod compile;
 pub mod executor;
 pub mod opcheck;
+pub mod optim;
 pub mod passes;
 
 pub use compile::{CompiledFn, compile, compile_with, tp_compile};
