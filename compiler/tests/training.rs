@@ -140,3 +140,98 @@ fn custom_ops_opaque_with_formula_and_traced_through() -> Result<()> {
     Ok(())
 }
 
+
+#[test]
+fn explain_shows_both_halves_and_what_is_saved() -> Result<()> {
+    let f = compile(|xs: &[Tensor]| {
+        let h = xs[0].matmul(&xs[1])?.tanh()?;
+        Ok(vec![h.mul(&xs[2])?.sum_all()?])
+    });
+    let (x, w, s) = (leaf(&[4, 3], 40)?, leaf(&[3, 5], 41)?, leaf(&[5], 42)?);
+    f.call(&[x, w, s])?[0].backward()?;
+    let text = f.latest_training().unwrap().explain();
+    println!("{text}");
+    assert!(text.contains("== forward =="), "{text}");
+    assert!(text.contains("== backward =="), "{text}");
+    assert!(text.contains("saved value(s)"), "{text}");
+    Ok(())
+}
+
+#[test]
+fn a_graph_that_cannot_be_split_runs_interpreted_and_says_why() -> Result<()> {
+    let opaque = library::custom_op("train_test::abs_cpu")
+        .arg_names(&["x"])
+        .device_types(&["cpu"])
+        .build(|x: Tensor| -> Result<Tensor> { x.abs() })?;
+    opaque.register_fake(|x: Tensor| -> Result<Tensor> { Ok(Tensor::empty_like(&x)) })?;
+    let o = opaque.clone();
+    let body = move |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        Ok(vec![o.call1(&[xs[0].exp()?.into()])?.mul(&xs[0])?])
+    };
+    let f = compile(body.clone());
+    let x = leaf(&[5], 50)?;
+    let (yc, gc) = grads(&|xs| f.call(xs), std::slice::from_ref(&x))?;
+    let (ye, ge) = grads(&body, std::slice::from_ref(&x))?;
+    assert_close(&yc, &ye, 1e-6, "output");
+    assert_close(gc[0].as_ref().unwrap(), ge[0].as_ref().unwrap(), 1e-6, "grad");
+    let why = f.training_fallbacks();
+    assert_eq!(why.len(), 1, "{why:?}");
+    assert!(why[0].contains("train_test::abs_cpu") && why[0].contains("register_autograd"), "{why:?}");
+    Ok(())
+}
+
+#[test]
+fn double_backward_through_a_compiled_backward_is_an_error() -> Result<()> {
+    let f = compile(|xs: &[Tensor]| Ok(vec![xs[0].mul(&xs[0])?.sum_all()?]));
+    let x = leaf(&[3], 60)?;
+    let y = f.call(std::slice::from_ref(&x))?;
+    let e = autograd::grad(&y, std::slice::from_ref(&x), &[None], true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("double backward"), "{e}");
+    Ok(())
+}
+
+#[test]
+fn a_saved_input_modified_in_place_is_caught() -> Result<()> {
+    let f = compile(|xs: &[Tensor]| Ok(vec![xs[0].mul(&xs[1])?.sum_all()?]));
+    let (x, w) = (leaf(&[3], 70)?, Tensor::randn_seeded(&[3], DType::F32, 71)?);
+    let y = f.call(&[x, w.clone()])?;
+    w.mul_scalar_(2.0)?;
+    let e = y[0].backward().unwrap_err().to_string();
+    assert!(e.contains("modified by an in-place operation"), "{e}");
+    Ok(())
+}
+
+/// The first example of docs/guide/training.md.
+#[test]
+fn the_training_guide_example_runs() -> Result<()> {
+    use tensorplay_compiler::optim::Adam;
+    fn loss(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let (x, y, w, b) = (&xs[0], &xs[1], &xs[2], &xs[3]);
+        let d = x.matmul(w)?.add(b)?.tanh()?.sub(y)?;
+        Ok(vec![d.mul(&d)?.mean_all()?])
+    }
+    let w = Tensor::randn_seeded(&[8, 4], DType::F32, 0)?.requires_grad_(true)?;
+    let b = Tensor::zeros(&[4], DType::F32).requires_grad_(true)?;
+    let (x, y) = (
+        Tensor::randn_seeded(&[32, 8], DType::F32, 1)?,
+        Tensor::zeros(&[32, 4], DType::F32),
+    );
+    let f = compile(loss);
+    let mut opt = Adam::new(vec![w.clone(), b.clone()], 1e-2, (0.9, 0.999), 1e-8)?;
+    let mut first = None;
+    let mut last = 0.0;
+    for _ in 0..10 {
+        let l = f.call(&[x.clone(), y.clone(), w.clone(), b.clone()])?.swap_remove(0);
+        assert_eq!(l.grad_fn_name(), Some("compiled_backward"));
+        l.backward()?;
+        opt.step()?;
+        opt.zero_grad();
+        last = l.item::<f32>()?;
+        first.get_or_insert(last);
+    }
+    assert!(last < first.unwrap());
+    assert!(f.latest_training().unwrap().explain().contains("== backward =="));
+    Ok(())
+}
