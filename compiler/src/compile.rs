@@ -145,18 +145,21 @@ impl CompiledFn {
     fn call_training(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         use crate::aot::TrainingEntry;
         let autocast = tensorplay_runtime::autocast::state();
-        let held = {
+        let (candidates, held) = {
             let entries = self.training.entries.lock();
-            for (e, state) in entries.iter().rev() {
-                if *state == autocast
-                    && e.accepts(inputs)
-                    && let Admission::Run(shapes) = e.admit(inputs)?
-                {
-                    return e.run_admitted(inputs, &shapes);
-                }
-            }
-            entries.len()
+            let found: Vec<Arc<TrainingEntry>> = entries
+                .iter()
+                .rev()
+                .filter(|(e, state)| *state == autocast && e.accepts(inputs))
+                .map(|(e, _)| e.clone())
+                .collect();
+            (found, entries.len())
         };
+        for e in candidates {
+            if let Admission::Run(shapes) = e.admit(inputs)? {
+                return e.run_admitted(inputs, &shapes);
+            }
+        }
         if held >= self.limit {
             self.eager.fetch_add(1, Ordering::Relaxed);
             logging::log("recompiles", || {
@@ -175,11 +178,17 @@ impl CompiledFn {
                 .iter()
                 .enumerate()
                 .map(|(i, (e, _))| {
-                    let why = e.guard_failure(inputs).unwrap_or_else(|| "size guards".into());
+                    let why = e
+                        .guard_failure(inputs)
+                        .unwrap_or_else(|| "size guards".into());
                     format!("  training graph {}: {why}", i + 1)
                 })
                 .collect();
-            format!("compiling training graph {}\n{}", held + 1, misses.join("\n"))
+            format!(
+                "compiling training graph {}\n{}",
+                held + 1,
+                misses.join("\n")
+            )
         });
         let (entry, reason) = TrainingEntry::new(&*self.f, inputs, self.opts)?;
         if let Some(r) = reason {
@@ -196,7 +205,7 @@ impl CompiledFn {
         };
         let mut entries = self.training.entries.lock();
         if entries.len() < self.limit {
-            entries.push((entry, autocast));
+            entries.push((Arc::new(entry), autocast));
         }
         Ok(out)
     }
@@ -208,7 +217,7 @@ impl CompiledFn {
             .lock()
             .iter()
             .rev()
-            .find_map(|(e, _)| match e {
+            .find_map(|(e, _)| match &**e {
                 crate::aot::TrainingEntry::Compiled(t) => Some(t.clone()),
                 crate::aot::TrainingEntry::Interpreted(_) => None,
             })

@@ -852,9 +852,9 @@ impl CompiledGraph {
             ids.dedup();
             ids.len() == self.output_ids.len()
         };
-        let Some(order) = order.filter(|_| {
-            pointwise && distinct && r.outs.len() == self.output_ids.len()
-        }) else {
+        let Some(order) =
+            order.filter(|_| pointwise && distinct && r.outs.len() == self.output_ids.len())
+        else {
             return Err(err(
                 "the region must be pointwise and compute exactly the graph's (distinct) outputs"
                     .into(),
@@ -873,7 +873,9 @@ impl CompiledGraph {
             Admission::Miss(why) => return Err(err(format!("guard failed: {why}"))),
         };
         for (k, (d, &o)) in dests.iter().zip(&self.output_ids).enumerate() {
-            if d.is_fake() || d.shape() != shapes.shapes[o].as_slice() || d.dtype() != self.dtypes[o]
+            if d.is_fake()
+                || d.shape() != shapes.shapes[o].as_slice()
+                || d.dtype() != self.dtypes[o]
             {
                 return Err(err(format!(
                     "destination {k} is {d:?}, the output is {}{}",

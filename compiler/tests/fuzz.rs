@@ -1092,7 +1092,9 @@ fn differentiable(p: &Program) -> Program {
     }
     for op in &mut q.ops {
         match *op {
-            Op::Cast(a, d) if !matches!(d, DType::F32 | DType::F64) => *op = Op::Cast(a, DType::F64),
+            Op::Cast(a, d) if !matches!(d, DType::F32 | DType::F64) => {
+                *op = Op::Cast(a, DType::F64)
+            }
             Op::Copy(a, _) => *op = Op::Cast(a, DType::F64),
             _ => {}
         }
@@ -1142,8 +1144,13 @@ fn compare_grads(
         .map(|t| t.detach().requires_grad_(true))
         .collect::<Result<_>>()
         .map_err(|e| e.to_string())?;
-    let eager = p.trace(&inputs).map_err(|e| format!("eager fails: {e}"))?.outputs;
-    let roots: Vec<usize> = (0..eager.len()).filter(|&i| eager[i].requires_grad()).collect();
+    let eager = p
+        .trace(&inputs)
+        .map_err(|e| format!("eager fails: {e}"))?
+        .outputs;
+    let roots: Vec<usize> = (0..eager.len())
+        .filter(|&i| eager[i].requires_grad())
+        .collect();
     if roots.is_empty() {
         return Ok(false);
     }
@@ -1210,7 +1217,11 @@ fn check_grad_program(p: &Program, stats: &GradStats) -> std::result::Result<(),
         }
         // The second size: grown dims, same compiled function.
         let r = resized(&q, 3);
-        if r.inputs.iter().zip(&q.inputs).all(|(a, b)| a.shape == b.shape) {
+        if r.inputs
+            .iter()
+            .zip(&q.inputs)
+            .all(|(a, b)| a.shape == b.shape)
+        {
             return Ok(());
         }
         let before = f.num_compiled();
@@ -1234,7 +1245,10 @@ fn check_grad_program(p: &Program, stats: &GradStats) -> std::result::Result<(),
     // No silent fallback: only the opaque custom op without an autograd formula falls back.
     let fallbacks = f.training_fallbacks();
     bump(&stats.fallbacks, fallbacks.len());
-    let opaque = q.ops.iter().any(|o| matches!(o, Op::Custom(Custom::OpaqueAbs, _)));
+    let opaque = q
+        .ops
+        .iter()
+        .any(|o| matches!(o, Op::Custom(Custom::OpaqueAbs, _)));
     for why in fallbacks {
         if !opaque || !why.contains("fuzz::abs_opaque") {
             return Err(format!("program as run:\n{q}\nunexpected fallback: {why}"));
@@ -1284,5 +1298,8 @@ fn compiled_gradients_match_eager_on_random_programs() {
         ),
         Err(TestError::Abort(why)) => panic!("fuzzer aborted (TP_FUZZ_SEED={seed:#x}): {why}"),
     }
-    assert!(load(&stats.compared) > cases as usize / 4, "too few programs differentiated");
+    assert!(
+        load(&stats.compared) > cases as usize / 4,
+        "too few programs differentiated"
+    );
 }

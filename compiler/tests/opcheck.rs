@@ -206,7 +206,11 @@ fn an_op_with_a_sound_autograd_formula_passes_the_compiled_backward_check() -> R
     op.register_autograd(
         |ctx, g| {
             let x = &ctx.saved_tensors()[0];
-            Ok(vec![g[0].as_ref().map(|g| g.mul(&x.mul_scalar(2.0)?)).transpose()?])
+            Ok(vec![
+                g[0].as_ref()
+                    .map(|g| g.mul(&x.mul_scalar(2.0)?))
+                    .transpose()?,
+            ])
         },
         Some(Box::new(|ctx, inputs, _| {
             let x = inputs[0].tensors().next().cloned().expect("x");
@@ -238,13 +242,20 @@ fn a_backward_reading_a_tensor_it_never_saved_fails_only_the_compiled_check() ->
     op.register_autograd(
         |_ctx, g| {
             let x = LAST_INPUT.lock().unwrap().clone().expect("the kernel ran");
-            Ok(vec![g[0].as_ref().map(|g| g.mul(&x.mul_scalar(2.0)?)).transpose()?])
+            Ok(vec![
+                g[0].as_ref()
+                    .map(|g| g.mul(&x.mul_scalar(2.0)?))
+                    .transpose()?,
+            ])
         },
         None,
     )?;
     let (x, _) = vecs(4)?;
     let failures = opcheck(&op, &[x], &[], no_raise())?;
-    assert!(!failures.contains_key("test_autograd_registration"), "{failures:?}");
+    assert!(
+        !failures.contains_key("test_autograd_registration"),
+        "{failures:?}"
+    );
     assert!(!failures.contains_key("test_faketensor"), "{failures:?}");
     let why = &failures["test_aot_dispatch_dynamic"];
     assert!(why.contains("inputs requiring grad"), "{why}");

@@ -56,15 +56,20 @@ fn loss(xs: &[Tensor]) -> Result<Vec<Tensor>> {
 }
 
 fn params(seed: u64) -> Result<Vec<Tensor>> {
-    [(vec![8, 16], 0.3), (vec![16], 0.1), (vec![16, 4], 0.3), (vec![4], 0.1)]
-        .into_iter()
-        .enumerate()
-        .map(|(i, (s, scale))| {
-            Tensor::randn_seeded(&s, DType::F32, seed + i as u64)?
-                .mul_scalar(scale)?
-                .requires_grad_(true)
-        })
-        .collect()
+    [
+        (vec![8, 16], 0.3),
+        (vec![16], 0.1),
+        (vec![16, 4], 0.3),
+        (vec![4], 0.1),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (s, scale))| {
+        Tensor::randn_seeded(&s, DType::F32, seed + i as u64)?
+            .mul_scalar(scale)?
+            .requires_grad_(true)
+    })
+    .collect()
 }
 
 fn data() -> Result<(Tensor, Tensor)> {
@@ -132,13 +137,21 @@ fn train_both(make: &dyn Fn(Vec<Tensor>) -> Result<Box<dyn Step>>) -> Result<()>
         losses.1.push(lc.item::<f32>()?);
     }
     assert!(close(&losses.1, &losses.0, 1e-4), "losses {losses:?}");
-    assert!(losses.0[19] < losses.0[0], "the model trains: {:?}", losses.0);
+    assert!(
+        losses.0[19] < losses.0[0],
+        "the model trains: {:?}",
+        losses.0
+    );
     for (i, (a, b)) in pc.iter().zip(&pe).enumerate() {
         let (a, b) = (a.detach().to_vec::<f32>()?, b.detach().to_vec::<f32>()?);
         assert!(close(&a, &b, 1e-4), "parameter {i} differs");
     }
     assert_eq!(f.num_compiled(), 1);
-    assert!(f.training_fallbacks().is_empty(), "{:?}", f.training_fallbacks());
+    assert!(
+        f.training_fallbacks().is_empty(),
+        "{:?}",
+        f.training_fallbacks()
+    );
     let t = f.latest_training().unwrap();
     let text = t.explain();
     assert!(text.contains("train_mlp::softsign"), "{text}");
@@ -163,14 +176,20 @@ fn one_fused_kernel_updates_every_parameter() -> Result<()> {
         p.mul_scalar(2.0)?.sum_all()?.backward()?;
     }
     let before: Vec<u64> = ps.iter().map(Tensor::version).collect();
-    let ptrs: Vec<Vec<f32>> = ps.iter().map(|p| p.detach().to_vec::<f32>()).collect::<Result<_>>()?;
+    let ptrs: Vec<Vec<f32>> = ps
+        .iter()
+        .map(|p| p.detach().to_vec::<f32>())
+        .collect::<Result<_>>()?;
     let mut opt = Adam::new(ps.clone(), 0.1, (0.9, 0.999), 1e-8)?;
     opt.step()?;
     opt.step()?;
     // All four parameters (different shapes) share one compiled kernel.
     assert_eq!(opt.num_compiled(), 1);
     for (i, p) in ps.iter().enumerate() {
-        assert!(p.version() > before[i], "parameter {i} was written in its own storage");
+        assert!(
+            p.version() > before[i],
+            "parameter {i} was written in its own storage"
+        );
         let now = p.detach().to_vec::<f32>()?;
         // Adam's first steps move every element by about lr against the gradient's sign.
         for (a, b) in now.iter().zip(&ptrs[i]) {

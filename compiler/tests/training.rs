@@ -48,9 +48,18 @@ fn compiled_backward_matches_eager_and_fuses() -> Result<()> {
     let (ye, ge) = grads(&mlp, &inputs)?;
     assert_close(&yc, &ye, 1e-5, "output");
     for (i, (c, e)) in gc.iter().zip(&ge).enumerate() {
-        assert_close(c.as_ref().unwrap(), e.as_ref().unwrap(), 1e-4, &format!("grad {i}"));
+        assert_close(
+            c.as_ref().unwrap(),
+            e.as_ref().unwrap(),
+            1e-4,
+            &format!("grad {i}"),
+        );
     }
-    assert!(f.training_fallbacks().is_empty(), "{:?}", f.training_fallbacks());
+    assert!(
+        f.training_fallbacks().is_empty(),
+        "{:?}",
+        f.training_fallbacks()
+    );
     let t = f.latest_training().expect("a compiled training graph");
     assert!(t.backward().num_kernels() >= 1, "{}", t.explain());
     let out = f.call(&inputs)?;
@@ -107,7 +116,11 @@ fn custom_ops_opaque_with_formula_and_traced_through() -> Result<()> {
         |ctx, g| {
             let x = &ctx.saved_tensors()[0];
             assert_eq!(ctx.needs_input_grad(), &[true]);
-            Ok(vec![g[0].as_ref().map(|g| g.mul(&x.mul(x)?.mul_scalar(3.0)?)).transpose()?])
+            Ok(vec![
+                g[0].as_ref()
+                    .map(|g| g.mul(&x.mul(x)?.mul_scalar(3.0)?))
+                    .transpose()?,
+            ])
         },
         Some(Box::new(|ctx, inputs, _| {
             let x = inputs[0].tensors().next().cloned().expect("x is a tensor");
@@ -133,13 +146,16 @@ fn custom_ops_opaque_with_formula_and_traced_through() -> Result<()> {
     for (c, e) in gc.iter().zip(&ge) {
         assert_close(c.as_ref().unwrap(), e.as_ref().unwrap(), 1e-5, "grad");
     }
-    assert!(f.training_fallbacks().is_empty(), "{:?}", f.training_fallbacks());
+    assert!(
+        f.training_fallbacks().is_empty(),
+        "{:?}",
+        f.training_fallbacks()
+    );
     let text = f.latest_training().unwrap().explain();
     assert!(text.contains("train_test::cube"), "{text}");
     assert!(!text.contains("train_test::gelu_like"), "{text}");
     Ok(())
 }
-
 
 #[test]
 fn explain_shows_both_halves_and_what_is_saved() -> Result<()> {
@@ -173,10 +189,18 @@ fn a_graph_that_cannot_be_split_runs_interpreted_and_says_why() -> Result<()> {
     let (yc, gc) = grads(&|xs| f.call(xs), std::slice::from_ref(&x))?;
     let (ye, ge) = grads(&body, std::slice::from_ref(&x))?;
     assert_close(&yc, &ye, 1e-6, "output");
-    assert_close(gc[0].as_ref().unwrap(), ge[0].as_ref().unwrap(), 1e-6, "grad");
+    assert_close(
+        gc[0].as_ref().unwrap(),
+        ge[0].as_ref().unwrap(),
+        1e-6,
+        "grad",
+    );
     let why = f.training_fallbacks();
     assert_eq!(why.len(), 1, "{why:?}");
-    assert!(why[0].contains("train_test::abs_cpu") && why[0].contains("register_autograd"), "{why:?}");
+    assert!(
+        why[0].contains("train_test::abs_cpu") && why[0].contains("register_autograd"),
+        "{why:?}"
+    );
     Ok(())
 }
 
@@ -223,7 +247,9 @@ fn the_training_guide_example_runs() -> Result<()> {
     let mut first = None;
     let mut last = 0.0;
     for _ in 0..10 {
-        let l = f.call(&[x.clone(), y.clone(), w.clone(), b.clone()])?.swap_remove(0);
+        let l = f
+            .call(&[x.clone(), y.clone(), w.clone(), b.clone()])?
+            .swap_remove(0);
         assert_eq!(l.grad_fn_name(), Some("compiled_backward"));
         l.backward()?;
         opt.step()?;
@@ -232,6 +258,11 @@ fn the_training_guide_example_runs() -> Result<()> {
         first.get_or_insert(last);
     }
     assert!(last < first.unwrap());
-    assert!(f.latest_training().unwrap().explain().contains("== backward =="));
+    assert!(
+        f.latest_training()
+            .unwrap()
+            .explain()
+            .contains("== backward ==")
+    );
     Ok(())
 }

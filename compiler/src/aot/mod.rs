@@ -23,8 +23,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tensorplay_ir::{CompileKind, DType, Error, Result, Shape, TensorMeta};
-use tensorplay_runtime::autograd::{self, BackwardFn, attach_backward, is_grad_enabled, no_grad};
 use tensorplay_runtime::Tensor;
+use tensorplay_runtime::autograd::{self, BackwardFn, attach_backward, is_grad_enabled, no_grad};
 
 use crate::capture::{CaptureOptions, capture, capture_joint};
 use crate::executor::{Admission, CompiledGraph};
@@ -69,31 +69,41 @@ impl TrainingGraph {
         let requires_grad: Vec<bool> = inputs.iter().map(Tensor::requires_grad).collect();
         let grad_inputs: Vec<usize> = (0..inputs.len()).filter(|&i| requires_grad[i]).collect();
         let mut info = JointInfo::default();
-        let joint = capture_joint(f, &metas, opts, &requires_grad, |proxies, outs, new_input| {
-            info.num_outputs = outs.len();
-            info.diff_outputs = (0..outs.len()).filter(|&i| outs[i].requires_grad()).collect();
-            if info.diff_outputs.is_empty() {
-                return Err(Error::compile(
-                    CompileKind::Capture,
-                    "compiled training: no output of the function requires grad",
-                ));
-            }
-            let roots: Vec<Tensor> = info.diff_outputs.iter().map(|&i| outs[i].clone()).collect();
-            let tangents: Vec<Option<Tensor>> = roots
-                .iter()
-                .map(|t| new_input(t).map(Some))
-                .collect::<Result<_>>()?;
-            let targets: Vec<Tensor> = grad_inputs.iter().map(|&i| proxies[i].clone()).collect();
-            let grads = autograd::grad(&roots, &targets, &tangents, false)?;
-            let mut all = outs;
-            for g in grads {
-                info.grad_slots.push(g.map(|g| {
-                    all.push(g);
-                    all.len() - info.num_outputs - 1
-                }));
-            }
-            Ok(all)
-        })?;
+        let joint = capture_joint(
+            f,
+            &metas,
+            opts,
+            &requires_grad,
+            |proxies, outs, new_input| {
+                info.num_outputs = outs.len();
+                info.diff_outputs = (0..outs.len())
+                    .filter(|&i| outs[i].requires_grad())
+                    .collect();
+                if info.diff_outputs.is_empty() {
+                    return Err(Error::compile(
+                        CompileKind::Capture,
+                        "compiled training: no output of the function requires grad",
+                    ));
+                }
+                let roots: Vec<Tensor> =
+                    info.diff_outputs.iter().map(|&i| outs[i].clone()).collect();
+                let tangents: Vec<Option<Tensor>> = roots
+                    .iter()
+                    .map(|t| new_input(t).map(Some))
+                    .collect::<Result<_>>()?;
+                let targets: Vec<Tensor> =
+                    grad_inputs.iter().map(|&i| proxies[i].clone()).collect();
+                let grads = autograd::grad(&roots, &targets, &tangents, false)?;
+                let mut all = outs;
+                for g in grads {
+                    info.grad_slots.push(g.map(|g| {
+                        all.push(g);
+                        all.len() - info.num_outputs - 1
+                    }));
+                }
+                Ok(all)
+            },
+        )?;
         logging::log("aot", || format!("joint graph:\n{joint}"));
         let split = partition(&joint, inputs.len(), info.num_outputs, opts.dynamic)?;
         logging::log("aot", || {
@@ -346,9 +356,11 @@ impl TrainingEntry {
     pub(crate) fn guard_failure(&self, inputs: &[Tensor]) -> Option<String> {
         match self {
             TrainingEntry::Compiled(t) if t.accepts(inputs) => None,
-            TrainingEntry::Compiled(t) => Some(t.forward.guard_failure(inputs).unwrap_or_else(
-                || "the inputs' requires_grad flags differ from the captured ones".into(),
-            )),
+            TrainingEntry::Compiled(t) => {
+                Some(t.forward.guard_failure(inputs).unwrap_or_else(|| {
+                    "the inputs' requires_grad flags differ from the captured ones".into()
+                }))
+            }
             TrainingEntry::Interpreted(g) => g.guard_failure(inputs),
         }
     }
@@ -372,10 +384,13 @@ impl TrainingEntry {
     }
 }
 
+/// A training entry with the autocast state it was captured under.
+pub(crate) type KeyedEntry = (Arc<TrainingEntry>, [Option<DType>; 2]);
+
 /// Training entries of a [`CompiledFn`](crate::CompiledFn), newest last, with the fallback
 /// reasons met.
 #[derive(Default)]
 pub(crate) struct TrainingCache {
-    pub(crate) entries: Mutex<Vec<(TrainingEntry, [Option<DType>; 2])>>,
+    pub(crate) entries: Mutex<Vec<KeyedEntry>>,
     pub(crate) fallbacks: Mutex<Vec<String>>,
 }

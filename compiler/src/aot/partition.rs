@@ -15,7 +15,9 @@
 use std::collections::{HashMap, HashSet};
 
 use tensorplay_ir::graph::{Arg, BuilderArg, GraphBuilder, NodeKind, SizeGuard};
-use tensorplay_ir::{CompileKind, Dim, Error, Graph, NodeId, OpClass, Result, TensorMeta, ValueRef};
+use tensorplay_ir::{
+    CompileKind, Dim, Error, Graph, NodeId, OpClass, Result, TensorMeta, ValueRef,
+};
 
 /// The two halves of a joint graph.
 pub(crate) struct Partition {
@@ -59,7 +61,9 @@ pub(crate) fn partition(
     let inputs = joint.inputs();
     let outputs = joint.outputs()?;
     if num_outputs > outputs.len() || num_primals > inputs.len() {
-        return Err(graph_err("partition: the joint graph has too few inputs or outputs"));
+        return Err(graph_err(
+            "partition: the joint graph has too few inputs or outputs",
+        ));
     }
     let primal_nodes: HashSet<NodeId> = inputs[..num_primals].iter().map(|v| v.node).collect();
     let tangent_nodes: HashSet<NodeId> = inputs[num_primals..].iter().map(|v| v.node).collect();
@@ -67,7 +71,9 @@ pub(crate) fn partition(
     // Nodes that depend on a tangent, in topological order.
     let mut tangent_dep: HashSet<NodeId> = tangent_nodes.clone();
     for &n in &order {
-        let node = joint.node(n).ok_or_else(|| graph_err(format!("node {n} vanished")))?;
+        let node = joint
+            .node(n)
+            .ok_or_else(|| graph_err(format!("node {n} vanished")))?;
         if let NodeKind::Op(call) = &node.kind {
             if call.class == OpClass::Mutating || !joint.order_predecessors(n).is_empty() {
                 return Err(Error::compile(
@@ -79,7 +85,11 @@ pub(crate) fn partition(
                     ),
                 ));
             }
-            if joint.args_of(n)?.iter().any(|v| tangent_dep.contains(&v.node)) {
+            if joint
+                .args_of(n)?
+                .iter()
+                .any(|v| tangent_dep.contains(&v.node))
+            {
                 tangent_dep.insert(n);
             }
         }
@@ -162,9 +172,9 @@ pub(crate) fn partition(
                 continue;
             }
             let args = joint.args_of(v.node)?;
-            let kept = args.iter().all(|a| {
-                is_const(a.node) || primal_nodes.contains(&a.node) || saved.contains(a)
-            });
+            let kept = args
+                .iter()
+                .all(|a| is_const(a.node) || primal_nodes.contains(&a.node) || saved.contains(a));
             if kept {
                 recompute.insert(v.node);
                 for a in args {
@@ -189,7 +199,9 @@ pub(crate) fn partition(
     let mut fb = GraphBuilder::new();
     let mut fmap: HashMap<ValueRef, ValueRef> = HashMap::new();
     for (i, &v) in inputs[..num_primals].iter().enumerate() {
-        let meta = joint.meta(v).ok_or_else(|| graph_err("input without metadata"))?;
+        let meta = joint
+            .meta(v)
+            .ok_or_else(|| graph_err("input without metadata"))?;
         fmap.insert(v, fb.input(format!("x{i}"), meta.clone()));
     }
     for &n in &order {
@@ -199,9 +211,11 @@ pub(crate) fn partition(
     }
     let mut fouts: Vec<ValueRef> = Vec::new();
     for v in outputs[..num_outputs].iter().chain(&saved) {
-        fouts.push(*fmap.get(v).ok_or_else(|| {
-            graph_err(format!("partition: forward value {v:?} was not copied"))
-        })?);
+        fouts.push(
+            *fmap.get(v).ok_or_else(|| {
+                graph_err(format!("partition: forward value {v:?} was not copied"))
+            })?,
+        );
     }
     fb.output(&fouts)?;
     copy_guards(joint, &fmap, &mut fb);
@@ -211,12 +225,16 @@ pub(crate) fn partition(
     let mut bmap: HashMap<ValueRef, ValueRef> = HashMap::new();
     let mut next_sym = 0u32;
     for (i, &v) in saved.iter().enumerate() {
-        let meta = joint.meta(v).ok_or_else(|| graph_err("saved value without metadata"))?;
+        let meta = joint
+            .meta(v)
+            .ok_or_else(|| graph_err("saved value without metadata"))?;
         let meta = dynamic(meta, dynamic_sizes, &mut next_sym);
         bmap.insert(v, bb.input(format!("saved{i}"), meta));
     }
     for (i, &v) in inputs[num_primals..].iter().enumerate() {
-        let meta = joint.meta(v).ok_or_else(|| graph_err("tangent without metadata"))?;
+        let meta = joint
+            .meta(v)
+            .ok_or_else(|| graph_err("tangent without metadata"))?;
         let meta = dynamic(meta, dynamic_sizes, &mut next_sym);
         bmap.insert(v, bb.input(format!("tangent{i}"), meta));
     }
@@ -241,7 +259,9 @@ pub(crate) fn partition(
             copy_node(joint, v.node, &mut bb, &mut bmap)?;
         }
         bouts.push(*bmap.get(v).ok_or_else(|| {
-            graph_err(format!("partition: gradient value {v:?} is not computed by the backward"))
+            graph_err(format!(
+                "partition: gradient value {v:?} is not computed by the backward"
+            ))
         })?);
     }
     bb.output(&bouts)?;
@@ -262,7 +282,9 @@ fn copy_node(
     b: &mut GraphBuilder,
     map: &mut HashMap<ValueRef, ValueRef>,
 ) -> Result<()> {
-    let node = joint.node(n).ok_or_else(|| graph_err(format!("node {n} vanished")))?;
+    let node = joint
+        .node(n)
+        .ok_or_else(|| graph_err(format!("node {n} vanished")))?;
     match &node.kind {
         NodeKind::Constant(c) => {
             let device = node.outputs.first().map(|m| m.device).unwrap_or_default();
@@ -288,7 +310,9 @@ fn copy_node(
             for a in &call.args {
                 args.push(match a {
                     Arg::Tensor => BuilderArg::Tensor(take()?),
-                    Arg::OptionalTensor { present: true } => BuilderArg::OptionalTensor(Some(take()?)),
+                    Arg::OptionalTensor { present: true } => {
+                        BuilderArg::OptionalTensor(Some(take()?))
+                    }
                     Arg::OptionalTensor { present: false } => BuilderArg::OptionalTensor(None),
                     Arg::TensorList { len } => {
                         BuilderArg::TensorList((0..*len).map(|_| take()).collect::<Result<_>>()?)
@@ -307,7 +331,12 @@ fn copy_node(
                 map.insert(ValueRef::new(n, i), ValueRef::new(id, i));
             }
         }
-        _ => return Err(graph_err(format!("partition: {} is not an op", joint.describe(n)))),
+        _ => {
+            return Err(graph_err(format!(
+                "partition: {} is not an op",
+                joint.describe(n)
+            )));
+        }
     }
     Ok(())
 }

@@ -335,9 +335,9 @@ impl Tensor {
             // Under capture (a traced backward's missing gradient), zeros made by an op on `t` —
             // a select with a false condition — so the tracer records them, reading no size.
             let no = Tensor::from_vec(vec![false], &[]);
-            if let Ok(z) = no.and_then(|no| {
-                Tensor::where_cond(&no, t, &Tensor::zeros(&[], t.dtype()))
-            }) {
+            if let Ok(z) =
+                no.and_then(|no| Tensor::where_cond(&no, t, &Tensor::zeros(&[], t.dtype())))
+            {
                 return z;
             }
         }

@@ -409,7 +409,8 @@ impl Tensor {
     pub(crate) fn with_grad_fn(mut self, edge: GradEdge) -> Tensor {
         let mut aliased_from = None;
         if Arc::get_mut(&mut self.0).is_none() {
-            let shared = self.alias_with(self.0.shape.clone(), self.0.strides.clone(), self.0.offset);
+            let shared =
+                self.alias_with(self.0.shape.clone(), self.0.strides.clone(), self.0.offset);
             aliased_from = Some(std::mem::replace(&mut self, shared));
         }
         let inner = Arc::get_mut(&mut self.0).expect("freshly aliased tensor is unique");

@@ -110,4 +110,3 @@ pub fn shapes(args: &[Arg]) -> Vec<Vec<usize>> {
         })
         .collect()
 }
-
