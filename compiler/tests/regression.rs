@@ -1175,6 +1175,29 @@ fn softmax_and_log_softmax_with_prologue() {
     report(problems);
 }
 
+/// Found by the 1,000,000-program fuzz run: rows whose `x - max` reaches the subnormal range of
+/// `exp` (-103.97 < x < -87.3). Eager used to flush those results to 0 while compiled code kept
+/// the subnormals; both must round them once.
+#[test]
+fn softmax_rows_reaching_subnormal_results() {
+    let body: Body = Arc::new(|xs: &[Tensor]| Ok(vec![xs[0].softmax(-1)?, xs[0].log_softmax(-1)?]));
+    let row = [
+        0.0f32, -87.0, -87.5, -88.0, -90.0, -95.0, -100.0, -103.0, -103.9, -104.5, -120.0,
+    ];
+    let mut problems = Vec::new();
+    for reps in [1usize, 3, 40] {
+        let v: Vec<f32> = row.iter().cycle().take(row.len() * reps).copied().collect();
+        let x = Tensor::from_vec(v, &[reps, row.len()]).unwrap();
+        let inputs = [x];
+        let eager = inputs[0].softmax(-1).unwrap().to_vec::<f32>().unwrap();
+        assert!(eager[4] > 0.0, "eager softmax flushed exp(-90) to 0");
+        let tol = |e: &Tensor, k: usize| softmax_tol(e, &inputs[0], k == 1).unwrap_or(Tol::Exact);
+        let f = compiled(&body);
+        problems.extend(check("softmax subnormal rows", &f, &body, &inputs, &tol));
+    }
+    report(problems);
+}
+
 // ---- mixed graphs ------------------------------------------------------------------------------
 
 fn f32_input(shape: &[usize], seed: u64) -> Tensor {
