@@ -18,7 +18,7 @@
 
 pub use tensorplay_runtime::{
     Args, CompileKind, DType, Device, Element, Error, Result, Scalar, Tensor, Value, autocast,
-    autograd, dispatch, manual_seed, ops, parallel,
+    autograd, cuda, dispatch, manual_seed, ops, parallel,
 };
 
 /// The IR: dtypes, shapes, schemas and graphs (re-exported from `tensorplay-ir`).

@@ -12,7 +12,10 @@ use super::CudaLayout;
 use crate::codegen::kernel::{Inst, KernelSpec, Lit, LoopKind, ValueId, reduce_out_dtype};
 
 fn internal(msg: impl Into<String>) -> Error {
-    Error::compile(CompileKind::Lowering, format!("cuda emitter: {}", msg.into()))
+    Error::compile(
+        CompileKind::Lowering,
+        format!("cuda emitter: {}", msg.into()),
+    )
 }
 
 /// The C type a value of `d` is held in (16-bit floats compute in f32).
@@ -514,11 +517,7 @@ fn acc_of(op: ReduceOp, d: DType) -> Result<Acc> {
             };
             match d {
                 DType::Bool => ("int", if max { "0" } else { "1" }.into(), comb),
-                DType::I32 => (
-                    "int",
-                    i32_lit(if max { i32::MIN } else { i32::MAX }),
-                    comb,
-                ),
+                DType::I32 => ("int", i32_lit(if max { i32::MIN } else { i32::MAX }), comb),
                 DType::I64 => (
                     "long long",
                     i64_lit(if max { i64::MIN } else { i64::MAX }),
@@ -697,7 +696,12 @@ pub(super) fn kernel_source(spec: &KernelSpec, layout: &CudaLayout, name: &str) 
     let live = liveness(spec);
     let inputs = loaded_inputs(spec, &live);
     let mut s = String::new();
-    writeln!(s, "// {}", spec.to_string().trim_end().replace('\n', "\n// ")).ok();
+    writeln!(
+        s,
+        "// {}",
+        spec.to_string().trim_end().replace('\n', "\n// ")
+    )
+    .ok();
     writeln!(s, "// layout: {layout}").ok();
     s.push_str(&args_struct(spec, name, layout.dims));
     s.push_str(&eval_fn(spec, name, &live, &inputs)?);

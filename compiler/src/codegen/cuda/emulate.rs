@@ -22,7 +22,10 @@ use crate::codegen::kernel::KernelSpec;
 type EmuFn = unsafe extern "C" fn(*const u64, u32, u32) -> *const std::ffi::c_char;
 
 fn err(msg: impl Into<String>) -> Error {
-    Error::compile(CompileKind::Launch, format!("cuda emulation: {}", msg.into()))
+    Error::compile(
+        CompileKind::Launch,
+        format!("cuda emulation: {}", msg.into()),
+    )
 }
 
 /// The C++ compiler: `$CXX`, else `g++`.
@@ -37,6 +40,17 @@ pub fn compiler_available() -> bool {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
+}
+
+/// What [`Emulated::run_plan`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The emulated kernel ran.
+    Ran,
+    /// No kernel for the spec and layout was built.
+    NotBuilt,
+    /// Too many rows to emulate in reasonable time.
+    TooLarge,
 }
 
 /// Emulated kernels loaded from the libraries [`build`] made.
@@ -76,7 +90,14 @@ pub fn build(kernels: &[Arc<CudaKernel>], dir: &Path, jobs: usize) -> Result<Emu
         let lib = dir.join(format!("libkernels{i}.so"));
         std::fs::write(&src, translation_unit(chunk)).map_err(|e| err(e.to_string()))?;
         let child = Command::new(compiler())
-            .args(["-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-w"])
+            .args([
+                "-std=c++17",
+                "-O1",
+                "-shared",
+                "-fPIC",
+                "-ffp-contract=off",
+                "-w",
+            ])
             .arg("-I")
             .arg(dir)
             .arg("-o")
@@ -121,17 +142,22 @@ pub fn build(kernels: &[Arc<CudaKernel>], dir: &Path, jobs: usize) -> Result<Emu
     Ok(Emulated { libs, entries })
 }
 
-/// The launch configuration the emulation uses: small blocks (two warps, so both levels of the
-/// reduction trees run) and a few blocks (so the grid-stride and row loops wrap around).
+/// The launch configuration the emulation uses: small blocks (two warps for a few rows, so both
+/// levels of the reduction trees run; one warp otherwise) and a few blocks (so the grid-stride
+/// and row loops wrap around).
 pub fn emulated_grid(kernel: &CudaKernel, work: usize) -> (u32, u32) {
-    let block = 64u32;
-    let grid = if kernel.uses_barriers() {
-        work.clamp(1, 3)
+    if kernel.uses_barriers() {
+        let block = if work <= 16 { 64 } else { 32 };
+        (work.clamp(1, 3) as u32, block)
     } else {
-        work.div_ceil(block as usize * 4).clamp(1, 3)
-    };
-    (grid as u32, block)
+        let block = 64u32;
+        (work.div_ceil(block as usize * 4).clamp(1, 3) as u32, block)
+    }
 }
+
+/// Most rows a launch of a kernel with barriers is emulated for (each row costs a few thousand
+/// fiber switches); [`Emulated::run_plan`] leaves larger launches to the CPU kernel.
+pub const MAX_EMULATED_ROWS: usize = 256;
 
 impl Emulated {
     /// Number of kernels loaded.
@@ -173,16 +199,25 @@ impl Emulated {
     }
 
     /// Runs the kernel for `spec` over a CPU launch plan (the geometry and tensors the CPU
-    /// launcher planned), with the region's scalar arguments. `Ok(false)` when no kernel for
-    /// this spec and layout was built.
-    pub fn run_plan(&self, spec: &KernelSpec, plan: &LaunchPlan, params: &ScalarArgs) -> Result<bool> {
+    /// launcher planned), with the region's scalar arguments: `Ran`, `NotBuilt` (no kernel for
+    /// this spec and layout was built) or `TooLarge` (more than [`MAX_EMULATED_ROWS`] rows of a
+    /// kernel with barriers: left to the caller).
+    pub fn run_plan(
+        &self,
+        spec: &KernelSpec,
+        plan: &LaunchPlan,
+        params: &ScalarArgs,
+    ) -> Result<Outcome> {
         let layout = CudaLayout::from(plan.layout());
         let name = super::get_or_emit(spec, &layout)?.name.clone();
         let Some((kernel, _)) = self.entries.get(&name) else {
-            return Ok(false);
+            return Ok(Outcome::NotBuilt);
         };
         if plan.is_empty() {
-            return Ok(true);
+            return Ok(Outcome::Ran);
+        }
+        if kernel.uses_barriers() && plan.range() > MAX_EMULATED_ROWS {
+            return Ok(Outcome::TooLarge);
         }
         let ptrs: Vec<u64> = plan.ptrs().iter().map(|&p| p as u64).collect();
         let args = pack_args(kernel, &ptrs, plan.shape(), plan.strides(), params.slots())?;
@@ -190,7 +225,7 @@ impl Emulated {
         // SAFETY: the plan was made by the CPU launcher from live tensors, which checked that
         // every element its sizes and strides reach lies inside each tensor's storage.
         unsafe { self.launch(&name, &args, grid, block)? };
-        Ok(true)
+        Ok(Outcome::Ran)
     }
 
     /// Libraries loaded (one per translation unit).
@@ -204,5 +239,9 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     std::env::var_os("TP_CUDA_EMU_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir)
-        .join(format!("tensorplay-cuda-emu-{tag}-{}", std::process::id()))
+        .join(format!(
+            "tensorplay-cuda-emu-{}-{}",
+            tag.replace(|c: char| !c.is_ascii_alphanumeric(), "-"),
+            std::process::id()
+        ))
 }

@@ -134,7 +134,10 @@ pub fn emit(spec: &KernelSpec, layout: &CudaLayout) -> Result<CudaKernel> {
     let bad = |why: &str| {
         Err(Error::compile(
             CompileKind::Lowering,
-            format!("cuda emitter: layout {layout} {why} for a {:?} kernel", spec.kind),
+            format!(
+                "cuda emitter: layout {layout} {why} for a {:?} kernel",
+                spec.kind
+            ),
         ))
     };
     if layout.dims == 0 || layout.dims > crate::codegen::kernel::MAX_RANK + 1 {
@@ -186,7 +189,10 @@ pub fn get_or_emit(spec: &KernelSpec, layout: &CudaLayout) -> Result<Arc<CudaKer
 }
 
 fn poisoned<T>(_: T) -> Error {
-    Error::compile(CompileKind::Launch, "the CUDA kernel cache lock is poisoned")
+    Error::compile(
+        CompileKind::Launch,
+        "the CUDA kernel cache lock is poisoned",
+    )
 }
 
 /// Number of kernels in the [`get_or_emit`] cache.
@@ -208,7 +214,10 @@ pub fn pack_args(
     let nops = spec.inputs.len() + spec.outputs.len();
     let dims = kernel.layout.dims;
     let np = spec.param_dtypes().len();
-    if ptrs.len() != nops || sizes.len() != dims || strides.len() != nops * dims || params.len() != np
+    if ptrs.len() != nops
+        || sizes.len() != dims
+        || strides.len() != nops * dims
+        || params.len() != np
     {
         return Err(Error::argument(
             "cuda kernel",

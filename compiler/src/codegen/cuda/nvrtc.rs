@@ -210,5 +210,8 @@ impl Nvrtc {
 /// The process's NVRTC, loaded on first use; the error says what was tried.
 pub fn load() -> Result<&'static Nvrtc> {
     static NVRTC: OnceLock<std::result::Result<Nvrtc, String>> = OnceLock::new();
-    NVRTC.get_or_init(Nvrtc::open).as_ref().map_err(|e| err(e.clone()))
+    NVRTC
+        .get_or_init(Nvrtc::open)
+        .as_ref()
+        .map_err(|e| err(e.clone()))
 }
