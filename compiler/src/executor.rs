@@ -868,6 +868,10 @@ impl CompiledGraph {
             if !reused && !hooked {
                 let spec = &r.lowered.spec;
                 let plan = plan_launch(spec, &in_refs, &out_refs, iter_shape)?;
+                if logging::enabled("cuda") {
+                    // The region's CUDA translation, printed once per structure.
+                    crate::codegen::cuda::get_or_emit(spec, &plan.layout().into())?;
+                }
                 let kernel = match last {
                     Some(c) if c.kernel.layout() == plan.layout() => c.kernel.clone(),
                     _ => cache::get_or_compile(spec, plan.layout())?,
