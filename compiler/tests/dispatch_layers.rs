@@ -179,3 +179,80 @@ fn inputs_that_require_grad_get_eager_gradients() -> Result<()> {
     assert_close("grads", &grads(&|xs| c.call(xs))?, &grads(&f)?);
     Ok(())
 }
+
+#[test]
+fn custom_ops_are_autocast_under_compile_like_builtins() -> Result<()> {
+    // Traced through (a default-slot kernel of builtin ops) and opaque (a cpu kernel + fake).
+    let traced = library::custom_op("dl_ac::mm")
+        .arg_names(&["a", "b"])
+        .build(|a: Tensor, b: Tensor| -> Result<Tensor> { a.matmul(&b) })?;
+    traced.register_autocast("cpu", DType::BF16)?;
+    let opaque = library::custom_op("dl_ac::host_sum")
+        .arg_names(&["x"])
+        .device_types(&["cpu"])
+        .build(|x: Tensor| -> Result<Tensor> {
+            let s: f32 = x.to_dtype(DType::F32)?.to_vec::<f32>()?.iter().sum();
+            Tensor::scalar(s).to_dtype(x.dtype())
+        })?;
+    opaque.register_fake(|x: Tensor| -> Result<Tensor> { x.sum_all() })?;
+    opaque.register_autocast("cpu", DType::BF16)?;
+    let (t, o) = (traced.clone(), opaque.clone());
+    let f = move |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        let y = t.call1(&[xs[0].clone().into(), xs[1].clone().into()])?;
+        Ok(vec![y.clone(), o.call1(&[y.to_dtype(DType::F32)?.into()])?])
+    };
+    let xs = [randn(&[4, 8], 12), randn(&[8, 3], 13)];
+    let c = compile(f.clone());
+    assert_close("outside", &c.call(&xs)?, &f(&xs)?);
+    let _ac = autocast("cpu", DType::BF16)?;
+    let want = f(&xs)?;
+    assert_eq!(
+        want[0].dtype(),
+        DType::BF16,
+        "eager casts the custom op's inputs"
+    );
+    assert_eq!(want[1].dtype(), DType::BF16);
+    let got = c.call(&xs)?;
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.dtype(), w.dtype());
+        assert_eq!(g.shape(), w.shape());
+        assert!(g.allclose(w, 1e-2, 1e-2)?, "{g:?} vs {w:?}");
+    }
+    assert_eq!(c.num_compiled(), 2, "recompiled for the autocast region");
+    let text = c.latest().unwrap().graph().to_string();
+    assert!(text.contains("bf16[4, 8]"), "the cast was recorded: {text}");
+    assert!(text.contains("dl_ac::host_sum"), "the opaque node: {text}");
+    Ok(())
+}
+
+#[test]
+fn under_capture_builtin_and_custom_ops_pass_every_layer_and_stop_at_the_backend() -> Result<()> {
+    use tensorplay_runtime::dispatch::{layer_names, trace_layers};
+    let scale = library::custom_op("dl_trace::scale")
+        .arg_names(&["x", "alpha"])
+        .build(|x: Tensor, alpha: f64| -> Result<Tensor> { x.mul_scalar(alpha) })?;
+    let s = scale.clone();
+    let f = move |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        let y = s.call1(&[xs[0].clone().into(), Value::Float(2.0)])?;
+        Ok(vec![y.exp()?])
+    };
+    let m = TensorMeta::new(&[3], DType::F32, Device::Cpu);
+    let (g, events) = trace_layers(|| capture(f, &[m], CaptureOptions::default()));
+    let text = g?.to_string();
+    let layers = |op: &str| -> Vec<&str> {
+        events
+            .iter()
+            .filter(|e| e.op == op)
+            .map(|e| e.layer)
+            .collect()
+    };
+    // The custom op reaches the capture backend, which traces its body (a `mul`) through the
+    // stack again; exp goes straight down.
+    assert_eq!(layers("dl_trace::scale"), layer_names());
+    assert_eq!(layers("tp::exp"), layer_names());
+    assert_eq!(layers("tp::mul"), layer_names(), "{events:?}");
+    let first = |op: &str| events.iter().position(|e| e.op == op);
+    assert!(first("dl_trace::scale") < first("tp::mul"));
+    assert!(text.contains("tp::exp"), "{text}");
+    Ok(())
+}

@@ -140,36 +140,38 @@ pub(crate) fn cast_args(args: &[Value], device: Device, dtype: DType) -> Result<
         .collect()
 }
 
-/// The dtype `op`'s inputs are cast to under autocast with `region` dtype (its declared policy).
-pub(crate) fn builtin_policy(op: &OpDef, region: DType) -> Option<DType> {
+/// What autocast does to one call's floating inputs (the op handle says which applies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cast {
+    /// Cast every floating input (not f64) to this dtype.
+    To(DType),
+    /// Cast to f32, but only when some input is f16/bf16 (f32 and f64 inputs stay as they are).
+    WidenHalf,
+}
+
+/// The cast builtin `op`'s declared policy asks for under an autocast region of `region` dtype.
+pub(crate) fn builtin_cast(op: &OpDef, region: DType) -> Option<Cast> {
     match op.autocast {
-        AutocastPolicy::LowPrecision => Some(region),
-        AutocastPolicy::F32 => Some(DType::F32),
+        AutocastPolicy::LowPrecision => Some(Cast::To(region)),
+        AutocastPolicy::F32 => Some(Cast::WidenHalf),
         AutocastPolicy::Keep => None,
     }
 }
 
-/// Casts args for builtin `op` if autocast is on for their device; `None` when nothing applies.
-pub(crate) fn apply_builtin(
-    op: &OpDef,
-    args: &[Value],
-    device: Device,
-) -> Result<Option<Vec<Value>>> {
-    let Some(region) = active_dtype(device) else {
-        return Ok(None);
-    };
-    let Some(target) = builtin_policy(op, region) else {
-        return Ok(None);
-    };
-    if target == DType::F32 {
-        // Only widen half inputs; f32 stays, f64 stays.
-        let needs = args
-            .iter()
-            .flat_map(Value::tensors)
-            .any(|t| t.dtype().is_half());
-        if !needs {
-            return Ok(None);
+/// Applies `cast` to the tensors of `args` on `device`; `None` when it changes nothing to do.
+pub(crate) fn apply(cast: Cast, args: &[Value], device: Device) -> Result<Option<Vec<Value>>> {
+    let target = match cast {
+        Cast::To(dtype) => dtype,
+        Cast::WidenHalf => {
+            let needs = args
+                .iter()
+                .flat_map(Value::tensors)
+                .any(|t| t.dtype().is_half());
+            if !needs {
+                return Ok(None);
+            }
+            DType::F32
         }
-    }
+    };
     cast_args(args, device, target).map(Some)
 }

@@ -111,6 +111,38 @@ fn coerce(op: &str, param: &Param, ty: &SchemaType, v: Value) -> Result<Value> {
     }
 }
 
+/// True when `coerce` returns `v` unchanged for a parameter of type `ty` (the binding fast path;
+/// anything it does not recognise takes the general path).
+fn kept_as_is(ty: &SchemaType, v: &Value) -> bool {
+    match ty {
+        SchemaType::Optional(inner) => matches!(v, Value::None) || kept_as_is(inner, v),
+        SchemaType::List(inner, len) => {
+            let n = match (inner.base(), v) {
+                (BaseType::Tensor, Value::TensorList(ts)) if !inner.is_optional() => ts.len(),
+                (BaseType::Int | BaseType::SymInt, Value::IntList(xs)) => xs.len(),
+                (BaseType::Float, Value::FloatList(xs)) => xs.len(),
+                (BaseType::Bool, Value::BoolList(xs)) => xs.len(),
+                _ => return false,
+            };
+            len.is_none_or(|l| l == n)
+        }
+        SchemaType::Base(base) => matches!(
+            (base, v),
+            (BaseType::Tensor, Value::Tensor(_))
+                | (BaseType::Int | BaseType::SymInt, Value::Int(_))
+                | (BaseType::Float, Value::Float(_))
+                | (BaseType::Bool, Value::Bool(_))
+                | (BaseType::Str, Value::Str(_))
+                | (
+                    BaseType::Scalar,
+                    Value::Int(_) | Value::Float(_) | Value::Bool(_)
+                )
+                | (BaseType::ScalarType, Value::DType(_))
+                | (BaseType::Device, Value::Device(_))
+        ),
+    }
+}
+
 /// Binds positional `args` and keyword `kwargs` to `schema`'s parameters, filling defaults and
 /// checking types. The result has one value per parameter, in schema order.
 ///
@@ -131,6 +163,18 @@ pub fn bind(
     args: &[Value],
     kwargs: &[(String, Value)],
 ) -> Result<Vec<Value>> {
+    // The common case: every parameter passed positionally with a value `coerce` would keep as
+    // it is — the bound arguments are the arguments.
+    if kwargs.is_empty()
+        && args.len() == schema.params.len()
+        && schema
+            .params
+            .iter()
+            .zip(args)
+            .all(|(p, v)| !p.kwarg_only && kept_as_is(&p.ty, v))
+    {
+        return Ok(args.to_vec());
+    }
     let positional = schema.params.iter().filter(|p| !p.kwarg_only).count();
     if args.len() > positional {
         return Err(Error::argument(

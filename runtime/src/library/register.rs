@@ -54,7 +54,7 @@ pub(crate) fn register_kernel(
     for s in slots {
         // The newest registration is active; a disabled slot stays disabled (the flag belongs to
         // the slot, not the kernel) until its guard restores it.
-        regs.kernels.entry(*s).or_default().push(KernelEntry {
+        regs.kernels.or_default(*s).push(KernelEntry {
             f: f.clone(),
             owner,
             alive: Arc::new(AtomicBool::new(true)),
@@ -137,15 +137,10 @@ pub(crate) fn register_autocast(
             dtype.to_string(),
         ));
     }
-    op.regs
-        .write()
-        .autocast
-        .entry(slot)
-        .or_default()
-        .push(Entry {
-            value: dtype,
-            owner,
-        });
+    op.regs.write().autocast.or_default(slot).push(Entry {
+        value: dtype,
+        owner,
+    });
     Ok(())
 }
 

@@ -5,7 +5,7 @@
 //! exactly what it registered. Every mutating call validates first and changes state last, so a
 //! failed registration leaves the registry as it was.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -81,6 +81,80 @@ impl Slot {
             Slot::Cuda => "cuda",
             Slot::Default => "default",
         }
+    }
+}
+
+impl Slot {
+    const ALL: [Slot; 3] = [Slot::Cpu, Slot::Cuda, Slot::Default];
+
+    fn index(self) -> usize {
+        match self {
+            Slot::Cpu => 0,
+            Slot::Cuda => 1,
+            Slot::Default => 2,
+        }
+    }
+}
+
+/// A map keyed by [`Slot`]: one array cell per slot (read on every custom-op call, so no hashing).
+#[derive(Clone)]
+pub(crate) struct SlotMap<V>([Option<V>; 3]);
+
+impl<V> Default for SlotMap<V> {
+    fn default() -> Self {
+        SlotMap([None, None, None])
+    }
+}
+
+impl<V> SlotMap<V> {
+    pub(crate) fn get(&self, slot: &Slot) -> Option<&V> {
+        self.0[slot.index()].as_ref()
+    }
+
+    /// The value in `slot`, inserting the default first when there is none.
+    pub(crate) fn or_default(&mut self, slot: Slot) -> &mut V
+    where
+        V: Default,
+    {
+        self.0[slot.index()].get_or_insert_with(V::default)
+    }
+
+    /// The slots that hold a value, in `Slot` order.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &Slot> + '_ {
+        Slot::ALL.iter().filter(|s| self.0[s.index()].is_some())
+    }
+
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.0.iter_mut().flatten()
+    }
+
+    /// Keeps the values for which `keep` is true.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&Slot, &mut V) -> bool) {
+        for (slot, cell) in Slot::ALL.iter().zip(&mut self.0) {
+            if cell.as_mut().is_some_and(|v| !keep(slot, v)) {
+                *cell = None;
+            }
+        }
+    }
+}
+
+/// A set of [`Slot`]s (one flag per slot).
+#[derive(Default, Clone)]
+pub(crate) struct SlotSet([bool; 3]);
+
+impl SlotSet {
+    pub(crate) fn contains(&self, slot: &Slot) -> bool {
+        self.0[slot.index()]
+    }
+
+    /// Adds `slot`; true when it was not there.
+    pub(crate) fn insert(&mut self, slot: Slot) -> bool {
+        !std::mem::replace(&mut self.0[slot.index()], true)
+    }
+
+    /// Removes `slot`; true when it was there.
+    pub(crate) fn remove(&mut self, slot: &Slot) -> bool {
+        std::mem::replace(&mut self.0[slot.index()], false)
     }
 }
 
@@ -165,14 +239,14 @@ impl<T: Owned> Stack<T> {
 /// Everything registered for one custom operator.
 #[derive(Default, Clone)]
 pub(crate) struct Registrations {
-    pub(crate) kernels: HashMap<Slot, Stack<KernelEntry>>,
+    pub(crate) kernels: SlotMap<Stack<KernelEntry>>,
     /// Concrete slots switched off by `set_kernel_enabled` (they stay off for kernels registered
     /// while disabled, until the guard restores the flag).
-    pub(crate) disabled: HashSet<Slot>,
+    pub(crate) disabled: SlotSet,
     pub(crate) fake: Stack<Entry<KernelFn>>,
     pub(crate) autograd: Stack<Entry<Arc<AutogradImpl>>>,
     /// Per device type (`cpu`/`cuda`): the dtype floating inputs are cast to.
-    pub(crate) autocast: HashMap<Slot, Stack<Entry<DType>>>,
+    pub(crate) autocast: SlotMap<Stack<Entry<DType>>>,
     pub(crate) vmap: Stack<Entry<VmapRule>>,
 }
 

@@ -739,7 +739,7 @@ pub(crate) fn dispatch_custom(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<
     let rule = op.vmap_rule();
     let Some(rule) = rule else {
         return per_example(name, &u, level, &|vals: &[Value]| {
-            dispatch::call_custom(op, vals)
+            dispatch::call_op(dispatch::OpHandle::Custom(op), vals)
         });
     };
     // Lists: every member batch-first (unbatched members expanded), so one in_dim describes them.
