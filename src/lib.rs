@@ -13,12 +13,18 @@
 //! let y = x.exp()?.sum_all()?;
 //! y.backward()?;
 //! assert_eq!(x.grad().unwrap().shape(), &[4, 3]);
+//!
+//! // Transforms are at the top level too: a per-row function mapped over the batch.
+//! let row_norms = tensorplay::vmap(|r: &[Tensor]| Ok(vec![r[0].mul(&r[0])?.sum_all()?]), vec![Some(0)], vec![0]);
+//! assert_eq!(row_norms(&[Tensor::ones(&[4, 3], DType::F32)])?[0].to_vec::<f32>()?, vec![3.0; 4]);
 //! # Ok::<(), tensorplay::Error>(())
 //! ```
 
+/// `vmap(f, in_dims, out_dims)`: vectorizing map (the module `tensorplay::vmap` holds its types).
+pub use tensorplay_runtime::vmap::vmap;
 pub use tensorplay_runtime::{
     Args, CompileKind, DType, Device, Element, Error, Result, Scalar, Tensor, Value, autocast,
-    autograd, cuda, dispatch, manual_seed, ops, parallel,
+    autograd, cuda, dispatch, manual_seed, ops, parallel, vmap,
 };
 
 /// The IR: dtypes, shapes, schemas and graphs (re-exported from `tensorplay-ir`).

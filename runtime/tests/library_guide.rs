@@ -5,7 +5,8 @@
 use tensorplay_runtime::autocast::autocast;
 use tensorplay_runtime::autograd::{GradcheckOptions, gradcheck};
 use tensorplay_runtime::library::{
-    self, AutogradCtx, CpuLauncher, LaunchArg, Library, ProgramArg, VmapInfo, wrap_triton,
+    self, AutogradCtx, CpuLauncher, DefineOptions, ImplOptions, Kind, LaunchArg, Library,
+    ProgramArg, Slot, Tag, VmapInfo, wrap_triton,
 };
 use tensorplay_runtime::vmap::{fallback_calls, vmap};
 use tensorplay_runtime::{DType, Device, Error, Result, Tensor, Value, ops};
@@ -113,6 +114,32 @@ fn weighted_sum_walkthrough() -> Result<()> {
     )?;
     // -- end --
 
+    // -- guide: register_autograd_typed --
+    weighted_sum.register_autograd_typed(
+        // setup: the arguments as a tuple (types checked against the schema now);
+        // what it returns is the saved state.
+        |(x, weight): (Tensor, Tensor), _outputs| Ok((x, weight)),
+        // backward: the saved state and the output gradients.
+        |(x, weight), grads| {
+            let g = grads.grad(0).expect("the output was used");
+            let gx = if grads.needs_input_grad(0) {
+                Some(weight.mul(g)?)
+            } else {
+                None
+            };
+            let gw = if grads.needs_input_grad(1) {
+                Some(x.mul(g)?)
+            } else {
+                None
+            };
+            Ok((gx, gw))
+        },
+    )?;
+    xg.zero_grad();
+    weighted_sum.call((&xg, &w))?.backward()?;
+    assert_eq!(xg.grad().unwrap().to_vec::<f32>()?, vec![0.5, 0.5, 2.0]);
+    // -- end --
+
     // -- guide: autocast --
     weighted_sum.register_autocast("cpu", DType::F32)?;
     let (xh, wh) = (x.to_dtype(DType::BF16)?, w.to_dtype(DType::BF16)?);
@@ -212,7 +239,7 @@ fn weighted_sum_walkthrough() -> Result<()> {
 #[test]
 fn library_handles() -> Result<()> {
     // -- guide: library --
-    let lib = Library::new("mylib_ext", "DEF")?;
+    let lib = Library::new("mylib_ext", Kind::Def)?; // or the seed's "DEF"
     lib.define("scale(Tensor x, float alpha=2.0) -> Tensor", "", &[])?;
     lib.r#impl(
         "scale",
@@ -223,6 +250,28 @@ fn library_handles() -> Result<()> {
     )?;
     let y = ops::call("mylib_ext::scale", &[Tensor::ones(&[2], DType::F32).into()])?;
     assert_eq!(y[0].to_vec::<f32>()?, vec![2.0, 2.0]);
+    let y = ops::call_kw(
+        "mylib_ext::scale",
+        &[Tensor::ones(&[2], DType::F32).into()],
+        &[("alpha", 3.0.into())],
+    )?;
+    assert_eq!(y[0].to_vec::<f32>()?, vec![3.0, 3.0]);
+
+    // The typed forms of define's and impl's options.
+    let opts = DefineOptions {
+        tags: vec![Tag::Pointwise],
+        ..DefineOptions::default()
+    };
+    lib.define_with("shift(Tensor x) -> Tensor", opts)?;
+    let cpu_only = ImplOptions {
+        device_type: Slot::Cpu,
+        ..ImplOptions::default()
+    };
+    lib.impl_with("shift", |x: &Tensor| x.add_scalar(1.0), cpu_only)?;
+    assert_eq!(
+        library::op_handle("mylib_ext::shift")?.tags(),
+        vec![Tag::Pointwise]
+    );
 
     drop(lib); // removes the op and everything the library registered
     assert!(ops::call("mylib_ext::scale", &[Tensor::ones(&[2], DType::F32).into()]).is_err());

@@ -1,6 +1,7 @@
 //! `register_autograd` for custom ops: a context object that `setup_context` fills and `backward`
 //! reads, and the backward node that maps per-parameter gradients onto the op's tensor inputs.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -17,6 +18,8 @@ pub struct AutogradCtx {
     saved: Vec<Tensor>,
     values: HashMap<String, Value>,
     needs_input_grad: Vec<bool>,
+    /// The state a typed `setup` returned (see `register_autograd_typed`).
+    typed: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl AutogradCtx {
@@ -45,6 +48,14 @@ impl AutogradCtx {
     /// For each parameter of the op: whether its gradient is needed (a tensor that requires grad).
     pub fn needs_input_grad(&self) -> &[bool] {
         &self.needs_input_grad
+    }
+
+    pub(crate) fn set_typed(&mut self, state: Arc<dyn Any + Send + Sync>) {
+        self.typed = Some(state);
+    }
+
+    pub(crate) fn typed(&self) -> Option<&(dyn Any + Send + Sync)> {
+        self.typed.as_deref()
     }
 }
 
@@ -103,6 +114,25 @@ impl IntoGrads for Vec<Grad> {
         self
     }
 }
+
+/// A tuple of gradients, one per parameter (or per tensor input passed): each element a
+/// `Tensor`, an `Option<Tensor>`, a `Vec<Option<Tensor>>` (for a `Tensor[]` input) or a [`Grad`].
+macro_rules! grads_tuple {
+    ($($G:ident $i:tt),+) => {
+        impl<$($G: Into<Grad>),+> IntoGrads for ($($G,)+) {
+            fn into_grads(self) -> Vec<Grad> {
+                vec![$(self.$i.into()),+]
+            }
+        }
+    };
+}
+
+grads_tuple!(A 0);
+grads_tuple!(A 0, B 1);
+grads_tuple!(A 0, B 1, C 2);
+grads_tuple!(A 0, B 1, C 2, D 3);
+grads_tuple!(A 0, B 1, C 2, D 3, E 4);
+grads_tuple!(A 0, B 1, C 2, D 3, E 4, F 5);
 
 /// A registered autograd formula.
 pub struct AutogradImpl {

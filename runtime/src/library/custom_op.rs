@@ -8,9 +8,11 @@ use tensorplay_ir::schema::{Schema, validate_qualname};
 use tensorplay_ir::{DType, Error, Result};
 
 use super::autograd::{AutogradCtx, AutogradImpl, IntoGrads, SetupContextBox};
+use super::autograd_typed::{self, BackwardArgs, FromArgs, SavedState};
 use super::call_args::{CallArgs, kwargs_owned};
 use super::device_types::{DeviceType, DeviceTypes};
 use super::infer_schema::{MutatesArgs, Prototype, infer_schema};
+use super::options::Tag;
 use super::register;
 use super::registry::{Operator, Origin, Owner, Slot, registry};
 use super::triton::TritonInfo;
@@ -90,6 +92,11 @@ impl CustomOpDef {
     /// The schema (given or inferred) of the newest definition.
     pub fn schema(&self) -> Schema {
         self.operator().schema().clone()
+    }
+
+    /// The tags the definition carries.
+    pub fn tags(&self) -> Vec<Tag> {
+        self.operator().tags()
     }
 
     /// The registry entry: the newest definition under this name (a `custom_op` redefinition
@@ -191,6 +198,60 @@ impl CustomOpDef {
         Ok(self)
     }
 
+    /// Registers an autograd formula with typed closures: `setup(args, outputs)` receives the
+    /// op's arguments as a tuple (one element per schema parameter, types checked against the
+    /// schema now) and returns the state backward needs; `backward(&state, &grads)` returns the
+    /// input gradients — a tuple or `Vec` with one entry per parameter, or per tensor input passed.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{Tensor, DType, library::custom_op};
+    /// let mul = custom_op("docs_typed_ag::mul")
+    ///     .arg_names(&["x", "y"])
+    ///     .build(|x: &Tensor, y: &Tensor| x.mul(y))?;
+    /// mul.register_autograd_typed(
+    ///     |(x, y): (Tensor, Tensor), _outs| Ok((x, y)),
+    ///     |(x, y), g| {
+    ///         let g = g.grad(0).expect("one output");
+    ///         Ok((Some(g.mul(y)?), Some(g.mul(x)?)))
+    ///     },
+    /// )?;
+    /// let x = Tensor::from_vec(vec![2.0f32], &[1])?.requires_grad_(true)?;
+    /// let y = Tensor::from_vec(vec![5.0f32], &[1])?;
+    /// mul.call((&x, &y))?.sum_all()?.backward()?;
+    /// assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![5.0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn register_autograd_typed<A, S, G>(
+        &self,
+        setup: impl Fn(A, &[Tensor]) -> Result<S> + Send + Sync + 'static,
+        backward: impl Fn(&S, &BackwardArgs<'_>) -> Result<G> + Send + Sync + 'static,
+    ) -> Result<&Self>
+    where
+        A: FromArgs,
+        S: SavedState,
+        G: IntoGrads,
+    {
+        self.register_autograd_typed_owned(setup, backward, Owner::Process)
+    }
+
+    pub(crate) fn register_autograd_typed_owned<A, S, G>(
+        &self,
+        setup: impl Fn(A, &[Tensor]) -> Result<S> + Send + Sync + 'static,
+        backward: impl Fn(&S, &BackwardArgs<'_>) -> Result<G> + Send + Sync + 'static,
+        owner: Owner,
+    ) -> Result<&Self>
+    where
+        A: FromArgs,
+        S: SavedState,
+        G: IntoGrads,
+    {
+        let op = self.operator();
+        autograd_typed::check_types::<A>(op.qualname(), op.schema())?;
+        let imp = autograd_typed::typed_autograd(op.qualname(), setup, backward);
+        register::register_autograd(&op, imp, owner)?;
+        Ok(self)
+    }
+
     /// Inside an autocast region for `device_type`, casts floating inputs (not f64) to
     /// `cast_inputs` before the kernel runs.
     pub fn register_autocast(&self, device_type: &str, cast_inputs: DType) -> Result<&Self> {
@@ -252,6 +313,7 @@ pub struct CustomOpBuilder {
     arg_names: Option<Vec<String>>,
     triton: bool,
     owner: Owner,
+    tags: Vec<Tag>,
 }
 
 /// Defines a custom operator whose body is `kernel` (see [`CustomOpBuilder::build`]).
@@ -276,6 +338,7 @@ pub fn custom_op(name: &str) -> CustomOpBuilder {
         arg_names: None,
         triton: false,
         owner: Owner::Process,
+        tags: Vec::new(),
     }
 }
 
@@ -311,6 +374,12 @@ impl CustomOpBuilder {
     /// Scopes the op to `lib`: it is removed when the library drops (PyTorch's `lib=`).
     pub fn lib(mut self, lib: &super::Library) -> Self {
         self.owner = lib.owner;
+        self
+    }
+
+    /// Tags the definition carries (the seed's `tags=`; metadata, see [`Tag`]).
+    pub fn tags(mut self, tags: &[Tag]) -> Self {
+        self.tags = tags.to_vec();
         self
     }
 
@@ -476,6 +545,13 @@ impl CustomOpBuilder {
             self.device_types.as_ref().map(|_| slots.clone()),
             self.triton.then_some(TritonInfo),
         ));
+        let mut tags = Vec::new();
+        for t in &self.tags {
+            if !tags.contains(t) {
+                tags.push(*t);
+            }
+        }
+        op.set_tags(tags);
         register::register_kernel(&op, &slots, kernel.into_kernel(&qualname), self.owner)?;
         let op = registry().insert(op, |existing| match existing.origin() {
             Origin::CustomOp => Ok(()),

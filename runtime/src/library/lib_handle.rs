@@ -8,17 +8,10 @@ use tensorplay_ir::schema::{Schema, validate_qualname};
 use tensorplay_ir::{Error, Result};
 
 use super::custom_op::{CustomOpDef, check_definable};
+use super::options::{DefineOptions, ImplOptions, IntoLibraryKind, LibraryKind, Tag};
 use super::registry::{Operator, Origin, Owner, Slot, new_library_owner, registry};
 use super::typed::IntoKernel;
 use super::validate;
-
-/// The kind of a [`Library`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LibraryKind {
-    Def,
-    Impl,
-    Fragment,
-}
 
 /// A handle owning operator definitions and registrations in one namespace.
 #[derive(Debug)]
@@ -29,30 +22,19 @@ pub struct Library {
 }
 
 impl Library {
-    /// Opens a library: `kind` is `"DEF"`, `"IMPL"` or `"FRAGMENT"` (case-sensitive, as PyTorch).
+    /// Opens a library: `kind` is a [`Kind`](super::Kind) value or the seed's `"DEF"`, `"IMPL"`,
+    /// `"FRAGMENT"` (case-sensitive, as PyTorch).
     ///
     /// ```
-    /// use tensorplay_runtime::library::Library;
-    /// let lib = Library::new("docs_lib", "DEF")?;
+    /// use tensorplay_runtime::library::{Kind, Library};
+    /// let lib = Library::new("docs_lib", Kind::Def)?;
     /// assert!(Library::new("docs_lib", "DEF").is_err()); // one live DEF per namespace
     /// drop(lib);
     /// let _again = Library::new("docs_lib", "DEF")?;
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
-    pub fn new(namespace: &str, kind: &str) -> Result<Library> {
-        let kind = match kind {
-            "DEF" => LibraryKind::Def,
-            "IMPL" => LibraryKind::Impl,
-            "FRAGMENT" => LibraryKind::Fragment,
-            other => {
-                return Err(Error::argument(
-                    "Library",
-                    "kind",
-                    "\"DEF\", \"IMPL\" or \"FRAGMENT\"",
-                    format!("\"{other}\""),
-                ));
-            }
-        };
+    pub fn new(namespace: &str, kind: impl IntoLibraryKind) -> Result<Library> {
+        let kind = kind.into_library_kind()?;
         // An IMPL library may add kernels to `prim` ops (only defining into `prim` is reserved;
         // `tp` holds the builtins, which take no registrations at all).
         let valid = if kind == LibraryKind::Impl && namespace == "prim" {
@@ -97,22 +79,40 @@ impl Library {
     }
 
     /// Defines an operator from a schema like `"add(Tensor a, Tensor b) -> Tensor"` (a full
-    /// `"ns::op(...)"` string may be pasted). `alias_analysis` and `tags` are accepted for
-    /// compatibility and ignored. Returns the qualified name.
+    /// `"ns::op(...)"` string may be pasted). `alias_analysis` (`""`, `"FROM_SCHEMA"`,
+    /// `"PURE_FUNCTION"`) and `tags` (`"pt2_compliant_tag"`, …) are the seed's strings; see
+    /// [`Library::define_with`] for the typed form. Returns the qualified name.
     pub fn define(&self, schema: &str, alias_analysis: &str, tags: &[&str]) -> Result<String> {
-        let _ = (alias_analysis, tags);
+        self.define_with(schema, DefineOptions::parse(alias_analysis, tags)?)
+    }
+
+    /// [`Library::define`] with typed options.
+    ///
+    /// ```
+    /// use tensorplay_runtime::library::{AliasAnalysis, DefineOptions, Kind, Library, Tag, op_handle};
+    /// let lib = Library::new("docs_define_with", Kind::Def)?;
+    /// let opts = DefineOptions { alias_analysis: AliasAnalysis::PureFunction, tags: vec![Tag::Pointwise] };
+    /// let name = lib.define_with("scale(Tensor x, float s) -> Tensor", opts)?;
+    /// assert_eq!(op_handle(name.as_str())?.tags(), vec![Tag::Pointwise]);
+    /// // A pure function may not write its inputs:
+    /// let pure = DefineOptions { alias_analysis: AliasAnalysis::PureFunction, ..Default::default() };
+    /// assert!(lib.define_with("bump(Tensor(a!) x) -> ()", pure).is_err());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn define_with(&self, schema: &str, options: DefineOptions) -> Result<String> {
         if self.kind == LibraryKind::Impl {
             return Err(Error::Registration(format!(
                 "Library(\"{}\", \"IMPL\") can only add kernels; define ops in a DEF or FRAGMENT library",
                 self.ns
             )));
         }
-        define_op(schema, Some(&self.ns), self.owner, true)
+        define_op(schema, Some(&self.ns), self.owner, true, &options)
     }
 
     /// Registers `f` as the kernel of `op_name` for `device_type` (a device `"CPU"`/`"CUDA"` or a
     /// `Composite…` key → the device-agnostic slot); a non-empty `dispatch_key` wins over
     /// `device_type`. With `allow_override == false`, an existing kernel in that slot is an error.
+    /// [`Library::impl_with`] is the typed form.
     pub fn r#impl<M, F: IntoKernel<M>>(
         &self,
         op_name: &str,
@@ -128,14 +128,49 @@ impl Library {
             (dispatch_key, "dispatch_key")
         };
         // Errors name the parameter the caller actually filled in.
-        let slots = [Slot::parse(op.qualname(), arg, key)?];
-        if !allow_override && let Some(s) = slots.iter().find(|s| op.kernel_in(**s).is_some()) {
+        let slot = Slot::parse(op.qualname(), arg, key)?;
+        self.impl_in_slot(op, slot, f, allow_override)
+    }
+
+    /// Registers `f` as the kernel of `op_name` in the slot `options` select.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{Tensor, DType};
+    /// use tensorplay_runtime::library::{ImplOptions, Kind, Library, Slot, op_handle};
+    /// let lib = Library::new("docs_impl_with", Kind::Def)?;
+    /// lib.define("neg2(Tensor x) -> Tensor", "", &[])?;
+    /// let cpu = ImplOptions { device_type: Slot::Cpu, ..ImplOptions::default() };
+    /// lib.impl_with("neg2", |x: &Tensor| x.neg(), cpu.clone())?;
+    /// assert!(lib.impl_with("neg2", |x: &Tensor| x.neg(), cpu).is_err()); // allow_override: false
+    /// let y = op_handle("docs_impl_with::neg2")?.call1((&Tensor::ones(&[2], DType::F32),))?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![-1.0, -1.0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn impl_with<M, F: IntoKernel<M>>(
+        &self,
+        op_name: &str,
+        f: F,
+        options: ImplOptions,
+    ) -> Result<()> {
+        let op = registry().get(&self.qualify(op_name)?)?;
+        let slot = options.slot(op.qualname())?;
+        self.impl_in_slot(op, slot, f, options.allow_override)
+    }
+
+    fn impl_in_slot<M, F: IntoKernel<M>>(
+        &self,
+        op: Arc<Operator>,
+        slot: Slot,
+        f: F,
+        allow_override: bool,
+    ) -> Result<()> {
+        if !allow_override && op.kernel_in(slot).is_some() {
             return Err(Error::Registration(format!(
-                "`{}` already has a {s} kernel (allow_override is false)",
+                "`{}` already has a {slot} kernel (allow_override is false)",
                 op.qualname()
             )));
         }
-        CustomOpDef::from_operator(op).register_kernel_slots(&slots, f, self.owner)?;
+        CustomOpDef::from_operator(op).register_kernel_slots(&[slot], f, self.owner)?;
         Ok(())
     }
 
@@ -165,6 +200,7 @@ pub(crate) fn define_op(
     default_ns: Option<&str>,
     owner: Owner,
     strict: bool,
+    options: &DefineOptions,
 ) -> Result<String> {
     // The seed's loose spelling (`ns::add(Tensor, Tensor)`) is completed only when the text does
     // not parse as given, so errors keep pointing into the caller's text.
@@ -187,10 +223,12 @@ pub(crate) fn define_op(
     let qualname = schema.qualified_name();
     check_definable(&qualname)?;
     validate::check_definition(&schema)?;
+    options.alias_analysis.check(&schema)?;
     if !strict
         && let Some(existing) = registry().find(&qualname)
         && existing.origin() == Origin::Defined
         && existing.schema() == &schema
+        && existing.tags() == options.tags
     {
         return Ok(qualname);
     }
@@ -202,6 +240,7 @@ pub(crate) fn define_op(
         None,
         None,
     ));
+    op.set_tags(dedup_tags(&options.tags));
     registry()
         .insert(op, |existing| match existing.origin() {
             Origin::Defined => Err(Error::Registration(format!(
@@ -214,4 +253,15 @@ pub(crate) fn define_op(
         })
         .map(|_| ())?;
     Ok(qualname)
+}
+
+/// Tags in first-seen order, each once.
+fn dedup_tags(tags: &[Tag]) -> Vec<Tag> {
+    let mut out: Vec<Tag> = Vec::new();
+    for t in tags {
+        if !out.contains(t) {
+            out.push(*t);
+        }
+    }
+    out
 }

@@ -9,6 +9,7 @@
 //! `lib: Option<&Library>` makes a registration owned by (and removed with) that library.
 
 pub mod autograd;
+pub mod autograd_typed;
 pub(crate) mod backend;
 pub mod bind;
 pub mod call_args;
@@ -18,6 +19,7 @@ pub mod fake_ctx;
 pub mod infer_schema;
 pub mod lib_handle;
 pub mod log;
+pub mod options;
 pub(crate) mod register;
 pub mod registry;
 pub mod triton;
@@ -30,6 +32,7 @@ use std::sync::Arc;
 use tensorplay_ir::{DType, Error, Result};
 
 pub use autograd::{AutogradCtx, Grad, IntoGrads};
+pub use autograd_typed::{BackwardArgs, FromArgs, SavedState};
 pub use call_args::CallArgs;
 pub use custom_op::{
     CustomOp, CustomOpBuilder, CustomOpDef, KernelEnabledGuard, custom_op, triton_op,
@@ -37,7 +40,10 @@ pub use custom_op::{
 pub use device_types::{DeviceType, DeviceTypes};
 pub use fake_ctx::{DynamicSize, FakeCtx, get_ctx};
 pub use infer_schema::{IntoPrototype, MutatesArgs, Prototype, infer_schema};
-pub use lib_handle::{Library, LibraryKind};
+pub use lib_handle::Library;
+pub use options::{
+    AliasAnalysis, DefineOptions, ImplOptions, IntoLibraryKind, Kind, LibraryKind, Tag,
+};
 pub use registry::{KernelFn, Operator, Owner, Slot, registry};
 pub use triton::{
     CpuLauncher, GpuImage, GpuKernel, GridLauncher, LaunchArg, ProgramArg, TritonKernel,
@@ -149,7 +155,14 @@ pub fn define(qualname: &str, schema: Option<&str>, lib: Option<&Library>) -> Re
             "define(`{qualname}`) needs a schema: pass `ns::op(Tensor x) -> Tensor` or a schema argument"
         )));
     }
-    lib_handle::define_op(&text, lib.map(|l| l.namespace()), owner(lib), false).map(|_| ())
+    lib_handle::define_op(
+        &text,
+        lib.map(|l| l.namespace()),
+        owner(lib),
+        false,
+        &options::DefineOptions::default(),
+    )
+    .map(|_| ())
 }
 
 /// Registers `func` as a kernel of `qualname` for `types` (`"CPU"`/`"CUDA"`/`"cpu"`/`"cuda"` or a
@@ -212,6 +225,23 @@ pub fn register_autograd<G: IntoGrads>(
     lib: Option<&Library>,
 ) -> Result<()> {
     handle(op)?.register_autograd_owned(backward, setup_context, owner(lib))?;
+    Ok(())
+}
+
+/// Registers an autograd formula with typed closures (see
+/// [`CustomOpDef::register_autograd_typed`]); `lib` scopes it to a [`Library`].
+pub fn register_autograd_typed<A, S, G>(
+    op: impl OpLike,
+    setup: impl Fn(A, &[Tensor]) -> Result<S> + Send + Sync + 'static,
+    backward: impl Fn(&S, &BackwardArgs<'_>) -> Result<G> + Send + Sync + 'static,
+    lib: Option<&Library>,
+) -> Result<()>
+where
+    A: FromArgs,
+    S: SavedState,
+    G: IntoGrads,
+{
+    handle(op)?.register_autograd_typed_owned(setup, backward, owner(lib))?;
     Ok(())
 }
 

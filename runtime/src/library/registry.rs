@@ -15,6 +15,7 @@ use tensorplay_ir::schema::Schema;
 use tensorplay_ir::{DType, Device, Error, OpClass, Result};
 
 use super::autograd::AutogradImpl;
+use super::options::Tag;
 use super::triton::TritonInfo;
 use super::vmap_rule::VmapRule;
 use crate::ops::{OpDef, all_ops};
@@ -248,6 +249,8 @@ pub(crate) struct Registrations {
     /// Per device type (`cpu`/`cuda`): the dtype floating inputs are cast to.
     pub(crate) autocast: SlotMap<Stack<Entry<DType>>>,
     pub(crate) vmap: Stack<Entry<VmapRule>>,
+    /// The definition's tags (set before the op is published).
+    pub(crate) tags: Vec<Tag>,
 }
 
 impl Registrations {
@@ -331,6 +334,15 @@ impl Operator {
             regs: RwLock::new(Registrations::default()),
             successor: RwLock::new(None),
         }
+    }
+
+    /// The tags the definition carries.
+    pub fn tags(&self) -> Vec<Tag> {
+        self.regs.read().tags.clone()
+    }
+
+    pub(crate) fn set_tags(&self, tags: Vec<Tag>) {
+        self.regs.write().tags = tags;
     }
 
     /// `ns::name` or `ns::name.overload`.

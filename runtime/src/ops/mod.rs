@@ -23,6 +23,7 @@ pub mod unary;
 use tensorplay_ir::{DType, OpClass, Result, Shape};
 
 pub use lowering::{DTypeRule, Lower, Pointwise};
+pub use unary::{GeluApproximate, IntoGeluApproximate};
 
 use crate::tensor::Tensor;
 use crate::value::Args;
@@ -182,6 +183,26 @@ pub fn all_ops() -> Vec<&'static OpDef> {
 /// # Ok::<(), tensorplay_runtime::Error>(())
 /// ```
 pub fn call(qualname: &str, args: &[crate::value::Value]) -> Result<Vec<Tensor>> {
+    call_kw(qualname, args, &[])
+}
+
+/// [`call`] with keyword arguments (`&[("max", 0.5.into())]`), bound to the schema like
+/// positional ones — the same form `CustomOpDef::call_kw` takes.
+///
+/// ```
+/// use tensorplay_runtime::{ops, Tensor, DType};
+/// let x = Tensor::ones(&[2], DType::F32);
+/// let y = ops::call_kw("tp::clamp", &[x.clone().into()], &[("max", 0.5.into())])?;
+/// assert_eq!(y[0].to_vec::<f32>()?, vec![0.5, 0.5]);
+/// let err = ops::call_kw("tp::clamp", &[x.into()], &[("nope", 1.0.into())]).unwrap_err().to_string();
+/// assert!(err.contains("nope"), "{err}");
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn call_kw(
+    qualname: &str,
+    args: &[crate::value::Value],
+    kwargs: &[(&str, crate::value::Value)],
+) -> Result<Vec<Tensor>> {
     let op = crate::library::registry().get(qualname)?;
-    crate::dispatch::call_operator(&op, args, &[])
+    crate::dispatch::call_operator(&op, args, &crate::library::call_args::kwargs_owned(kwargs))
 }

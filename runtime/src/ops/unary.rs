@@ -566,6 +566,24 @@ unary_math! {
     f32 = |x: f32| gelu_tanh(x as f64) as f32, f64 = gelu_tanh, int_fn = id
 }
 
+/// What [`Tensor::gelu`] accepts: a [`GeluApproximate`] or the seed's string (`"none"`,
+/// `"tanh"`; anything else is an argument error).
+pub trait IntoGeluApproximate {
+    fn into_gelu_approximate(self) -> Result<GeluApproximate>;
+}
+
+impl IntoGeluApproximate for GeluApproximate {
+    fn into_gelu_approximate(self) -> Result<GeluApproximate> {
+        Ok(self)
+    }
+}
+
+impl IntoGeluApproximate for &str {
+    fn into_gelu_approximate(self) -> Result<GeluApproximate> {
+        GeluApproximate::parse(self)
+    }
+}
+
 /// Which form of gelu a call asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GeluApproximate {
@@ -587,6 +605,14 @@ impl GeluApproximate {
                 "\"none\" or \"tanh\"",
                 format!("{other:?}"),
             )),
+        }
+    }
+
+    /// The seed's spelling (`"none"`, `"tanh"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GeluApproximate::None => "none",
+            GeluApproximate::Tanh => "tanh",
         }
     }
 
@@ -668,21 +694,24 @@ pub static GELU: OpDef = OpDef {
 };
 
 impl Tensor {
-    /// Gaussian error linear unit; `approximate` is `"none"` (erf form) or `"tanh"`; anything
-    /// else is an argument error.
+    /// Gaussian error linear unit; `approximate` is [`GeluApproximate::None`] (erf form) or
+    /// [`GeluApproximate::Tanh`], or the seed's `"none"`/`"tanh"`; any other string is an
+    /// argument error.
     ///
     /// ```
-    /// use tensorplay_runtime::Tensor;
+    /// use tensorplay_runtime::{Tensor, ops::GeluApproximate};
     /// let x = Tensor::from_vec(vec![-1.0f64, 0.0, 2.0], &[3])?;
-    /// let exact = x.gelu("none")?.to_vec::<f64>()?;
+    /// let exact = x.gelu(GeluApproximate::None)?.to_vec::<f64>()?;
     /// let approx = x.gelu("tanh")?.to_vec::<f64>()?;
+    /// assert_eq!(x.gelu(GeluApproximate::Tanh)?.to_vec::<f64>()?, approx);
     /// assert!((exact[2] - 1.954_499_736_103_642).abs() < 1e-12);
     /// assert!((approx[2] - exact[2]).abs() < 1e-3);
     /// assert!(x.gelu("fast").is_err());
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
-    pub fn gelu(&self, approximate: &str) -> Result<Tensor> {
-        call1(&GELU, &[self.into(), approximate.into()])
+    pub fn gelu(&self, approximate: impl IntoGeluApproximate) -> Result<Tensor> {
+        let approximate = approximate.into_gelu_approximate()?;
+        call1(&GELU, &[self.into(), approximate.as_str().into()])
     }
 }
 
