@@ -177,7 +177,7 @@ pub(crate) fn exp_nonpos_f32(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4; // 355 / 512, exact in 9 bits
     const LN2_LO: f32 = -2.121_944_4e-4; // ln 2 - LN2_HI
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
-    const TWO_M64: f32 = 5.421_010_9e-20; // 2^-64
+    const TWO_M64: f32 = f32::from_bits(0x1f80_0000); // 2^-64
     // The clamp keeps 2^(k+64) a normal number (k in [-150, 91]); below -104 the result rounds
     // to 0 anyway. NaN fails both comparisons and stays NaN.
     let xc = x.clamp(-104.0, 63.0);
