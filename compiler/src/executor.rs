@@ -931,18 +931,30 @@ impl CompiledGraph {
             }
             let out_refs: SmallVec<[&Tensor; 4]> = outs.iter().collect();
             let iter_shape = Some(shapes[r.iter_value].as_slice());
+            // A region hook (verification of another backend) may run the region instead.
+            let hooked = match crate::codegen::hook::current() {
+                Some(hook) => {
+                    let plan = plan_launch(&r.lowered.spec, &in_refs, &out_refs, iter_shape)?;
+                    hook.run(&r.lowered.spec, &plan, &r.params)?
+                }
+                None => false,
+            };
             // The lock is held only to clone the entry: concurrent runs of the graph launch in
             // parallel.
-            let last = r.last.lock().clone();
+            let last = if hooked { None } else { r.last.lock().clone() };
             let reused = match &last {
                 Some(c) => c
                     .kernel
                     .relaunch(&c.plan, &in_refs, &out_refs, iter_shape, &r.params)?,
                 None => false,
             };
-            if !reused {
+            if !reused && !hooked {
                 let spec = &r.lowered.spec;
                 let plan = plan_launch(spec, &in_refs, &out_refs, iter_shape)?;
+                if logging::enabled("cuda") {
+                    // The region's CUDA translation, printed once per structure.
+                    crate::codegen::cuda::get_or_emit(spec, &plan.layout().into())?;
+                }
                 let kernel = match last {
                     Some(c) if c.kernel.layout() == plan.layout() => c.kernel.clone(),
                     _ => cache::get_or_compile(spec, plan.layout())?,

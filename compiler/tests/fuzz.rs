@@ -1303,3 +1303,43 @@ fn compiled_gradients_match_eager_on_random_programs() {
         "too few programs differentiated"
     );
 }
+
+// ---- the fuzz sample on the CUDA backend, without a GPU -----------------------------------------
+
+#[path = "common/cuda_emu.rs"]
+mod cuda_emu;
+
+/// A sample of random programs (`TP_CUDA_FUZZ_CASES`, default 300, from the default seed) checked
+/// as above, with every fused region compiled by NVRTC (sm_90 PTX) and executed by its generated
+/// CUDA kernel under the host emulation, against eager with the same error analysis.
+#[test]
+fn cuda_emulated_kernels_match_eager_on_a_fuzz_sample() {
+    if std::env::var("TP_BULK_MATH").is_ok_and(|v| v == "0") {
+        println!("cuda-emulation: skipped: TP_BULK_MATH=0 changes only the CPU kernels");
+        return;
+    }
+    let cases = env_u64("TP_CUDA_FUZZ_CASES").unwrap_or(300) as u32;
+    let programs = std::cell::RefCell::new(Vec::new());
+    let mut runner = TestRunner::new_with_rng(
+        Config {
+            cases,
+            failure_persistence: None,
+            ..Config::default()
+        },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes(DEFAULT_SEED)),
+    );
+    runner
+        .run(&program_strategy(), |p| {
+            programs.borrow_mut().push(p);
+            Ok(())
+        })
+        .expect("generating programs");
+    let programs = programs.into_inner();
+    cuda_emu::check("fuzz sample", || {
+        for p in &programs {
+            if let Err(e) = check_program(p) {
+                panic!("compiled (CUDA emulation) != eager:\n{p}\n{e}");
+            }
+        }
+    });
+}
