@@ -45,7 +45,6 @@ use tensorplay_runtime::{DType, Result, Tensor};
 mod fuzzgen;
 // The numerics contract's comparisons, shared with the regression tests (not all used here).
 #[path = "common/numerics.rs"]
-#[allow(dead_code)]
 mod numerics;
 
 use fuzzgen::*;

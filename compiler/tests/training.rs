@@ -10,13 +10,16 @@ fn leaf(shape: &[usize], seed: u64) -> Result<Tensor> {
 }
 
 /// Gradients of `f(inputs)[0]` (summed) with respect to `inputs`, through `run`.
+/// Output values and, per input, its gradient (when it has one).
+type ValuesAndGrads = (Vec<f32>, Vec<Option<Vec<f32>>>);
+
 fn grads(
     run: &dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>,
     inputs: &[Tensor],
-) -> Result<(Vec<f32>, Vec<Option<Vec<f32>>>)> {
+) -> Result<ValuesAndGrads> {
     let out = run(inputs)?;
     let loss = out[0].sum_all()?;
-    let g = autograd::grad(&[loss.clone()], inputs, &[None], false)?;
+    let g = autograd::grad(std::slice::from_ref(&loss), inputs, &[None], false)?;
     Ok((
         out[0].to_vec::<f32>()?,
         g.into_iter()
