@@ -33,6 +33,7 @@
 //! `common/fuzzgen.rs`, shared with the IR round-trip test; this file holds the error analysis and
 //! the comparison.
 
+use std::io::Write as _;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -1314,7 +1315,11 @@ mod cuda_emu;
 #[test]
 fn cuda_emulated_kernels_match_eager_on_a_fuzz_sample() {
     if std::env::var("TP_BULK_MATH").is_ok_and(|v| v == "0") {
-        println!("cuda-emulation: skipped: TP_BULK_MATH=0 changes only the CPU kernels");
+        // Straight to stderr, past the harness's capture, so the CI log shows the skip.
+        let _ = writeln!(
+            std::io::stderr(),
+            "cuda-emulation: skipped: TP_BULK_MATH=0 changes only the CPU kernels"
+        );
         return;
     }
     let cases = env_u64("TP_CUDA_FUZZ_CASES").unwrap_or(300) as u32;

@@ -12,6 +12,16 @@
 
 #![allow(dead_code)]
 
+/// Prints a count or skip line straight to the process's stderr, past the test harness's output
+/// capture, so CI logs show what the CUDA checks proved (or why they skipped) without
+/// `--nocapture`.
+macro_rules! ci_line {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::rc::Rc;
@@ -88,7 +98,7 @@ pub fn nvrtc_compile_all(kernels: &[Arc<CudaKernel>], what: &str) -> Option<usiz
     let nv = match nvrtc::load() {
         Ok(nv) => nv,
         Err(e) if !required() => {
-            println!("nvrtc: skipped ({what}): {e}");
+            ci_line!("nvrtc: skipped ({what}): {e}");
             return None;
         }
         Err(e) => panic!("NVRTC is required here (TP_REQUIRE_NVRTC or CI is set): {e}"),
@@ -108,7 +118,7 @@ pub fn nvrtc_compile_all(kernels: &[Arc<CudaKernel>], what: &str) -> Option<usiz
         }
     }
     let (major, minor) = nv.version();
-    println!(
+    ci_line!(
         "nvrtc: compiled {} kernels for sm_90 ({what}; NVRTC {major}.{minor}, {:.1} s)",
         kernels.len(),
         t0.elapsed().as_secs_f64()
@@ -132,7 +142,7 @@ pub fn check(what: &str, body: impl Fn()) -> Option<usize> {
             if required() {
                 panic!("a C++ compiler (CXX or g++) is required for the CUDA emulation");
             }
-            println!("cuda-emulation: skipped ({what}): no C++ compiler (CXX or g++)");
+            ci_line!("cuda-emulation: skipped ({what}): no C++ compiler (CXX or g++)");
             return None;
         }
         Some(
@@ -162,7 +172,7 @@ pub fn check(what: &str, body: impl Fn()) -> Option<usize> {
         missed.join("\n")
     );
     let _ = std::fs::remove_dir_all(&dir);
-    println!(
+    ci_line!(
         "cuda-emulation: {used} kernels matched eager ({what}; {} launches emulated, {} above \
          the emulation budget on the CPU; build {built:.1} s, total {:.1} s)",
         runner.launches.get(),
