@@ -64,6 +64,8 @@ struct TraceState {
 
 struct Tracer {
     state: RefCell<TraceState>,
+    /// A joint (forward + backward) capture for compiled training.
+    joint: bool,
 }
 
 fn attr_of(v: &Value) -> Option<Attr> {
@@ -134,6 +136,33 @@ fn constant_of(t: &Tensor) -> Result<Constant> {
 }
 
 impl TraceState {
+    /// Adds a graph input of example shape `shape`. Under `dynamic`, sizes 0 and 1 are
+    /// specialised (they change what broadcasting and empty tensors do); every other size becomes
+    /// the next symbol `s{next_sym}`, with its example value as hint (guarded to stay >= 2).
+    fn add_input(
+        &mut self,
+        name: String,
+        m: &TensorMeta,
+        shape: &[usize],
+        dynamic: bool,
+        next_sym: &mut u32,
+    ) -> ValueRef {
+        let mut meta = m.clone();
+        if dynamic {
+            for (d, &n) in meta.shape.iter_mut().zip(shape) {
+                if n >= 2 {
+                    *d = Dim::Sym(*next_sym);
+                    *next_sym += 1;
+                    self.hints.push(n as i64);
+                }
+            }
+        }
+        let v = self.builder.input(name, meta.clone());
+        self.sym_dims
+            .insert(v, meta.shape.iter().map(|d| d.to_expr()).collect());
+        v
+    }
+
     fn value_of(&mut self, t: &Tensor) -> Result<ValueRef> {
         if let Some(v) = self.values.get(&t.identity()) {
             return Ok(*v);
@@ -394,6 +423,24 @@ impl Tracer {
         args: &[Value],
         reason: String,
     ) -> Result<Vec<Tensor>> {
+        if self.joint
+            && !op.has_autograd()
+            && tensorplay_runtime::autograd::is_grad_enabled()
+            && args
+                .iter()
+                .flat_map(Value::tensors)
+                .any(Tensor::requires_grad)
+        {
+            return Err(Error::compile(
+                CompileKind::Capture,
+                format!(
+                    "`{}` runs as an opaque node under capture ({reason}) but has no autograd \
+                     formula, and an input requires grad: a compiled backward cannot \
+                     differentiate through its kernel; register one with register_autograd",
+                    op.qualname()
+                ),
+            ));
+        }
         if !op.runs_on_fake() {
             return Err(Error::compile(
                 CompileKind::Capture,
@@ -475,6 +522,14 @@ impl CaptureHook for Tracer {
         Some(SymInt::symbolic(e, hint))
     }
 
+    fn on_alias(&self, from: &Tensor, to: &Tensor) {
+        let mut st = self.state.borrow_mut();
+        if let Some(&v) = st.values.get(&from.identity()) {
+            st.values.insert(to.identity(), v);
+            st.keep_alive.push(to.clone());
+        }
+    }
+
     fn on_builtin(&self, op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
         self.record_builtin(op, args)
     }
@@ -522,13 +577,34 @@ pub fn capture(
     inputs: &[TensorMeta],
     opts: CaptureOptions,
 ) -> Result<Graph> {
+    capture_joint(f, inputs, opts, &[], |_, outs, _| Ok(outs))
+}
+
+/// Makes a new graph input shaped like a proxy (for the tangents of a joint capture).
+pub(crate) type NewInput<'a> = dyn FnMut(&Tensor) -> Result<Tensor> + 'a;
+
+/// [`capture`] for compiled training: inputs `i` with `requires_grad[i]` get proxies that require
+/// grad (so the autograd layer above capture records backward nodes over proxies), and `then`
+/// runs with the hook still installed on the closure's outputs — to run the backward on proxies,
+/// whose ops are recorded too. `then` may add graph inputs (tangents) and returns the graph's
+/// outputs. A joint capture refuses an opaque custom op that has no autograd formula but gets an
+/// input that requires grad: eager differentiates through its kernel's ops, which the opaque node
+/// hides.
+pub(crate) fn capture_joint(
+    f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
+    inputs: &[TensorMeta],
+    opts: CaptureOptions,
+    requires_grad: &[bool],
+    then: impl FnOnce(&[Tensor], Vec<Tensor>, &mut NewInput) -> Result<Vec<Tensor>>,
+) -> Result<Graph> {
     let tracer = Rc::new(Tracer {
         state: RefCell::new(TraceState::default()),
+        joint: requires_grad.iter().any(|&r| r),
     });
     let mut proxies = Vec::with_capacity(inputs.len());
+    let mut next_sym = 0u32;
     {
         let mut st = tracer.state.borrow_mut();
-        let mut next_sym = 0u32;
         for (i, m) in inputs.iter().enumerate() {
             let shape = m.static_shape().ok_or_else(|| {
                 Error::compile(
@@ -536,22 +612,11 @@ pub fn capture(
                     format!("capture needs concrete example shapes; input {i} is {m}"),
                 )
             })?;
-            let proxy = Tensor::empty_fake(&shape, m.dtype, m.device);
-            let mut meta = m.clone();
-            if opts.dynamic {
-                // Sizes 0 and 1 are specialised (they change what broadcasting and empty
-                // tensors do); every other size is a symbol, guarded to stay >= 2.
-                for (d, &n) in meta.shape.iter_mut().zip(&shape) {
-                    if n >= 2 {
-                        *d = Dim::Sym(next_sym);
-                        next_sym += 1;
-                        st.hints.push(n as i64);
-                    }
-                }
+            let mut proxy = Tensor::empty_fake(&shape, m.dtype, m.device);
+            if requires_grad.get(i).copied().unwrap_or(false) {
+                proxy = proxy.requires_grad_(true)?;
             }
-            let v = st.builder.input(format!("x{i}"), meta.clone());
-            st.sym_dims
-                .insert(v, meta.shape.iter().map(|d| d.to_expr()).collect());
+            let v = st.add_input(format!("x{i}"), m, &shape, opts.dynamic, &mut next_sym);
             st.values.insert(proxy.identity(), v);
             st.keep_alive.push(proxy.clone());
             proxies.push(proxy);
@@ -559,7 +624,22 @@ pub fn capture(
     }
     let outs = {
         let _hook = install(tracer.clone());
-        f(&proxies)?
+        let outs = f(&proxies)?;
+        let mut extra = 0usize;
+        let n_inputs = inputs.len();
+        let mut new_input = |like: &Tensor| -> Result<Tensor> {
+            let _off = suspend();
+            let m = like.meta();
+            let proxy = Tensor::empty_fake(like.shape(), m.dtype, m.device);
+            let mut st = tracer.state.borrow_mut();
+            let name = format!("x{}", n_inputs + extra);
+            let v = st.add_input(name, &m, like.shape(), opts.dynamic, &mut next_sym);
+            extra += 1;
+            st.values.insert(proxy.identity(), v);
+            st.keep_alive.push(proxy.clone());
+            Ok(proxy)
+        };
+        then(&proxies, outs, &mut new_input)?
     };
     let mut st = tracer.state.borrow_mut();
     let results = outs

@@ -55,6 +55,8 @@ pub struct CompiledFn {
     limit: usize,
     /// Calls that ran eagerly because the limit was reached.
     eager: AtomicUsize,
+    /// Graphs for calls that need gradients (forward + compiled backward), kept apart.
+    training: crate::aot::TrainingCache,
 }
 
 type BatchedFns = HashMap<(Vec<Option<i64>>, &'static str), Arc<CompiledFn>>;
@@ -74,6 +76,11 @@ impl CompiledFn {
     pub fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         if let Some(peeled) = tensorplay_runtime::vmap::peel(inputs)? {
             return self.call_batched(peeled);
+        }
+        if tensorplay_runtime::autograd::is_grad_enabled()
+            && inputs.iter().any(Tensor::requires_grad)
+        {
+            return self.call_training(inputs);
         }
         let autocast = tensorplay_runtime::autocast::state();
         let (candidates, held) = {
@@ -130,6 +137,96 @@ impl CompiledFn {
             }
         }
         compiled.run(inputs)
+    }
+
+    /// A call that needs gradients: a compiled forward + backward pair (see [`crate::aot`]),
+    /// found, captured or — past the recompile limit — replaced by an eager run, like
+    /// [`CompiledFn::call`].
+    fn call_training(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        use crate::aot::TrainingEntry;
+        let autocast = tensorplay_runtime::autocast::state();
+        let (candidates, held) = {
+            let entries = self.training.entries.lock();
+            let found: Vec<Arc<TrainingEntry>> = entries
+                .iter()
+                .rev()
+                .filter(|(e, state)| *state == autocast && e.accepts(inputs))
+                .map(|(e, _)| e.clone())
+                .collect();
+            (found, entries.len())
+        };
+        for e in candidates {
+            if let Admission::Run(shapes) = e.admit(inputs)? {
+                return e.run_admitted(inputs, &shapes);
+            }
+        }
+        if held >= self.limit {
+            self.eager.fetch_add(1, Ordering::Relaxed);
+            logging::log("recompiles", || {
+                format!(
+                    "recompile limit ({}) reached for training graphs: running eagerly",
+                    self.limit
+                )
+            });
+            return (self.f)(inputs);
+        }
+        logging::log("recompiles", || {
+            let misses: Vec<String> = self
+                .training
+                .entries
+                .lock()
+                .iter()
+                .enumerate()
+                .map(|(i, (e, _))| {
+                    let why = e
+                        .guard_failure(inputs)
+                        .unwrap_or_else(|| "size guards".into());
+                    format!("  training graph {}: {why}", i + 1)
+                })
+                .collect();
+            format!(
+                "compiling training graph {}\n{}",
+                held + 1,
+                misses.join("\n")
+            )
+        });
+        let (entry, reason) = TrainingEntry::new(&*self.f, inputs, self.opts)?;
+        if let Some(r) = reason {
+            self.training.fallbacks.lock().push(r);
+        }
+        let out = match entry.admit(inputs)? {
+            Admission::Run(shapes) => entry.run_admitted(inputs, &shapes)?,
+            Admission::Miss(why) => {
+                return Err(tensorplay_ir::Error::compile(
+                    tensorplay_ir::CompileKind::Guard,
+                    format!("a freshly captured training graph rejects its own inputs: {why}"),
+                ));
+            }
+        };
+        let mut entries = self.training.entries.lock();
+        if entries.len() < self.limit {
+            entries.push((Arc::new(entry), autocast));
+        }
+        Ok(out)
+    }
+
+    /// The most recently compiled training graph (forward + backward), if any.
+    pub fn latest_training(&self) -> Option<Arc<crate::aot::TrainingGraph>> {
+        self.training
+            .entries
+            .lock()
+            .iter()
+            .rev()
+            .find_map(|(e, _)| match &**e {
+                crate::aot::TrainingEntry::Compiled(t) => Some(t.clone()),
+                crate::aot::TrainingEntry::Interpreted(_) => None,
+            })
+    }
+
+    /// Why calls that need gradients could not get a compiled backward (one reason per graph
+    /// that runs through the interpreter instead; also logged under `TP_LOGS=fallback`).
+    pub fn training_fallbacks(&self) -> Vec<String> {
+        self.training.fallbacks.lock().clone()
     }
 
     /// `vmap(compile(f))`: a call on batched inputs runs `compile(vmap(f))` on their physical
@@ -207,9 +304,10 @@ impl CompiledFn {
         self.eager.load(Ordering::Relaxed)
     }
 
-    /// How many graphs have been compiled (one per guard miss).
+    /// How many graphs have been compiled (one per guard miss; a training graph — forward and
+    /// backward — counts once).
     pub fn num_compiled(&self) -> usize {
-        self.entries.lock().len()
+        self.entries.lock().len() + self.training.entries.lock().len()
     }
 
     /// The most recently compiled graph, if any (for `explain()` and `to_dot()`).
@@ -250,5 +348,6 @@ pub fn compile_with(
         batched: Mutex::new(HashMap::new()),
         limit: DEFAULT_RECOMPILE_LIMIT,
         eager: AtomicUsize::new(0),
+        training: Default::default(),
     }
 }

@@ -888,6 +888,78 @@ impl CompiledGraph {
         Ok(())
     }
 
+    /// Runs a graph that is a single pointwise region writing `dests[k]` as its output `k`
+    /// instead of fresh buffers (how the fused optimizers write their new state into buffers
+    /// they keep). A destination must be a real tensor of the output's shape and dtype whose
+    /// memory no input covers: a staged kernel may read an input again after writing an output,
+    /// so a kernel never updates an operand in place. Each destination's version counter is
+    /// bumped.
+    pub fn run_into(&self, inputs: &[Tensor], dests: &[Tensor]) -> Result<()> {
+        let err = |msg: String| Error::compile(CompileKind::Launch, format!("run_into: {msg}"));
+        let [Exec::Region(r)] = self.steps.as_slice() else {
+            return Err(err(format!(
+                "the graph must be exactly one fused region, it has {} step(s)",
+                self.steps.len()
+            )));
+        };
+        let pointwise = matches!(
+            self.plan.regions.first().map(|x| &x.kind),
+            Some(RegionKind::Pointwise)
+        );
+        // Where each region output goes: the destination of the graph output it is.
+        let order: Option<Vec<usize>> = r
+            .outs
+            .iter()
+            .map(|o| self.output_ids.iter().position(|g| g == o))
+            .collect();
+        let distinct = {
+            let mut ids = self.output_ids.clone();
+            ids.sort_unstable();
+            ids.dedup();
+            ids.len() == self.output_ids.len()
+        };
+        let Some(order) =
+            order.filter(|_| pointwise && distinct && r.outs.len() == self.output_ids.len())
+        else {
+            return Err(err(
+                "the region must be pointwise and compute exactly the graph's (distinct) outputs"
+                    .into(),
+            ));
+        };
+        if dests.len() != self.output_ids.len() {
+            return Err(err(format!(
+                "{} destinations for {} outputs",
+                dests.len(),
+                self.output_ids.len()
+            )));
+        }
+        self.check_guards(inputs)?;
+        let shapes = match self.admit(inputs)? {
+            Admission::Run(s) => s,
+            Admission::Miss(why) => return Err(err(format!("guard failed: {why}"))),
+        };
+        for (k, (d, &o)) in dests.iter().zip(&self.output_ids).enumerate() {
+            if d.is_fake()
+                || d.shape() != shapes.shapes[o].as_slice()
+                || d.dtype() != self.dtypes[o]
+            {
+                return Err(err(format!(
+                    "destination {k} is {d:?}, the output is {}{}",
+                    self.dtypes[o],
+                    tensorplay_ir::shape::fmt_shape(&shapes.shapes[o])
+                )));
+            }
+        }
+        let _ac = tensorplay_runtime::autocast::suspend();
+        let mut env = self.env_with_inputs(inputs);
+        let outs = order.iter().map(|&k| dests[k].clone()).collect();
+        self.launch_region(r, &shapes.shapes, &mut env, outs)?;
+        for d in dests {
+            d.storage().bump_version();
+        }
+        Ok(())
+    }
+
     fn run_region(
         &self,
         r: &RegionRun,
@@ -901,6 +973,17 @@ impl CompiledGraph {
             // before anything reads it; if the launch fails, `outs` are dropped unread.
             .map(|&o| unsafe { Tensor::try_empty_uninit(&shapes[o], self.dtypes[o]) })
             .collect::<Result<_>>()?;
+        self.launch_region(r, shapes, env, outs)
+    }
+
+    /// Launches region `r` writing `outs`, then binds them in `env`.
+    fn launch_region(
+        &self,
+        r: &RegionRun,
+        shapes: &[Shape],
+        env: &mut [Option<Tensor>],
+        outs: SmallVec<[Tensor; 4]>,
+    ) -> Result<()> {
         // The operand references borrow `env` and `outs` until the launch is done.
         {
             let mut in_refs: SmallVec<[&Tensor; 8]> = SmallVec::with_capacity(r.ins.len());
@@ -914,18 +997,30 @@ impl CompiledGraph {
             }
             let out_refs: SmallVec<[&Tensor; 4]> = outs.iter().collect();
             let iter_shape = Some(shapes[r.iter_value].as_slice());
+            // A region hook (verification of another backend) may run the region instead.
+            let hooked = match crate::codegen::hook::current() {
+                Some(hook) => {
+                    let plan = plan_launch(&r.lowered.spec, &in_refs, &out_refs, iter_shape)?;
+                    hook.run(&r.lowered.spec, &plan, &r.params)?
+                }
+                None => false,
+            };
             // The lock is held only to clone the entry: concurrent runs of the graph launch in
             // parallel.
-            let last = r.last.lock().clone();
+            let last = if hooked { None } else { r.last.lock().clone() };
             let reused = match &last {
                 Some(c) => c
                     .kernel
                     .relaunch(&c.plan, &in_refs, &out_refs, iter_shape, &r.params)?,
                 None => false,
             };
-            if !reused {
+            if !reused && !hooked {
                 let spec = &r.lowered.spec;
                 let plan = plan_launch(spec, &in_refs, &out_refs, iter_shape)?;
+                if logging::enabled("cuda") {
+                    // The region's CUDA translation, printed once per structure.
+                    crate::codegen::cuda::get_or_emit(spec, &plan.layout().into())?;
+                }
                 let kernel = match last {
                     Some(c) if c.kernel.layout() == plan.layout() => c.kernel.clone(),
                     _ => cache::get_or_compile(spec, plan.layout())?,
@@ -976,6 +1071,14 @@ impl CompiledGraph {
             Self::call_node(call, &mut env, syms)?;
         }
         self.collect_outputs(&env)
+    }
+
+    /// The shapes of the graph's outputs for the inputs `entry` was inferred for.
+    pub(crate) fn output_shapes(&self, entry: &ShapeEntry) -> Vec<Shape> {
+        self.output_ids
+            .iter()
+            .map(|&i| entry.shapes.get(i).cloned().unwrap_or_default())
+            .collect()
     }
 
     /// Dense id of a graph value (for tests and tools).

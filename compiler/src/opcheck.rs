@@ -282,7 +282,9 @@ fn second_size(args: &[Value]) -> Result<Option<Vec<Value>>> {
 }
 
 /// Capture with dynamic shapes and compiled execution reproduce eager outputs (and mutated
-/// arguments) within tolerance, also at a second input size without recompiling.
+/// arguments) within tolerance, also at a second input size without recompiling; for an op
+/// that does not mutate, the same holds with inputs that require grad, gradients through the
+/// compiled backward included.
 fn test_aot_dispatch_dynamic(
     op: &std::sync::Arc<Operator>,
     args: &[Value],
@@ -332,6 +334,123 @@ fn test_aot_dispatch_dynamic(
     if f.num_compiled() != 1 {
         return Ok(Some(format!(
             "the second input size recompiled ({} graphs)",
+            f.num_compiled()
+        )));
+    }
+    if !op.schema().is_mutating() {
+        return aot_gradients(op, &sizes, opts);
+    }
+    Ok(None)
+}
+
+/// Every floating tensor argument copied as a leaf that requires grad.
+fn grad_leaves(args: &[Value]) -> Result<Vec<Value>> {
+    copy_args(args, &|t| {
+        let c = real_copy(t)?;
+        if c.dtype().is_float() {
+            c.requires_grad_(true)
+        } else {
+            Ok(c)
+        }
+    })
+}
+
+/// Outputs and gradients of `call` on grad-requiring copies of `args` (cotangents fixed per
+/// output); `Ok(None)` when nothing is differentiable.
+#[allow(clippy::type_complexity)]
+fn outputs_and_grads(
+    args: &[Value],
+    call: &dyn Fn(&[Value]) -> Result<Vec<Tensor>>,
+) -> Result<Option<(Vec<Tensor>, Vec<Option<Tensor>>)>> {
+    let args = grad_leaves(args)?;
+    let wrt: Vec<Tensor> = tensors(&args)
+        .into_iter()
+        .filter(Tensor::requires_grad)
+        .collect();
+    let outs = call(&args)?;
+    let roots: Vec<Tensor> = outs.iter().filter(|t| t.requires_grad()).cloned().collect();
+    if wrt.is_empty() || roots.is_empty() {
+        return Ok(None);
+    }
+    let cot: Vec<Option<Tensor>> = roots
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Tensor::rand_seeded(r.shape(), r.dtype(), 11 + i as u64).map(Some))
+        .collect::<Result<_>>()?;
+    let grads = grad(&roots, &wrt, &cot, false)?;
+    Ok(Some((outs.iter().map(Tensor::detach).collect(), grads)))
+}
+
+/// The op inside a compiled graph whose inputs require grad: the compiled backward (the op's
+/// autograd formula or its traced ops, captured with the forward) gives eager's gradients, at
+/// each size, without falling back to the interpreter and without recompiling.
+fn aot_gradients(
+    op: &std::sync::Arc<Operator>,
+    sizes: &[Vec<Value>],
+    opts: &OpcheckOptions,
+) -> Result<Option<String>> {
+    let template = sizes[0].clone();
+    let op2 = op.clone();
+    let f = compile(move |xs: &[Tensor]| {
+        let it = std::cell::RefCell::new(xs.iter().cloned());
+        let call_args = copy_args(&template, &|_| {
+            it.borrow_mut().next().ok_or_else(|| {
+                Error::compile(
+                    CompileKind::Launch,
+                    "opcheck: tensor argument count changed",
+                )
+            })
+        })?;
+        run(&op2, &call_args)
+    });
+    for (k, a) in sizes.iter().enumerate() {
+        let Some((want_out, want)) = outputs_and_grads(a, &|args| run(op, args))? else {
+            return Ok(None);
+        };
+        let got = outputs_and_grads(a, &|args| f.call(&tensors(args)));
+        let (got_out, got) = match got {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                return Ok(Some(format!(
+                    "compiled run {k} with inputs requiring grad returned no output that                      requires grad"
+                )));
+            }
+            Err(e) => {
+                return Ok(Some(format!(
+                    "compiled run {k} with inputs requiring grad failed (forward or compiled                      backward): {e}"
+                )));
+            }
+        };
+        if let Some(why) = f.training_fallbacks().first() {
+            return Ok(Some(format!(
+                "no compiled backward for inputs requiring grad: {why}"
+            )));
+        }
+        for (i, (g, e)) in got_out.iter().zip(&want_out).enumerate() {
+            if !close(g, e, opts)? {
+                return Ok(Some(format!(
+                    "compiled result {i} with inputs requiring grad differs from eager at input                      size {k}"
+                )));
+            }
+        }
+        for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+            let same = match (g, e) {
+                (Some(g), Some(e)) => g.shape() == e.shape() && close(g, e, opts)?,
+                (None, None) => true,
+                _ => false,
+            };
+            if !same {
+                return Ok(Some(format!(
+                    "the compiled backward's gradient of tensor input {i} differs from eager's \
+                     at input size {k} (does the backward read a tensor it did not save with \
+                     save_for_backward?)"
+                )));
+            }
+        }
+    }
+    if f.num_compiled() != 1 {
+        return Ok(Some(format!(
+            "the second input size recompiled the training graph ({} graphs)",
             f.num_compiled()
         )));
     }

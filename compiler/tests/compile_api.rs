@@ -19,6 +19,19 @@ fn ramp(shape: &[usize], dtype: DType) -> Tensor {
 }
 
 /// Bit-identical (NaN-aware) float contents, same dtype and shape.
+/// Equal within the numerics contract for f64 chains of transcendentals (compiled training runs
+/// generated kernels, not eager's).
+fn near(a: &Tensor, b: &Tensor) -> bool {
+    a.dtype() == b.dtype()
+        && a.shape() == b.shape()
+        && match (a.to_vec_f64(), b.to_vec_f64()) {
+            (Ok(x), Ok(y)) => x.iter().zip(&y).all(|(p, q)| {
+                (p.is_nan() && q.is_nan()) || (p - q).abs() <= 1e-12 * (1.0 + q.abs())
+            }),
+            _ => false,
+        }
+}
+
 fn same_bits(a: &Tensor, b: &Tensor) -> bool {
     a.dtype() == b.dtype()
         && a.shape() == b.shape()
@@ -471,27 +484,28 @@ fn gradients_through_a_compiled_function_equal_eager() -> Result<()> {
     );
     let eager = body(&[x.clone(), w.clone()])?;
     eager[0].add(&eager[1].sum_all()?)?.backward()?;
-    // Compiled: inputs requiring grad take the interpret path, which records autograd.
+    // Compiled: inputs requiring grad get a compiled forward and a compiled backward.
     let (xc, wc) = (
         x0.detach().requires_grad_(true)?,
         w0.detach().requires_grad_(true)?,
     );
     let got = f.call(&[xc.clone(), wc.clone()])?;
     assert!(got[0].requires_grad() && got[1].requires_grad());
+    assert_eq!(got[0].grad_fn_name(), Some("compiled_backward"));
     got[0].add(&got[1].sum_all()?)?.backward()?;
     for (k, (g, e)) in got.iter().zip(&eager).enumerate() {
-        assert!(same_bits(g, e), "output {k}");
+        assert!(near(g, e), "output {k}");
     }
     let (gx, ex) = (xc.grad().expect("x.grad"), x.grad().expect("eager x.grad"));
     let (gw, ew) = (wc.grad().expect("w.grad"), w.grad().expect("eager w.grad"));
-    assert!(same_bits(&gx, &ex) && same_bits(&gw, &ew));
+    assert!(near(&gx, &ex) && near(&gw, &ew));
     // Only one input requiring grad.
     let xc = x0.detach().requires_grad_(true)?;
     let got = f.call(&[xc.clone(), w0.clone()])?;
     got[0].backward()?;
     let x = x0.detach().requires_grad_(true)?;
     body(&[x.clone(), w0.clone()])?[0].backward()?;
-    assert!(same_bits(
+    assert!(near(
         &xc.grad().expect("x.grad"),
         &x.grad().expect("eager x.grad")
     ));
@@ -504,7 +518,9 @@ fn gradients_through_a_compiled_function_equal_eager() -> Result<()> {
     assert!(!x0.requires_grad(), "detach() leaves the original alone");
     let out = f.call(&[x0.clone(), w0.clone()])?;
     assert!(!out[0].requires_grad());
-    assert_eq!(f.num_compiled(), 1);
+    // Two training graphs (which inputs require grad is part of their guards) and one
+    // forward graph.
+    assert_eq!(f.num_compiled(), 3);
     Ok(())
 }
 
@@ -521,7 +537,7 @@ fn gradients_through_a_fused_reduction_and_softmax() -> Result<()> {
     body(std::slice::from_ref(&x))?[0].backward()?;
     let xc = x0.detach().requires_grad_(true)?;
     f.call(std::slice::from_ref(&xc))?[0].backward()?;
-    assert!(same_bits(
+    assert!(near(
         &xc.grad().expect("grad"),
         &x.grad().expect("eager grad")
     ));

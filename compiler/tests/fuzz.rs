@@ -33,6 +33,7 @@
 //! `common/fuzzgen.rs`, shared with the IR round-trip test; this file holds the error analysis and
 //! the comparison.
 
+use std::io::Write as _;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -45,7 +46,6 @@ use tensorplay_runtime::{DType, Result, Tensor};
 mod fuzzgen;
 // The numerics contract's comparisons, shared with the regression tests (not all used here).
 #[path = "common/numerics.rs"]
-#[allow(dead_code)]
 mod numerics;
 
 use fuzzgen::*;
@@ -1079,4 +1079,271 @@ fn error_analysis_marks_what_it_can_verify() -> Result<()> {
     assert_eq!(hym.es, vec![0.0; 4]);
     assert!(hym.ep[1] > 0.0);
     Ok(())
+}
+
+// ---- gradients ---------------------------------------------------------------------------------
+
+/// The program as a differentiable one: f64 inputs, casts only between floating dtypes, and
+/// mutations (`copy_`, refused under autograd) replaced by casts.
+fn differentiable(p: &Program) -> Program {
+    let mut q = p.clone();
+    for s in &mut q.inputs {
+        s.dtype = DType::F64;
+    }
+    for op in &mut q.ops {
+        match *op {
+            Op::Cast(a, d) if !matches!(d, DType::F32 | DType::F64) => {
+                *op = Op::Cast(a, DType::F64)
+            }
+            Op::Copy(a, _) => *op = Op::Cast(a, DType::F64),
+            _ => {}
+        }
+    }
+    q
+}
+
+/// Moderate random values (no specials): gradients are compared elementwise.
+fn grad_data(n: usize, dtype: DType, seed: u64) -> Result<Tensor> {
+    Tensor::randn_seeded(&[n], DType::F64, seed)?
+        .mul_scalar(1.5)?
+        .to_dtype(dtype)
+}
+
+/// Within the contract's spirit for gradients: NaN where eager has NaN, equal infinities,
+/// finite values within a relative 1e-6 (transcendentals differ by ulps and chains amplify).
+fn grads_close(got: &Tensor, want: &Tensor) -> Result<bool> {
+    if got.shape() != want.shape() {
+        return Ok(false);
+    }
+    let (g, w) = (values_of(got)?, values_of(want)?);
+    Ok(g.iter()
+        .zip(&w)
+        .all(|(&a, &b)| close(a, b, 1e-6 * (1.0 + b.abs()), DType::F64)))
+}
+
+#[derive(Default)]
+struct GradStats {
+    cases: AtomicUsize,
+    compared: AtomicUsize,
+    resized: AtomicUsize,
+    recompiled: AtomicUsize,
+    fallbacks: AtomicUsize,
+    backward_kernels: AtomicUsize,
+}
+
+/// Eager vs compiled gradients of one program's outputs (a fixed random cotangent each);
+/// `Ok(false)` when eager has nothing to differentiate.
+fn compare_grads(
+    p: &Program,
+    f: &CompiledFn,
+    inputs: &[Tensor],
+    stats: &GradStats,
+) -> std::result::Result<bool, String> {
+    let inputs: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| t.detach().requires_grad_(true))
+        .collect::<Result<_>>()
+        .map_err(|e| e.to_string())?;
+    let eager = p
+        .trace(&inputs)
+        .map_err(|e| format!("eager fails: {e}"))?
+        .outputs;
+    let roots: Vec<usize> = (0..eager.len())
+        .filter(|&i| eager[i].requires_grad())
+        .collect();
+    if roots.is_empty() {
+        return Ok(false);
+    }
+    let got = catch_unwind(AssertUnwindSafe(|| f.call(&inputs)))
+        .map_err(|e| format!("the compiled call panicked: {}", panic_text(e)))?
+        .map_err(|e| format!("eager succeeds but the compiled call fails: {e}"))?;
+    let cot: Vec<Option<Tensor>> = roots
+        .iter()
+        .map(|&i| Tensor::randn_seeded(eager[i].shape(), eager[i].dtype(), 7 + i as u64).map(Some))
+        .collect::<Result<_>>()
+        .map_err(|e| e.to_string())?;
+    let pick = |outs: &[Tensor]| roots.iter().map(|&i| outs[i].clone()).collect::<Vec<_>>();
+    let ge = tensorplay_runtime::autograd::grad(&pick(&eager), &inputs, &cot, false)
+        .map_err(|e| format!("eager backward fails: {e}"))?;
+    let gc = catch_unwind(AssertUnwindSafe(|| {
+        tensorplay_runtime::autograd::grad(&pick(&got), &inputs, &cot, false)
+    }))
+    .map_err(|e| format!("the compiled backward panicked: {}", panic_text(e)))?
+    .map_err(|e| format!("the compiled backward fails: {e}"))?;
+    let mut problems = Vec::new();
+    for (k, (&i, _)) in roots.iter().zip(&cot).enumerate() {
+        if !grads_close(&got[i].detach(), &eager[i].detach()).map_err(|e| e.to_string())? {
+            problems.push(format!("output {i} differs (root {k})"));
+        }
+    }
+    for (i, (c, e)) in gc.iter().zip(&ge).enumerate() {
+        match (c, e) {
+            (None, None) => {}
+            (Some(c), Some(e)) if grads_close(c, e).map_err(|e| e.to_string())? => {}
+            _ => problems.push(format!(
+                "gradient of input {i} differs:\n  compiled {c:?}\n  eager    {e:?}"
+            )),
+        }
+    }
+    if let Some(t) = f.latest_training() {
+        bump(&stats.backward_kernels, t.backward().num_kernels());
+    }
+    bump(&stats.compared, 1);
+    if problems.is_empty() {
+        Ok(true)
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+fn check_grad_program(p: &Program, stats: &GradStats) -> std::result::Result<(), String> {
+    bump(&stats.cases, 1);
+    let q = differentiable(p);
+    let inputs: Vec<Tensor> = q
+        .inputs
+        .iter()
+        .map(|s| s.build_with(grad_data))
+        .collect::<Result<_>>()
+        .map_err(|e| format!("building the inputs failed: {e}"))?;
+    let q = q.repaired(&inputs);
+    if q.trace(&inputs).is_err() {
+        return Ok(());
+    }
+    let body = Arc::new(q.clone());
+    let f = compile(move |xs: &[Tensor]| Ok(body.trace(xs)?.outputs));
+    let run = || -> std::result::Result<(), String> {
+        if !compare_grads(&q, &f, &inputs, stats)? {
+            return Ok(());
+        }
+        // The second size: grown dims, same compiled function.
+        let r = resized(&q, 3);
+        if r.inputs
+            .iter()
+            .zip(&q.inputs)
+            .all(|(a, b)| a.shape == b.shape)
+        {
+            return Ok(());
+        }
+        let before = f.num_compiled();
+        let xs: Vec<Tensor> = r
+            .inputs
+            .iter()
+            .map(|s| s.build_with(grad_data))
+            .collect::<Result<_>>()
+            .map_err(|e| format!("building the resized inputs failed: {e}"))?;
+        compare_grads(&r, &f, &xs, stats)
+            .map_err(|e| format!("at the second size, inputs now:\n{r}\n{e}"))?;
+        bump(&stats.resized, 1);
+        bump(&stats.recompiled, f.num_compiled() - before);
+        // Only a reduction's backward reads sizes (it expands to the input's shape).
+        if f.num_compiled() != before && !matches!(q.tail, Tail::Reduce { .. }) {
+            return Err(format!("recompiled at the second size, inputs now:\n{r}"));
+        }
+        Ok(())
+    };
+    run().map_err(|e| format!("program as run:\n{q}\n{e}"))?;
+    // No silent fallback: only the opaque custom op without an autograd formula falls back.
+    let fallbacks = f.training_fallbacks();
+    bump(&stats.fallbacks, fallbacks.len());
+    let opaque = q
+        .ops
+        .iter()
+        .any(|o| matches!(o, Op::Custom(Custom::OpaqueAbs, _)));
+    for why in fallbacks {
+        if !opaque || !why.contains("fuzz::abs_opaque") {
+            return Err(format!("program as run:\n{q}\nunexpected fallback: {why}"));
+        }
+    }
+    Ok(())
+}
+
+/// Random programs with inputs that require grad: gradients through the compiled backward equal
+/// eager ones, at the captured size and at a second size (`TP_FUZZ_GRAD_CASES`, default 1000;
+/// `TP_FUZZ_SEED` as above).
+#[test]
+fn compiled_gradients_match_eager_on_random_programs() {
+    let cases = env_u64("TP_FUZZ_GRAD_CASES").unwrap_or(1000) as u32;
+    let seed = env_u64("TP_FUZZ_SEED").unwrap_or(DEFAULT_SEED);
+    eprintln!("fuzz (gradients): TP_FUZZ_SEED={seed:#x} TP_FUZZ_GRAD_CASES={cases}");
+    let stats = GradStats::default();
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 4096,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new_with_rng(
+        config,
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes(seed)),
+    );
+    let result = runner.run(&program_strategy(), |p| {
+        check_grad_program(&p, &stats).map_err(TestCaseError::fail)
+    });
+    let load = |c: &AtomicUsize| c.load(Ordering::Relaxed);
+    eprintln!(
+        "fuzz (gradients): {} programs, {} backward passes compared ({} at a second size, {} \
+         recompiled), {} interpreter fallbacks (opaque op without a formula), {} backward kernels",
+        load(&stats.cases),
+        load(&stats.compared),
+        load(&stats.resized),
+        load(&stats.recompiled),
+        load(&stats.fallbacks),
+        load(&stats.backward_kernels),
+    );
+    match result {
+        Ok(()) => {}
+        Err(TestError::Fail(why, p)) => panic!(
+            "compiled gradients != eager (TP_FUZZ_SEED={seed:#x}, TP_FUZZ_GRAD_CASES={cases}); \
+             shrunk program:\n{p}\n{why}"
+        ),
+        Err(TestError::Abort(why)) => panic!("fuzzer aborted (TP_FUZZ_SEED={seed:#x}): {why}"),
+    }
+    assert!(
+        load(&stats.compared) > cases as usize / 4,
+        "too few programs differentiated"
+    );
+}
+
+// ---- the fuzz sample on the CUDA backend, without a GPU -----------------------------------------
+
+#[path = "common/cuda_emu.rs"]
+mod cuda_emu;
+
+/// A sample of random programs (`TP_CUDA_FUZZ_CASES`, default 300, from the default seed) checked
+/// as above, with every fused region compiled by NVRTC (sm_90 PTX) and executed by its generated
+/// CUDA kernel under the host emulation, against eager with the same error analysis.
+#[test]
+fn cuda_emulated_kernels_match_eager_on_a_fuzz_sample() {
+    if std::env::var("TP_BULK_MATH").is_ok_and(|v| v == "0") {
+        // Straight to stderr, past the harness's capture, so the CI log shows the skip.
+        let _ = writeln!(
+            std::io::stderr(),
+            "cuda-emulation: skipped: TP_BULK_MATH=0 changes only the CPU kernels"
+        );
+        return;
+    }
+    let cases = env_u64("TP_CUDA_FUZZ_CASES").unwrap_or(300) as u32;
+    let programs = std::cell::RefCell::new(Vec::new());
+    let mut runner = TestRunner::new_with_rng(
+        Config {
+            cases,
+            failure_persistence: None,
+            ..Config::default()
+        },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes(DEFAULT_SEED)),
+    );
+    runner
+        .run(&program_strategy(), |p| {
+            programs.borrow_mut().push(p);
+            Ok(())
+        })
+        .expect("generating programs");
+    let programs = programs.into_inner();
+    cuda_emu::check("fuzz sample", || {
+        for p in &programs {
+            if let Err(e) = check_program(p) {
+                panic!("compiled (CUDA emulation) != eager:\n{p}\n{e}");
+            }
+        }
+    });
 }

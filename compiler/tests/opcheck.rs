@@ -196,3 +196,68 @@ fn keyword_arguments_and_defaults_are_bound() -> Result<()> {
     assert!(f.is_empty(), "{f:?}");
     Ok(())
 }
+
+#[test]
+fn an_op_with_a_sound_autograd_formula_passes_the_compiled_backward_check() -> Result<()> {
+    let op = library::custom_op("oc_aot::square")
+        .arg_names(&["x"])
+        .build(|x: Tensor| -> Result<Tensor> { x.mul(&x) })?;
+    op.register_fake(|x: Tensor| -> Result<Tensor> { Ok(Tensor::empty_like(&x)) })?;
+    op.register_autograd(
+        |ctx, g| {
+            let x = &ctx.saved_tensors()[0];
+            Ok(vec![
+                g[0].as_ref()
+                    .map(|g| g.mul(&x.mul_scalar(2.0)?))
+                    .transpose()?,
+            ])
+        },
+        Some(Box::new(|ctx, inputs, _| {
+            let x = inputs[0].tensors().next().cloned().expect("x");
+            ctx.save_for_backward(&[&x]);
+            Ok(())
+        })),
+    )?;
+    let (x, _) = vecs(4)?;
+    let failures = opcheck(&op, &[x], &[], OpcheckOptions::default())?;
+    assert!(failures.is_empty(), "{failures:?}");
+    Ok(())
+}
+
+/// A backward that reads its input through a side channel the kernel fills, instead of
+/// saving it: right eagerly (the kernel ran on this call's input), wrong in a compiled backward
+/// (captured once, it keeps the tensor of the call it was captured on).
+#[test]
+fn a_backward_reading_a_tensor_it_never_saved_fails_only_the_compiled_check() -> Result<()> {
+    use std::sync::Mutex;
+    static LAST_INPUT: Mutex<Option<Tensor>> = Mutex::new(None);
+    let op = library::custom_op("oc_aot::square_unsaved")
+        .arg_names(&["x"])
+        .device_types(&["cpu"])
+        .build(|x: Tensor| -> Result<Tensor> {
+            *LAST_INPUT.lock().unwrap() = Some(x.detach());
+            x.mul(&x)
+        })?;
+    op.register_fake(|x: Tensor| -> Result<Tensor> { Ok(Tensor::empty_like(&x)) })?;
+    op.register_autograd(
+        |_ctx, g| {
+            let x = LAST_INPUT.lock().unwrap().clone().expect("the kernel ran");
+            Ok(vec![
+                g[0].as_ref()
+                    .map(|g| g.mul(&x.mul_scalar(2.0)?))
+                    .transpose()?,
+            ])
+        },
+        None,
+    )?;
+    let (x, _) = vecs(4)?;
+    let failures = opcheck(&op, &[x], &[], no_raise())?;
+    assert!(
+        !failures.contains_key("test_autograd_registration"),
+        "{failures:?}"
+    );
+    assert!(!failures.contains_key("test_faketensor"), "{failures:?}");
+    let why = &failures["test_aot_dispatch_dynamic"];
+    assert!(why.contains("inputs requiring grad"), "{why}");
+    Ok(())
+}

@@ -35,6 +35,10 @@ pub trait CaptureHook {
     fn sym_size(&self, _t: &Tensor, _dim: usize) -> Option<SymInt> {
         None
     }
+    /// `to` is a new handle standing for the same value as fake tensor `from` (a `detach()`, or
+    /// the re-wrapped output autograd attaches its grad_fn to): the tracer maps it to `from`'s
+    /// graph value.
+    fn on_alias(&self, _from: &Tensor, _to: &Tensor) {}
 }
 
 thread_local! {
@@ -87,6 +91,14 @@ pub(crate) fn note_size_read(t: &Tensor, dim: Option<usize>) {
         // whole physical shape.
         Some(info) => note_physical(&*hook, &info.physical),
         None => hook.on_size_read(t, dim),
+    }
+}
+
+/// Reports that `to` is a new handle for fake tensor `from`'s value to the installed hook.
+#[cold]
+pub(crate) fn note_alias(from: &Tensor, to: &Tensor) {
+    if let Some(hook) = current() {
+        hook.on_alias(from, to);
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod autocast;
 pub mod autograd;
 pub mod capture;
+pub mod cuda;
 pub mod dispatch;
 pub mod element;
 pub(crate) mod kernels;

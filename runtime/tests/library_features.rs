@@ -685,24 +685,24 @@ fn register_autocast_casts_floating_inputs_inside_the_region_only() -> Result<()
     op.register_autocast("cpu", DType::F16)?;
     let untouched = vec![DType::F32, DType::F64, DType::BF16, DType::I64];
     // Outside autocast nothing changes.
-    op.call(&probe_args(None))?;
+    op.call(probe_args(None))?;
     assert_eq!(*seen.lock(), untouched);
     {
         let _ac = autocast("cpu", DType::BF16)?;
-        op.call(&probe_args(None))?;
+        op.call(probe_args(None))?;
         // f32 and bf16 -> the registered f16 (not the region's bf16); f64 and ints untouched.
         assert_eq!(
             *seen.lock(),
             vec![DType::F16, DType::F64, DType::F16, DType::I64]
         );
         // Fake cpu tensors are cast the same way.
-        op.call(&probe_args(Some(Device::Cpu)))?;
+        op.call(probe_args(Some(Device::Cpu)))?;
         assert_eq!(
             *seen.lock(),
             vec![DType::F16, DType::F64, DType::F16, DType::I64]
         );
     }
-    op.call(&probe_args(None))?;
+    op.call(probe_args(None))?;
     assert_eq!(*seen.lock(), untouched);
     Ok(())
 }
@@ -716,22 +716,22 @@ fn autocast_leaves_tensors_on_other_devices_alone() -> Result<()> {
     // A cpu region, tensors on cuda: no cast.
     {
         let _ac = autocast("cpu", DType::BF16)?;
-        op.call(&probe_args(Some(Device::Cuda(0))))?;
+        op.call(probe_args(Some(Device::Cuda(0))))?;
         assert_eq!(*seen.lock(), untouched);
     }
     // A cuda region without a cuda rule: no cast either.
     {
         let _ac = autocast("cuda", DType::F16)?;
-        op.call(&probe_args(Some(Device::Cuda(0))))?;
+        op.call(probe_args(Some(Device::Cuda(0))))?;
         assert_eq!(*seen.lock(), untouched);
-        op.call(&probe_args(None))?; // cpu tensors, no cpu region
+        op.call(probe_args(None))?; // cpu tensors, no cpu region
         assert_eq!(*seen.lock(), untouched);
     }
     // With a cuda rule, a cuda region casts cuda tensors.
     op.register_autocast("cuda", DType::BF16)?;
     {
         let _ac = autocast("cuda", DType::F16)?;
-        op.call(&probe_args(Some(Device::Cuda(1))))?;
+        op.call(probe_args(Some(Device::Cuda(1))))?;
         assert_eq!(
             *seen.lock(),
             vec![DType::BF16, DType::F64, DType::BF16, DType::I64]

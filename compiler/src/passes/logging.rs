@@ -1,8 +1,8 @@
 //! `TP_LOGS`: which compiler stages print what they did to stderr.
 //!
 //! `TP_LOGS` is a comma-separated list of stage names (`graph`, `fusion`, `clif`, `fallback`,
-//! `cuda`, or `all` for every stage), read once per process. Stages call [`enabled`] before
-//! formatting anything, so logging costs nothing when it is off.
+//! `aot`, `recompiles`, `cuda`, or `all` for every stage), read once per process. Stages call
+//! [`enabled`] before formatting anything, so logging costs nothing when it is off.
 
 use std::sync::OnceLock;
 

@@ -455,6 +455,11 @@ pub fn data(n: usize, dtype: DType, seed: u64) -> Result<Tensor> {
 impl InputSpec {
     /// The input tensor: a view of a fresh tensor with this spec's shape.
     pub fn build(&self) -> Result<Tensor> {
+        self.build_with(data)
+    }
+
+    /// [`InputSpec::build`] with the elements from `data(n, dtype, seed)`.
+    pub fn build_with(&self, data: impl Fn(usize, DType, u64) -> Result<Tensor>) -> Result<Tensor> {
         let shape = &self.shape;
         let rank = shape.len();
         let numel: usize = shape.iter().product();

@@ -183,7 +183,17 @@ fn default_root_grads(roots: &[Tensor], grads: &[Option<Tensor>]) -> Result<Vec<
         .zip(grads)
         .map(|(t, g)| match g {
             Some(g) => {
-                g.expect_shape("backward", "the gradient", t.shape())?;
+                // Untracked: a traced backward (compiled training) must not guard these sizes.
+                if g.shape_untracked() != t.shape_untracked() {
+                    return Err(Error::shape(
+                        "backward",
+                        format!(
+                            "the gradient has shape {}, expected {}",
+                            tensorplay_ir::shape::fmt_shape(g.shape_untracked()),
+                            tensorplay_ir::shape::fmt_shape(t.shape_untracked())
+                        ),
+                    ));
+                }
                 if !g.dtype().is_float() {
                     return Err(Error::dtype(
                         "backward",

@@ -12,4 +12,4 @@ pub(crate) mod node;
 pub use engine::{backward, grad};
 pub use gradcheck::{GradcheckOptions, gradcheck};
 pub use mode::{GradModeGuard, enable_grad, is_grad_enabled, no_grad};
-pub use node::BackwardFn;
+pub use node::{BackwardFn, attach_backward};

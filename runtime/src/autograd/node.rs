@@ -75,12 +75,12 @@ impl Node {
         }
         for (i, (g, (shape, _))) in out.iter().zip(&self.input_meta).enumerate() {
             if let Some(g) = g
-                && g.shape() != shape.as_slice()
+                && g.shape_untracked() != shape.as_slice()
             {
                 return Err(Error::Autograd(format!(
                     "backward of `{}` returned a gradient of shape {} for input {i}, expected {}",
                     self.name,
-                    tensorplay_ir::shape::fmt_shape(g.shape()),
+                    tensorplay_ir::shape::fmt_shape(g.shape_untracked()),
                     tensorplay_ir::shape::fmt_shape(shape)
                 )));
             }
@@ -142,6 +142,20 @@ impl Drop for Node {
     }
 }
 
+/// Attaches a backward node computed by `backward` to `outputs`, as an op call on `inputs` that
+/// saved `saved` would: how a compiled training graph makes its outputs' history run its compiled
+/// backward. `backward` returns one gradient per tensor in `inputs`; `saved` are version-checked
+/// like an op's saved tensors.
+pub fn attach_backward(
+    name: &str,
+    backward: Box<dyn BackwardFn>,
+    inputs: &[&Tensor],
+    saved: &[&Tensor],
+    outputs: Vec<Tensor>,
+) -> Vec<Tensor> {
+    record(name, backward, inputs, saved, outputs)
+}
+
 /// Records a node for a call whose tensor inputs are `inputs` (flattened) and whose results are
 /// `outputs`, attaching it as their grad_fn. `saved` lists tensors whose data backward reads.
 pub(crate) fn record(
@@ -175,11 +189,11 @@ pub(crate) fn record(
         next,
         input_meta: inputs
             .iter()
-            .map(|t| (Shape::from(t.shape()), t.dtype()))
+            .map(|t| (Shape::from(t.shape_untracked()), t.dtype()))
             .collect(),
         output_meta: outputs
             .iter()
-            .map(|t| (Shape::from(t.shape()), t.dtype()))
+            .map(|t| (Shape::from(t.shape_untracked()), t.dtype()))
             .collect(),
         saved_versions,
     });

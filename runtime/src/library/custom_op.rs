@@ -12,7 +12,7 @@ use super::autograd_typed::{self, BackwardArgs, FromArgs, SavedState};
 use super::call_args::{CallArgs, kwargs_owned};
 use super::device_types::{DeviceType, DeviceTypes};
 use super::infer_schema::{MutatesArgs, Prototype, infer_schema};
-use super::options::Tag;
+use super::options::{Tag, dedup_tags};
 use super::register;
 use super::registry::{Operator, Origin, Owner, Slot, registry};
 use super::triton::TritonInfo;
@@ -545,13 +545,7 @@ impl CustomOpBuilder {
             self.device_types.as_ref().map(|_| slots.clone()),
             self.triton.then_some(TritonInfo),
         ));
-        let mut tags = Vec::new();
-        for t in &self.tags {
-            if !tags.contains(t) {
-                tags.push(*t);
-            }
-        }
-        op.set_tags(tags);
+        op.set_tags(dedup_tags(&self.tags));
         register::register_kernel(&op, &slots, kernel.into_kernel(&qualname), self.owner)?;
         let op = registry().insert(op, |existing| match existing.origin() {
             Origin::CustomOp => Ok(()),

@@ -8,7 +8,7 @@ use tensorplay_ir::schema::{Schema, validate_qualname};
 use tensorplay_ir::{Error, Result};
 
 use super::custom_op::{CustomOpDef, check_definable};
-use super::options::{DefineOptions, ImplOptions, IntoLibraryKind, LibraryKind, Tag};
+use super::options::{DefineOptions, ImplOptions, IntoLibraryKind, LibraryKind, dedup_tags};
 use super::registry::{Operator, Origin, Owner, Slot, new_library_owner, registry};
 use super::typed::IntoKernel;
 use super::validate;
@@ -228,7 +228,7 @@ pub(crate) fn define_op(
         && let Some(existing) = registry().find(&qualname)
         && existing.origin() == Origin::Defined
         && existing.schema() == &schema
-        && existing.tags() == options.tags
+        && existing.tags() == dedup_tags(&options.tags)
     {
         return Ok(qualname);
     }
@@ -253,15 +253,4 @@ pub(crate) fn define_op(
         })
         .map(|_| ())?;
     Ok(qualname)
-}
-
-/// Tags in first-seen order, each once.
-fn dedup_tags(tags: &[Tag]) -> Vec<Tag> {
-    let mut out: Vec<Tag> = Vec::new();
-    for t in tags {
-        if !out.contains(t) {
-            out.push(*t);
-        }
-    }
-    out
 }

@@ -232,6 +232,17 @@ impl fmt::Display for Tag {
     }
 }
 
+/// Tags in first-seen order, each once (how definitions store them).
+pub(crate) fn dedup_tags(tags: &[Tag]) -> Vec<Tag> {
+    let mut out: Vec<Tag> = Vec::new();
+    for t in tags {
+        if !out.contains(t) {
+            out.push(*t);
+        }
+    }
+    out
+}
+
 /// Options of [`Library::define_with`](super::Library::define_with).
 ///
 /// ```

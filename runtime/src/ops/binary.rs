@@ -192,7 +192,7 @@ pub fn grad_for(g: &Tensor, t: &Tensor) -> Result<Option<Tensor>> {
     if !t.requires_grad() {
         return Ok(None);
     }
-    Ok(Some(g.sum_to_shape(t.shape())?))
+    Ok(Some(g.sum_to_shape_of(t)?))
 }
 
 fn operands<'a>(c: &'a GradCtx) -> Result<(&'a Tensor, &'a Tensor, Tensor)> {

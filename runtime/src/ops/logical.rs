@@ -149,12 +149,12 @@ fn where_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let g = c.grad(0)?;
     let z = Tensor::zeros(&[], g.dtype());
     let gx = if x.requires_grad() {
-        Some(Tensor::where_cond(cond, &g, &z)?.sum_to_shape(x.shape())?)
+        Some(Tensor::where_cond(cond, &g, &z)?.sum_to_shape_of(x)?)
     } else {
         None
     };
     let gy = if y.requires_grad() {
-        Some(Tensor::where_cond(cond, &z, &g)?.sum_to_shape(y.shape())?)
+        Some(Tensor::where_cond(cond, &z, &g)?.sum_to_shape_of(y)?)
     } else {
         None
     };

@@ -387,6 +387,18 @@ pub(crate) fn expand_reduced_grad(
     mask: &[bool],
     keepdim: bool,
 ) -> Result<Tensor> {
+    if x.is_fake() && crate::capture::is_installed() {
+        // A traced backward (compiled training): broadcast against zeros shaped like `x` rather
+        // than reshape/expand to `x`'s sizes, so the recorded graph reads and bakes no size and
+        // serves other sizes (same values; a -0.0 gradient element becomes +0.0).
+        let mut g = g.clone();
+        if !keepdim {
+            for (d, _) in mask.iter().enumerate().filter(|(_, m)| **m) {
+                g = g.unsqueeze(d as i64)?;
+            }
+        }
+        return g.add(&Tensor::zeros_like(x));
+    }
     let g = if keepdim {
         g.clone()
     } else {
@@ -1083,6 +1095,48 @@ impl Tensor {
             self.sum(&dims, true)?
         };
         summed.reshape(shape)
+    }
+
+    /// [`Tensor::sum_to_shape`] to `like`'s shape, as derivatives of broadcasting ops use it:
+    /// the sizes are read without guarding them (and no size is baked into the ops it records),
+    /// so a compiled backward stays valid at other sizes. Sound because which dims to reduce
+    /// depends only on which dims have size 1, and a compiled graph's guards fix that for its
+    /// inputs (size-1 dims are static), hence for every broadcast derived from them.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{Tensor, DType};
+    /// let g = Tensor::ones(&[4, 2, 3], DType::F32);
+    /// let like = Tensor::ones(&[2, 1], DType::F32);
+    /// assert_eq!(g.sum_to_shape_of(&like)?.to_vec::<f32>()?, vec![12.0, 12.0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn sum_to_shape_of(&self, like: &Tensor) -> Result<Tensor> {
+        let (have, want) = (self.shape_untracked(), like.shape_untracked());
+        if have == want {
+            return Ok(self.clone());
+        }
+        if want.len() > have.len() {
+            return self.sum_to_shape(like.shape());
+        }
+        let lead = have.len() - want.len();
+        let mut broadcast = Vec::new();
+        for (i, &s) in want.iter().enumerate() {
+            let d = have[lead + i];
+            if s == 1 && d != 1 {
+                broadcast.push((lead + i) as i64);
+            } else if s != d {
+                // Not a broadcast: the tracked version reports the error.
+                return self.sum_to_shape(like.shape());
+            }
+        }
+        let mut t = self.clone();
+        if !broadcast.is_empty() {
+            t = t.sum(&broadcast, true)?;
+        }
+        if lead > 0 {
+            t = t.sum(&(0..lead as i64).collect::<Vec<_>>(), false)?;
+        }
+        Ok(t)
     }
 }
 

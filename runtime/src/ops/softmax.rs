@@ -167,17 +167,20 @@ impl SoftFloat for f64 {
 /// `exp(x)` in f32 for `x <= 0` (NaN gives NaN), branch-free so loops over it vectorize.
 ///
 /// `x = k ln2 + r` with `|r| <= ln2 / 2` (ln2 split in two so `k ln2` is exact), `exp(r)` from its
-/// Taylor series to degree 7 (truncation error below 1e-8 relative), scaled by `2^k` built in the
-/// exponent bits. Results below the smallest normal f32 (`x < -87`) flush to 0; in a softmax that
-/// is an absolute error under 2e-38. `exp(0)` is exactly 1.
+/// Taylor series to degree 7 (truncation error below 1e-8 relative), scaled by `2^k`. The scale is
+/// applied in two steps, `2^(k+64)` (exact: a normal power of two) and then `2^-64`, so results
+/// in the subnormal range (`-103.97 < x < -87.3`) round once instead of flushing to 0 — the
+/// compiler's softmax keeps them too, and compiled == eager there. `exp(0)` is exactly 1.
 #[inline(always)]
 pub(crate) fn exp_nonpos_f32(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4; // 355 / 512, exact in 9 bits
     const LN2_LO: f32 = -2.121_944_4e-4; // ln 2 - LN2_HI
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
-    // Clamp keeps 2^k a normal number; NaN fails both comparisons and stays NaN.
-    let xc = x.clamp(-87.0, 88.0);
+    const TWO_M64: f32 = f32::from_bits(0x1f80_0000); // 2^-64
+    // The clamp keeps 2^(k+64) a normal number (k in [-150, 91]); below -104 the result rounds
+    // to 0 anyway. NaN fails both comparisons and stays NaN.
+    let xc = x.clamp(-104.0, 63.0);
     let t = xc * LOG2E + ROUND;
     let k = t - ROUND;
     let ki = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
@@ -189,9 +192,8 @@ pub(crate) fn exp_nonpos_f32(x: f32) -> f32 {
     let p = p * r + 1.0 / 6.0;
     let p = p * r + 0.5;
     let er = (p * r * r + r) + 1.0;
-    let scale = f32::from_bits(((ki + 127) as u32) << 23);
-    let y = er * scale;
-    if x < -87.0 { 0.0 } else { y }
+    let scale = f32::from_bits(((ki + 127 + 64) as u32) << 23);
+    (er * scale) * TWO_M64
 }
 
 /// Lanes of the row kernels: wide enough for the compiler to use full vector registers.
@@ -617,20 +619,32 @@ mod tests {
 
     #[test]
     fn exp_nonpos_f32_is_accurate() {
-        let mut worst = 0f64;
+        // Relative error over the normal range, ulps (of the f32 result) over the subnormal one.
+        let mut worst_rel = 0f64;
+        let mut worst_ulp = 0f64;
         let mut x = 0f32;
-        while x > -87.0 {
+        while x > -110.0 {
             let want = (x as f64).exp();
             let got = exp_nonpos_f32(x) as f64;
-            worst = worst.max(((got - want) / want).abs());
+            if want >= f32::MIN_POSITIVE as f64 {
+                worst_rel = worst_rel.max(((got - want) / want).abs());
+            } else {
+                // A subnormal ulp is 2^-149.
+                worst_ulp = worst_ulp.max((got - want).abs() / 2f64.powi(-149));
+            }
             x -= 0.000_731;
         }
-        // Within 2 ulp of f32 (2^-23 = 1.19e-7 per ulp).
-        assert!(worst < 2.4e-7, "worst relative error {worst:e}");
+        // Within 2 ulp of f32 (2^-23 = 1.19e-7 per ulp); subnormal results round once.
+        assert!(worst_rel < 2.4e-7, "worst relative error {worst_rel:e}");
+        assert!(worst_ulp <= 1.0, "worst subnormal error {worst_ulp} ulp");
         assert_eq!(exp_nonpos_f32(0.0), 1.0);
         assert_eq!(exp_nonpos_f32(-0.0), 1.0);
         assert_eq!(exp_nonpos_f32(f32::NEG_INFINITY), 0.0);
         assert_eq!(exp_nonpos_f32(-200.0), 0.0);
+        assert!(
+            exp_nonpos_f32(-90.0) > 0.0,
+            "exp(-90) is a subnormal, not 0"
+        );
         assert!(exp_nonpos_f32(f32::NAN).is_nan());
     }
 

@@ -77,8 +77,9 @@ impl Storage {
         self.0.version.load(Ordering::Acquire)
     }
 
-    /// Records an in-place write.
-    pub(crate) fn bump_version(&self) {
+    /// Records an in-place write (done by a kernel outside the dispatcher, such as a compiled
+    /// in-place update), so autograd notices saved tensors that changed.
+    pub fn bump_version(&self) {
         self.0.version.fetch_add(1, Ordering::AcqRel);
     }
 

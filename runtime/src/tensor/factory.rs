@@ -381,6 +381,16 @@ impl Tensor {
     /// Fake (and meta) inputs give fake results on the same device, so these are usable in fake
     /// kernels.
     pub fn zeros_like(t: &Tensor) -> Tensor {
+        if t.is_fake() && crate::capture::is_installed() {
+            // Under capture (a traced backward's missing gradient), zeros made by an op on `t` —
+            // a select with a false condition — so the tracer records them, reading no size.
+            let no = Tensor::from_vec(vec![false], &[]);
+            if let Ok(z) =
+                no.and_then(|no| Tensor::where_cond(&no, t, &Tensor::zeros(&[], t.dtype())))
+            {
+                return z;
+            }
+        }
         if t.is_fake() {
             return Tensor::empty_fake(t.shape(), t.dtype(), t.device());
         }

@@ -136,6 +136,12 @@ impl Tensor {
         &self.0.shape
     }
 
+    /// The sizes without a size-read note: for autograd's bookkeeping (shape checks and zero
+    /// gradients), which does not change what a traced program computes.
+    pub(crate) fn shape_untracked(&self) -> &[usize] {
+        &self.0.shape
+    }
+
     /// Size of dimension `dim` (negative counts from the end).
     pub fn size(&self, dim: i64) -> Result<usize> {
         if self.rank() == 0 {
@@ -442,17 +448,29 @@ impl Tensor {
             self.0.device,
         );
         t.wrapped_number = self.0.wrapped_number;
-        Tensor::from_impl(t)
+        let t = Tensor::from_impl(t);
+        if self.is_fake() {
+            crate::capture::note_alias(self, &t);
+        }
+        t
     }
 
     /// Returns this tensor with `edge` as its grad_fn, re-wrapping the handle if it is shared.
     pub(crate) fn with_grad_fn(mut self, edge: GradEdge) -> Tensor {
+        let mut aliased_from = None;
         if Arc::get_mut(&mut self.0).is_none() {
-            self = self.alias_with(self.0.shape.clone(), self.0.strides.clone(), self.0.offset);
+            let shared =
+                self.alias_with(self.0.shape.clone(), self.0.strides.clone(), self.0.offset);
+            aliased_from = Some(std::mem::replace(&mut self, shared));
         }
         let inner = Arc::get_mut(&mut self.0).expect("freshly aliased tensor is unique");
         inner.autograd.requires_grad.store(true, Ordering::Relaxed);
         inner.autograd.grad_fn = Some(edge);
+        if let Some(from) = aliased_from
+            && from.is_fake()
+        {
+            crate::capture::note_alias(&from, &self);
+        }
         self
     }
 

@@ -141,6 +141,17 @@ impl LaunchPlan {
         &self.strides
     }
 
+    /// Data pointers of the operands (inputs then outputs; empty once detached): what another
+    /// backend running the same geometry (the CUDA host emulation) hands its kernel.
+    pub fn ptrs(&self) -> &[*mut u8] {
+        &self.ptrs
+    }
+
+    /// Pointwise: elements; reductions and softmax: rows (kept points).
+    pub fn range(&self) -> usize {
+        self.range
+    }
+
     /// True when there is nothing to compute (an empty iteration space).
     pub fn is_empty(&self) -> bool {
         self.range == 0

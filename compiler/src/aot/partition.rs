@@ -1,0 +1,377 @@
+//! Splits a joint (forward + backward) graph into a forward graph and a backward graph.
+//!
+//! The joint graph's inputs are the primals then the tangents (one per differentiable output);
+//! its outputs are the forward outputs then the input gradients. A node belongs to the backward
+//! when it depends on a tangent or only the gradients need it; every other node stays in the
+//! forward (dead ones too, so their size guards are still checked — in the half that has their
+//! operands). Values the forward computes
+//! (or primal inputs) that backward nodes read are **saved**: extra outputs of the forward graph
+//! and the first inputs of the backward graph.
+//!
+//! Save vs recompute: an elementwise forward value whose operands are all saved anyway (or are
+//! primal inputs or constants) is recomputed in the backward instead of saved — one buffer less
+//! to keep alive between the passes, and the recomputation fuses into the backward's kernels.
+
+use std::collections::{HashMap, HashSet};
+
+use tensorplay_ir::graph::{Arg, BuilderArg, GraphBuilder, NodeKind, SizeGuard};
+use tensorplay_ir::{
+    CompileKind, Dim, Error, Graph, NodeId, OpClass, Result, TensorMeta, ValueRef,
+};
+
+/// The two halves of a joint graph.
+pub(crate) struct Partition {
+    /// Inputs: the primals. Outputs: the forward outputs, then the saved values.
+    pub forward: Graph,
+    /// Inputs: the saved values, then the tangents. Outputs: the gradients.
+    pub backward: Graph,
+    /// How many values the forward saves for the backward.
+    pub num_saved: usize,
+    /// Forward values recomputed in the backward instead of saved (for `explain()`).
+    pub recomputed: usize,
+}
+
+fn graph_err(msg: impl Into<String>) -> Error {
+    Error::compile(CompileKind::Graph, msg.into())
+}
+
+/// `meta` with every dim other than size-1 (broadcast) dims made symbolic, when `dynamic`.
+fn dynamic(meta: &TensorMeta, dynamic: bool, next_sym: &mut u32) -> TensorMeta {
+    let mut m = meta.clone();
+    if dynamic {
+        for d in m.shape.iter_mut() {
+            if *d != Dim::Static(1) {
+                *d = Dim::Sym(*next_sym);
+                *next_sym += 1;
+            }
+        }
+    }
+    m
+}
+
+/// Partitions `joint` (`num_primals` primal inputs, `num_outputs` forward outputs). With
+/// `dynamic`, the backward graph's saved inputs get symbolic sizes (like captured inputs).
+pub(crate) fn partition(
+    joint: &Graph,
+    num_primals: usize,
+    num_outputs: usize,
+    dynamic_sizes: bool,
+) -> Result<Partition> {
+    let order = joint.topo_order()?;
+    let inputs = joint.inputs();
+    let outputs = joint.outputs()?;
+    if num_outputs > outputs.len() || num_primals > inputs.len() {
+        return Err(graph_err(
+            "partition: the joint graph has too few inputs or outputs",
+        ));
+    }
+    let primal_nodes: HashSet<NodeId> = inputs[..num_primals].iter().map(|v| v.node).collect();
+    let tangent_nodes: HashSet<NodeId> = inputs[num_primals..].iter().map(|v| v.node).collect();
+
+    // Nodes that depend on a tangent, in topological order.
+    let mut tangent_dep: HashSet<NodeId> = tangent_nodes.clone();
+    for &n in &order {
+        let node = joint
+            .node(n)
+            .ok_or_else(|| graph_err(format!("node {n} vanished")))?;
+        if let NodeKind::Op(call) = &node.kind {
+            if call.class == OpClass::Mutating || !joint.order_predecessors(n).is_empty() {
+                return Err(Error::compile(
+                    CompileKind::Capture,
+                    format!(
+                        "compiled training: {} mutates a tensor; graphs with mutations are not \
+                         split into forward and backward",
+                        joint.describe(n)
+                    ),
+                ));
+            }
+            if joint
+                .args_of(n)?
+                .iter()
+                .any(|v| tangent_dep.contains(&v.node))
+            {
+                tangent_dep.insert(n);
+            }
+        }
+    }
+    let ancestors = |roots: &[ValueRef]| -> Result<HashSet<NodeId>> {
+        let mut seen = HashSet::new();
+        let mut stack: Vec<NodeId> = roots.iter().map(|v| v.node).collect();
+        while let Some(n) = stack.pop() {
+            if seen.insert(n) {
+                stack.extend(joint.args_of(n)?.iter().map(|v| v.node));
+            }
+        }
+        Ok(seen)
+    };
+    let fw_needed = ancestors(&outputs[..num_outputs])?;
+    let bw_needed = ancestors(&outputs[num_outputs..])?;
+    let is_op_or_const = |n: NodeId| {
+        joint
+            .node(n)
+            .is_some_and(|x| matches!(x.kind, NodeKind::Op(_) | NodeKind::Constant(_)))
+    };
+    // Forward: what the outputs need, and dead nodes whose operands the forward has (so their
+    // size guards are checked there). Backward: everything else.
+    let mut in_forward: HashSet<NodeId> = HashSet::new();
+    for &n in &order {
+        if !is_op_or_const(n) || tangent_dep.contains(&n) {
+            continue;
+        }
+        let dead_here = !bw_needed.contains(&n)
+            && joint
+                .args_of(n)?
+                .iter()
+                .all(|v| in_forward.contains(&v.node) || primal_nodes.contains(&v.node));
+        if fw_needed.contains(&n) || dead_here {
+            in_forward.insert(n);
+        }
+    }
+    let in_backward: HashSet<NodeId> = order
+        .iter()
+        .copied()
+        .filter(|&n| is_op_or_const(n) && !in_forward.contains(&n))
+        .collect();
+    let is_const = |n: NodeId| {
+        joint
+            .node(n)
+            .is_some_and(|x| matches!(x.kind, NodeKind::Constant(_)))
+    };
+
+    // Saved: forward (or primal) values read by backward nodes or returned as gradients.
+    let mut saved: Vec<ValueRef> = Vec::new();
+    let note = |v: ValueRef, saved: &mut Vec<ValueRef>| {
+        if (in_forward.contains(&v.node) || primal_nodes.contains(&v.node))
+            && !is_const(v.node)
+            && !saved.contains(&v)
+        {
+            saved.push(v);
+        }
+    };
+    for &n in &order {
+        if in_backward.contains(&n) {
+            for v in joint.args_of(n)? {
+                note(v, &mut saved);
+            }
+        }
+    }
+    for &v in &outputs[num_outputs..] {
+        note(v, &mut saved);
+    }
+
+    // Recompute cheap elementwise values whose operands are kept anyway.
+    let mut recompute: HashSet<NodeId> = HashSet::new();
+    loop {
+        let mut changed = false;
+        for i in 0..saved.len() {
+            let v = saved[i];
+            let Some(NodeKind::Op(call)) = joint.node(v.node).map(|x| &x.kind) else {
+                continue;
+            };
+            if call.class != OpClass::Elementwise || !in_forward.contains(&v.node) {
+                continue;
+            }
+            let args = joint.args_of(v.node)?;
+            let kept = args
+                .iter()
+                .all(|a| is_const(a.node) || primal_nodes.contains(&a.node) || saved.contains(a));
+            if kept {
+                recompute.insert(v.node);
+                for a in args {
+                    if primal_nodes.contains(&a.node) && !saved.contains(&a) {
+                        saved.push(a);
+                    }
+                }
+                saved.remove(i);
+                changed = true;
+                break;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    // Deterministic order: by producer position, then output index.
+    let pos: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    saved.sort_by_key(|v| (pos[&v.node], v.output));
+
+    // ---- the forward graph ----
+    let mut fb = GraphBuilder::new();
+    let mut fmap: HashMap<ValueRef, ValueRef> = HashMap::new();
+    for (i, &v) in inputs[..num_primals].iter().enumerate() {
+        let meta = joint
+            .meta(v)
+            .ok_or_else(|| graph_err("input without metadata"))?;
+        fmap.insert(v, fb.input(format!("x{i}"), meta.clone()));
+    }
+    for &n in &order {
+        if in_forward.contains(&n) {
+            copy_node(joint, n, &mut fb, &mut fmap)?;
+        }
+    }
+    let mut fouts: Vec<ValueRef> = Vec::new();
+    for v in outputs[..num_outputs].iter().chain(&saved) {
+        fouts.push(
+            *fmap.get(v).ok_or_else(|| {
+                graph_err(format!("partition: forward value {v:?} was not copied"))
+            })?,
+        );
+    }
+    fb.output(&fouts)?;
+    copy_guards(joint, &fmap, &mut fb);
+
+    // ---- the backward graph ----
+    let mut bb = GraphBuilder::new();
+    let mut bmap: HashMap<ValueRef, ValueRef> = HashMap::new();
+    let mut next_sym = 0u32;
+    for (i, &v) in saved.iter().enumerate() {
+        let meta = joint
+            .meta(v)
+            .ok_or_else(|| graph_err("saved value without metadata"))?;
+        let meta = dynamic(meta, dynamic_sizes, &mut next_sym);
+        bmap.insert(v, bb.input(format!("saved{i}"), meta));
+    }
+    for (i, &v) in inputs[num_primals..].iter().enumerate() {
+        let meta = joint
+            .meta(v)
+            .ok_or_else(|| graph_err("tangent without metadata"))?;
+        let meta = dynamic(meta, dynamic_sizes, &mut next_sym);
+        bmap.insert(v, bb.input(format!("tangent{i}"), meta));
+    }
+    for &n in &order {
+        let wanted = in_backward.contains(&n) || recompute.contains(&n);
+        if !wanted {
+            continue;
+        }
+        // Constants the backward reads are copied; the forward's are its own.
+        for v in joint.args_of(n)? {
+            if is_const(v.node) && !bmap.contains_key(&v) {
+                copy_node(joint, v.node, &mut bb, &mut bmap)?;
+            }
+        }
+        if !bmap.contains_key(&ValueRef::new(n, 0)) || !is_const(n) {
+            copy_node(joint, n, &mut bb, &mut bmap)?;
+        }
+    }
+    let mut bouts = Vec::new();
+    for v in &outputs[num_outputs..] {
+        if is_const(v.node) && !bmap.contains_key(v) {
+            copy_node(joint, v.node, &mut bb, &mut bmap)?;
+        }
+        bouts.push(*bmap.get(v).ok_or_else(|| {
+            graph_err(format!(
+                "partition: gradient value {v:?} is not computed by the backward"
+            ))
+        })?);
+    }
+    bb.output(&bouts)?;
+    let forward_owned = |n: NodeId| in_forward.contains(&n) || primal_nodes.contains(&n);
+    copy_guards_backward(joint, &bmap, &forward_owned, &mut bb);
+    Ok(Partition {
+        forward: fb.finish()?,
+        backward: bb.finish()?,
+        num_saved: saved.len(),
+        recomputed: recompute.len(),
+    })
+}
+
+/// Copies op or constant node `n` of `joint` into `b`, mapping its outputs.
+fn copy_node(
+    joint: &Graph,
+    n: NodeId,
+    b: &mut GraphBuilder,
+    map: &mut HashMap<ValueRef, ValueRef>,
+) -> Result<()> {
+    let node = joint
+        .node(n)
+        .ok_or_else(|| graph_err(format!("node {n} vanished")))?;
+    match &node.kind {
+        NodeKind::Constant(c) => {
+            let device = node.outputs.first().map(|m| m.device).unwrap_or_default();
+            let v = b.constant(c.clone(), device)?;
+            map.insert(ValueRef::new(n, 0), v);
+        }
+        NodeKind::Op(call) => {
+            let mut producers = joint.args_of(n)?.into_iter();
+            let mut take = || -> Result<ValueRef> {
+                let v = producers
+                    .next()
+                    .ok_or_else(|| graph_err(format!("{}: missing argument", joint.describe(n))))?;
+                map.get(&v).copied().ok_or_else(|| {
+                    graph_err(format!(
+                        "partition: {} reads output {} of {}, which this half does not have",
+                        joint.describe(n),
+                        v.output,
+                        joint.describe(v.node)
+                    ))
+                })
+            };
+            let mut args = Vec::with_capacity(call.args.len());
+            for a in &call.args {
+                args.push(match a {
+                    Arg::Tensor => BuilderArg::Tensor(take()?),
+                    Arg::OptionalTensor { present: true } => {
+                        BuilderArg::OptionalTensor(Some(take()?))
+                    }
+                    Arg::OptionalTensor { present: false } => BuilderArg::OptionalTensor(None),
+                    Arg::TensorList { len } => {
+                        BuilderArg::TensorList((0..*len).map(|_| take()).collect::<Result<_>>()?)
+                    }
+                    Arg::Attr { name, value } => BuilderArg::Attr {
+                        name: name.clone(),
+                        value: value.clone(),
+                    },
+                });
+            }
+            let id = b.op_node(&call.name, call.class, args, node.outputs.to_vec())?;
+            if let Some(r) = &call.barrier_reason {
+                b.set_barrier_reason(id, r.clone())?;
+            }
+            for i in 0..node.outputs.len() {
+                map.insert(ValueRef::new(n, i), ValueRef::new(id, i));
+            }
+        }
+        _ => {
+            return Err(graph_err(format!(
+                "partition: {} is not an op",
+                joint.describe(n)
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn remap(g: &SizeGuard, v: ValueRef) -> SizeGuard {
+    SizeGuard {
+        value: v,
+        dim: g.dim,
+        expected: g.expected.clone(),
+    }
+}
+
+/// The joint graph's size guards on values `map` has (the forward's values and primal inputs).
+fn copy_guards(joint: &Graph, map: &HashMap<ValueRef, ValueRef>, b: &mut GraphBuilder) {
+    for g in joint.size_guards() {
+        if let Some(&v) = map.get(&g.value) {
+            b.size_guard(remap(g, v));
+        }
+    }
+}
+
+/// The backward's size guards: on its own values (the forward checks those on the values it
+/// computes, saved ones included, and on the primals).
+fn copy_guards_backward(
+    joint: &Graph,
+    map: &HashMap<ValueRef, ValueRef>,
+    forward_owned: &dyn Fn(NodeId) -> bool,
+    b: &mut GraphBuilder,
+) {
+    for g in joint.size_guards() {
+        if forward_owned(g.value.node) {
+            continue;
+        }
+        if let Some(&v) = map.get(&g.value) {
+            b.size_guard(remap(g, v));
+        }
+    }
+}

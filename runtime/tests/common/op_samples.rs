@@ -1,0 +1,112 @@
+//! Sample calls of the op table's entries (`ops::all_ops()`), shared by the op-table sweep
+//! (`runtime/tests/op_table.rs`) and the compiled-training sweep (`compiler/tests/
+//! training_ops.rs`), each including it with `#[path = "…/op_samples.rs"] mod op_samples;`.
+
+use tensorplay_ir::schema::Schema;
+use tensorplay_runtime::ops::OpDef;
+use tensorplay_runtime::{DType, Tensor, Value};
+
+/// Values away from 0, integers and half-integers (so floor/round/sign/remainder/clamp are
+/// differentiable there), differing per tensor input.
+pub fn data(op: &str, input: usize, n: usize) -> Vec<f64> {
+    let base = [
+        0.73, -1.21, 1.57, -0.64, 1.13, -1.87, 0.91, -0.38, 1.44, -1.06, 0.62, -1.69,
+    ];
+    let positive = matches!(
+        op,
+        "log" | "sqrt" | "rsqrt" | "reciprocal" | "log1p" | "pow" | "prod"
+    ) || (op == "remainder" && input == 1);
+    (0..n)
+        .map(|i| {
+            let v: f64 = base[(i * 5 + input * 7) % base.len()] * (1.0 + 0.1 * input as f64);
+            if positive { v.abs() } else { v }
+        })
+        .collect()
+}
+
+pub fn tensor(op: &str, input: usize, shape: &[usize]) -> Tensor {
+    let n = shape.iter().product();
+    Tensor::from_vec(data(op, input, n), shape).unwrap()
+}
+
+/// A valid call of `op`: its positional arguments with tensors marked. Ops whose non-tensor
+/// arguments have no usable default are listed by name.
+pub enum Arg {
+    T(Vec<usize>),
+    List(Vec<Vec<usize>>),
+    V(Value),
+}
+
+pub fn sample(op: &OpDef) -> Option<Vec<Arg>> {
+    use Arg::*;
+    let t = |s: &[usize]| T(s.to_vec());
+    let v = |x: Value| V(x);
+    Some(match op.name {
+        "clamp" => vec![t(&[2, 3]), v(Value::Float(-1.0)), v(Value::Float(1.0))],
+        "where" => vec![
+            v(Value::Tensor(
+                Tensor::from_vec(vec![true, false, true, true, false, false], &[2, 3]).unwrap(),
+            )),
+            t(&[2, 3]),
+            t(&[2, 3]),
+        ],
+        "to_dtype" => vec![t(&[2, 3]), v(Value::DType(DType::F64))],
+        "view" => vec![t(&[2, 3]), v(Value::IntList(vec![3, 2]))],
+        "permute" => vec![t(&[2, 3]), v(Value::IntList(vec![1, 0]))],
+        "expand" => vec![t(&[1, 3]), v(Value::IntList(vec![2, 3]))],
+        "slice" => vec![
+            t(&[4, 3]),
+            v(Value::Int(0)),
+            v(Value::Int(1)),
+            v(Value::Int(3)),
+        ],
+        "slice_backward" => vec![
+            t(&[2, 3]),
+            v(Value::IntList(vec![4, 3])),
+            v(Value::Int(0)),
+            v(Value::Int(1)),
+            v(Value::Int(3)),
+            v(Value::Int(1)),
+        ],
+        "max_dim" | "min_dim" | "softmax" | "log_softmax" => vec![t(&[2, 3]), v(Value::Int(1))],
+        "matmul" => vec![t(&[2, 3]), t(&[3, 2])],
+        "cat" | "stack" => vec![List(vec![vec![2, 3], vec![2, 3]])],
+        _ => {
+            // Tensors, then defaults: fine for elementwise and reduction ops.
+            let schema = Schema::parse(&format!("tp::{}", op.schema)).ok()?;
+            let mut args = Vec::new();
+            for p in &schema.params {
+                if p.ty.is_tensor() {
+                    args.push(t(&[2, 3]));
+                } else if p.default.is_none() {
+                    return None;
+                }
+            }
+            args
+        }
+    })
+}
+
+/// The sample's values with tensors from `tensors` (in order) or as given.
+pub fn values(args: &[Arg], tensors: &[Tensor]) -> Vec<Value> {
+    let mut it = tensors.iter();
+    args.iter()
+        .map(|a| match a {
+            Arg::T(_) => Value::Tensor(it.next().unwrap().clone()),
+            Arg::List(l) => {
+                Value::TensorList(l.iter().map(|_| it.next().unwrap().clone()).collect())
+            }
+            Arg::V(v) => v.clone(),
+        })
+        .collect()
+}
+
+pub fn shapes(args: &[Arg]) -> Vec<Vec<usize>> {
+    args.iter()
+        .flat_map(|a| match a {
+            Arg::T(s) => vec![s.clone()],
+            Arg::List(l) => l.clone(),
+            Arg::V(_) => vec![],
+        })
+        .collect()
+}
