@@ -326,7 +326,18 @@ impl TraceState {
                     .get(&t.identity())
                     .and_then(|r| self.sym_dims.get(r))
                     .map_or(SymArg::UnknownTensor, |d| SymArg::Tensor(d.clone())),
-                Value::OptionalTensor(Some(_)) | Value::TensorList(_) => SymArg::UnknownTensor,
+                Value::TensorList(ts) => ts
+                    .iter()
+                    .map(|t| {
+                        self.values
+                            .get(&t.identity())
+                            .and_then(|r| self.sym_dims.get(r))
+                            .cloned()
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .map_or(SymArg::UnknownTensor, SymArg::Tensors),
+                Value::OptionalTensor(Some(_)) => SymArg::UnknownTensor,
+                Value::Bool(b) => SymArg::Bool(*b),
                 Value::Int(i) => SymArg::Int(SymExpr::lit(*i)),
                 Value::SymInt(s) => SymArg::Int(s.expr()),
                 Value::IntList(v) => SymArg::Ints(lits(v)),

@@ -150,6 +150,32 @@ fn reads_layout(xs: &[Tensor]) -> Result<Vec<Tensor>> {
     Ok(vec![z.mul_scalar(y.strides()[0] as f64)?])
 }
 
+/// Sizes read from the results of reductions, softmax, matmul, cat and stack stay symbolic.
+fn sizes_of_reductions(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let rows = xs[0].sum(&[1], false)?; // [a]
+    let (vals, _) = xs[0].softmax(-1)?.max_dim(1, true)?; // [a, 1]
+    let n = rows.sym_size(0)?;
+    let half = vals.sym_size(0)? / 2;
+    Ok(vec![
+        rows.narrow(0, half, n - half)?,
+        xs[0].argmax(Some(1), false)?.to_dtype(DType::F32)?,
+    ])
+}
+
+fn sizes_of_matmul(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let g = xs[0].matmul(&xs[0].t()?)?; // [a, a]
+    let n = g.sym_size(1)?;
+    Ok(vec![g.narrow(1, 1, n - 1)?.tanh()?])
+}
+
+fn sizes_of_cat(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let c = Tensor::cat(&[xs[0].clone(), xs[0].neg()?], 0)?; // [2a, b]
+    let s = Tensor::stack(&[xs[0].clone(), xs[0].exp()?], 1)?; // [a, 2, b]
+    let n = c.sym_size(0)?;
+    let m = s.sym_size(0)?;
+    Ok(vec![c.narrow(0, m, n - m)?, s.select(1, 1)?])
+}
+
 fn plain(xs: &[Tensor]) -> Result<Vec<Tensor>> {
     Ok(vec![xs[0].mul(&xs[1])?.add_scalar(1.0)?.relu()?])
 }
@@ -252,6 +278,49 @@ fn symbolic_sizes_flow_into_ops_without_recompiling() -> Result<()> {
 }
 
 #[test]
+fn reductions_matmul_and_cat_have_symbolic_result_shapes() -> Result<()> {
+    for (name, body) in [
+        ("sizes_of_reductions", sizes_of_reductions as Body),
+        ("sizes_of_matmul", sizes_of_matmul),
+        ("sizes_of_cat", sizes_of_cat),
+    ] {
+        let c = compile(body);
+        for a in [6, 3, 11, 2] {
+            agree(name, body, &c, &[ramp(&[a, 4])]);
+        }
+        assert_eq!(c.num_compiled(), 1, "{name} recompiled");
+        let g = c.latest().unwrap();
+        assert!(g.graph().size_guards().is_empty(), "{name}: {}", g.graph());
+    }
+    let m = TensorMeta::new(&[6, 4], DType::F32, Device::Cpu);
+    let text = capture(
+        sizes_of_matmul,
+        &[m.clone()],
+        CaptureOptions { dynamic: true },
+    )?
+    .to_string();
+    assert!(text.contains("f32[s0, s0]"), "{text}");
+    let text = capture(sizes_of_cat, &[m], CaptureOptions { dynamic: true })?.to_string();
+    assert!(text.contains("f32[2*s0, s1]"), "{text}");
+    assert!(text.contains("f32[s0, 2, s1]"), "{text}");
+    Ok(())
+}
+
+#[test]
+fn matmul_of_sizes_that_differ_later_fails_like_eager() -> Result<()> {
+    // Captured where the contracted sizes happen to be equal: the graph guards them, so other
+    // sizes give eager's error (or a recompiled graph), never a wrong result.
+    fn mm(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+        Ok(vec![xs[0].matmul(&xs[1])?.relu()?])
+    }
+    let c = compile(mm);
+    agree("mm", mm, &c, &[ramp(&[3, 4]), ramp(&[4, 5])]);
+    agree("mm", mm, &c, &[ramp(&[3, 4]), ramp(&[6, 5])]);
+    agree("mm", mm, &c, &[ramp(&[7, 6]), ramp(&[6, 2])]);
+    Ok(())
+}
+
+#[test]
 fn a_factory_of_symbolic_sizes_is_a_graph_node_not_a_constant() -> Result<()> {
     // 100 elements: more than a captured constant may hold.
     let c = compile(full_sym);
@@ -331,6 +400,9 @@ const BODIES: &[(&str, Body, usize)] = &[
     ("full_from_size", full_from_size, 1),
     ("flatten_and_narrow", flatten_and_narrow, 2),
     ("plain", plain, 2),
+    ("sizes_of_reductions", sizes_of_reductions, 2),
+    ("sizes_of_matmul", sizes_of_matmul, 2),
+    ("sizes_of_cat", sizes_of_cat, 2),
 ];
 
 /// Inputs for body `i` at sizes (a, b): rank-1 bodies take [a] (twice where they need two).

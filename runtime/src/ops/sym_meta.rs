@@ -2,8 +2,9 @@
 //! shapes and size arguments (what printed graphs show, and what `Tensor::sym_size` hands out for
 //! an op's result during capture).
 //!
-//! A rule exists for elementwise ops (from their class: broadcasting) and for the ops that take
-//! sizes (`view`, `expand`, `slice`, `permute`); any other op's results have no symbolic shape,
+//! A rule exists for elementwise ops (from their class: broadcasting), the ops that take sizes
+//! (`view`, `expand`, `slice`, `permute`), reductions (a `dim` list or a single `dim`, with
+//! `keepdim`), softmax, matmul, and `cat`/`stack`; any other op's results have no symbolic shape,
 //! so code reading their sizes gets guarded plain integers. Rules are selected by `OpDef`
 //! identity, never by name. Correctness never rests on a rule: the caller checks every result
 //! against the op's concrete meta rule at the example sizes and drops a rule's answer that
@@ -14,7 +15,13 @@ use tensorplay_ir::graph::{SymCmp, SymGuard};
 use tensorplay_ir::{OpClass, SymExpr};
 
 use super::OpDef;
+use super::join::{CAT, STACK};
+use super::linalg::MATMUL;
+use super::reduce::{
+    AMAX, AMIN, ARGMAX, ARGMIN, MAX, MAX_DIM, MEAN, MIN, MIN_DIM, PROD, STD, SUM, VAR,
+};
 use super::shape::{EXPAND, PERMUTE, SLICE, VIEW};
+use super::softmax::{LOG_SOFTMAX, SOFTMAX};
 
 /// One argument of a call, as the symbolic rule sees it.
 #[derive(Debug, Clone)]
@@ -23,10 +30,14 @@ pub enum SymArg {
     Tensor(Vec<SymExpr>),
     /// A tensor without a (complete) symbolic shape.
     UnknownTensor,
+    /// A tensor list whose every tensor has a known symbolic shape.
+    Tensors(Vec<Vec<SymExpr>>),
     /// An integer.
     Int(SymExpr),
     /// An integer list.
     Ints(Vec<SymExpr>),
+    /// A flag (`keepdim`).
+    Bool(bool),
     /// Anything else (`None`, floats, flags, tensor lists, ...).
     Other,
 }
@@ -116,6 +127,116 @@ fn ints(args: &[SymArg], i: usize) -> Option<&[SymExpr]> {
     }
 }
 
+fn flag(args: &[SymArg], i: usize) -> Option<bool> {
+    match args.get(i) {
+        None => Some(false),
+        Some(SymArg::Bool(b)) => Some(*b),
+        Some(_) => None,
+    }
+}
+
+/// The shape of a reduction of `x` over `dims` (`None`: every dim), keeping reduced dims as 1
+/// under `keepdim`.
+fn reduced(x: &[SymExpr], dims: Option<&[SymExpr]>, keepdim: bool) -> Option<Vec<SymExpr>> {
+    let reduce: Vec<usize> = match dims {
+        None => (0..x.len()).collect(),
+        Some(d) if d.is_empty() => (0..x.len()).collect(),
+        Some(d) => d
+            .iter()
+            .map(|&e| dim_index(e, x.len().max(1)))
+            .collect::<Option<_>>()?,
+    };
+    let one = SymExpr::lit(1);
+    Some(
+        x.iter()
+            .enumerate()
+            .filter_map(|(i, &e)| match reduce.contains(&i) {
+                false => Some(e),
+                true => keepdim.then_some(one),
+            })
+            .collect(),
+    )
+}
+
+/// The dims argument at `i` of a reduction: `None` for an absent or `None` argument (every
+/// dim), one dim for an integer, the list for a list.
+fn reduce_dims(args: &[SymArg], i: usize) -> Option<Option<Vec<SymExpr>>> {
+    match args.get(i) {
+        None | Some(SymArg::Other) => Some(None),
+        Some(SymArg::Int(e)) => Some(Some(vec![*e])),
+        Some(SymArg::Ints(v)) => Some(Some(v.clone())),
+        Some(_) => None,
+    }
+}
+
+impl SymCtx<'_> {
+    /// `a == b` for two sizes the op requires equal: statically, or guarded by the example.
+    fn require_equal(&mut self, a: SymExpr, b: SymExpr) -> Option<()> {
+        (a == b || self.decide(a.minus(b), SymCmp::Eq, 0)?).then_some(())
+    }
+
+    /// `matmul`'s result shape (PyTorch's rules: 1-D operands gain and then lose a dim, batch
+    /// dims broadcast, the contracted sizes must be equal).
+    fn matmul(&mut self, a: &[SymExpr], b: &[SymExpr]) -> Option<Vec<SymExpr>> {
+        if a.is_empty() || b.is_empty() {
+            return None;
+        }
+        let (m, ka) = match a.len() {
+            1 => (None, a[0]),
+            n => (Some(a[n - 2]), a[n - 1]),
+        };
+        let (kb, n) = match b.len() {
+            1 => (b[0], None),
+            r => (b[r - 2], Some(b[r - 1])),
+        };
+        self.require_equal(ka, kb)?;
+        let batch_a = &a[..a.len().saturating_sub(2)];
+        let batch_b = &b[..b.len().saturating_sub(2)];
+        let mut out = self.broadcast(batch_a, batch_b)?;
+        out.extend(m);
+        out.extend(n);
+        Some(out)
+    }
+
+    /// `cat`'s result shape: sizes along `dim` add up, the others must agree. Legacy empty 1-D
+    /// operands (skipped by `cat`) get no rule.
+    fn cat(&mut self, xs: &[Vec<SymExpr>], dim: SymExpr) -> Option<Vec<SymExpr>> {
+        let first = xs.first()?;
+        if xs.iter().any(|x| x.len() != first.len()) {
+            return None;
+        }
+        let dim = dim_index(dim, first.len())?;
+        let mut out = first.clone();
+        for x in &xs[1..] {
+            for (i, (&o, &e)) in out.clone().iter().zip(x).enumerate() {
+                if i == dim {
+                    out[i] = o.plus(e);
+                } else {
+                    self.require_equal(o, e)?;
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// `stack`'s result shape: every operand has the same shape; a new dim of their count.
+    fn stack(&mut self, xs: &[Vec<SymExpr>], dim: SymExpr) -> Option<Vec<SymExpr>> {
+        let first = xs.first()?;
+        if xs.iter().any(|x| x.len() != first.len()) {
+            return None;
+        }
+        for x in &xs[1..] {
+            for (&o, &e) in first.iter().zip(x) {
+                self.require_equal(o, e)?;
+            }
+        }
+        let dim = dim_index(dim, first.len() + 1)?;
+        let mut out = first.clone();
+        out.insert(dim, SymExpr::lit(xs.len() as i64));
+        Some(out)
+    }
+}
+
 fn dim_index(d: SymExpr, rank: usize) -> Option<usize> {
     let d = d.as_lit()?;
     let r = rank as i64;
@@ -171,6 +292,51 @@ pub fn sym_meta(
             .iter()
             .map(|&d| dim_index(d, x.len()).map(|j| x[j]))
             .collect::<Option<Vec<_>>>()?;
+        return Some(vec![out]);
+    }
+    if [&SUM, &MEAN, &PROD, &AMAX, &AMIN, &VAR, &STD]
+        .iter()
+        .any(|o| is(o))
+    {
+        let x = tensor(args, 0)?;
+        let keepdim = flag(args, if is(&VAR) || is(&STD) { 3 } else { 2 })?;
+        let dims = reduce_dims(args, 1)?;
+        return Some(vec![reduced(x, dims.as_deref(), keepdim)?]);
+    }
+    if is(&MAX) || is(&MIN) {
+        tensor(args, 0)?;
+        return Some(vec![Vec::new()]);
+    }
+    if is(&MAX_DIM) || is(&MIN_DIM) || is(&ARGMAX) || is(&ARGMIN) {
+        let x = tensor(args, 0)?;
+        let dims = reduce_dims(args, 1)?;
+        let keepdim = flag(args, 2)?;
+        // argmax without a dim reduces the flattened tensor: a 0-d result (its keepdim form
+        // has every dim 1, which `reduced` also gives).
+        let out = reduced(x, dims.as_deref(), keepdim)?;
+        let n = if is(&MAX_DIM) || is(&MIN_DIM) { 2 } else { 1 };
+        return Some(vec![out; n]);
+    }
+    if is(&SOFTMAX) || is(&LOG_SOFTMAX) {
+        return Some(vec![tensor(args, 0)?.to_vec()]);
+    }
+    if is(&MATMUL) {
+        let (a, b) = (tensor(args, 0)?.to_vec(), tensor(args, 1)?.to_vec());
+        return Some(vec![ctx.matmul(&a, &b)?]);
+    }
+    if is(&CAT) || is(&STACK) {
+        let SymArg::Tensors(xs) = args.first()? else {
+            return None;
+        };
+        let dim = match args.get(1) {
+            None => SymExpr::lit(0),
+            Some(_) => int(args, 1)?,
+        };
+        let out = if is(&CAT) {
+            ctx.cat(xs, dim)?
+        } else {
+            ctx.stack(xs, dim)?
+        };
         return Some(vec![out]);
     }
     if is(&SLICE) {
