@@ -94,6 +94,36 @@ fn elementwise_training_serves_a_second_size_without_recompiling() -> Result<()>
 }
 
 #[test]
+fn matmul_view_and_mean_backwards_serve_other_batch_sizes_without_recompiling() -> Result<()> {
+    // An MLP-shaped loss whose backward used to bake the batch size (matmul's plan, view's
+    // reshape to the input's sizes, mean's element count): it now reads symbolic sizes only.
+    let body = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        let h = xs[0].matmul(&xs[1])?.relu()?; // [b, 4]
+        let s = h.sym_shape();
+        let flat = h.view_sym(&[s[0] * s[1]])?; // [4b]
+        let v = xs[2].matmul(&xs[1].t()?)?.sum(&[0], false)?; // 1-D @ 2-D: [3]
+        Ok(vec![flat.square()?.mean(&[], false)?.add(&v.mean(&[], false)?)?])
+    };
+    let f = compile(body);
+    for b in [5usize, 9, 2] {
+        let inputs = [
+            leaf(&[b, 3], 30 + b as u64)?,
+            leaf(&[3, 4], 31)?,
+            leaf(&[4], 32)?,
+        ];
+        let (yc, gc) = grads(&|x| f.call(x), &inputs)?;
+        let (ye, ge) = grads(&body, &inputs)?;
+        assert_close(&yc, &ye, 1e-5, "output");
+        for (c, e) in gc.iter().zip(&ge) {
+            assert_close(c.as_ref().unwrap(), e.as_ref().unwrap(), 1e-5, "grad");
+        }
+    }
+    assert_eq!(f.num_compiled(), 1, "recompiled for another batch size");
+    assert!(f.training_fallbacks().is_empty(), "{:?}", f.training_fallbacks());
+    Ok(())
+}
+
+#[test]
 fn only_inputs_that_require_grad_get_gradients() -> Result<()> {
     let f = compile(mlp);
     let x = Tensor::randn_seeded(&[4, 3], DType::F32, 5)?;

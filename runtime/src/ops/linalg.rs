@@ -17,6 +17,7 @@ use crate::dispatch::call1;
 use crate::element::Element;
 use crate::kernels::iter::{Nest, SendPtr};
 use crate::parallel;
+use crate::symint::SymInt;
 use crate::tensor::Tensor;
 use crate::value::{Args, Scalar};
 
@@ -343,42 +344,42 @@ fn matmul_fill(a: Args, outs: &[Tensor]) -> Result<()> {
 }
 
 /// `grad_a = g @ b^T`, `grad_b = a^T @ g`, with 1-D operands lifted to matrices and broadcast
-/// batch dims summed away.
+/// batch dims summed away. It reads no concrete size (ranks and symbolic sizes only), so a
+/// traced backward serves every size.
 fn matmul_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let (a, b) = (c.args.tensor(0)?, c.args.tensor(1)?);
     let g = c.grad(0)?;
-    let a2 = if a.rank() == 1 {
-        a.unsqueeze(0)?
-    } else {
-        a.clone()
-    };
-    let b2 = if b.rank() == 1 {
-        b.unsqueeze(1)?
-    } else {
-        b.clone()
-    };
-    let p = plan(c.args.op, a2.shape(), b2.shape())?;
+    let (a2, b2, mut g2) = (a.clone(), b.clone(), g);
+    let a2 = if a.rank() == 1 { a2.unsqueeze(0)? } else { a2 };
+    let b2 = if b.rank() == 1 { b2.unsqueeze(1)? } else { b2 };
     // The gradient with the vector dims restored: batch + [m, n].
-    let g2 = g.reshape(&p.out_shape)?;
+    if a.rank() == 1 {
+        g2 = g2.unsqueeze(-2)?;
+    }
+    if b.rank() == 1 {
+        g2 = g2.unsqueeze(-1)?;
+    }
     let ga = if a.requires_grad() {
-        let full = g2.matmul(&b2.transpose(-1, -2)?)?;
-        Some(full.sum_to_shape(a2.shape())?.reshape(a.shape())?)
+        let full = g2.matmul(&b2.transpose(-1, -2)?)?.sum_to_shape_of(&a2)?;
+        Some(if a.rank() == 1 { full.select(0, 0)? } else { full })
     } else {
         None
     };
     let gb = if b.requires_grad() {
         let full = if b2.rank() == 2 && a2.rank() > 2 {
             // b is shared by the whole batch: fold the batch into the rows, one product.
-            let rows = a2.numel() / p.k.max(1);
-            let af = a2.reshape(&[rows, p.k])?;
-            let gf = g2.reshape(&[rows, p.n])?;
+            let sizes = a2.sym_shape();
+            let (k, n) = (a2.sym_size(-1)?, g2.sym_size(-1)?);
+            let rows = sizes[..sizes.len() - 1]
+                .iter()
+                .fold(SymInt::Lit(1), |r, &s| r * s);
+            let af = a2.reshape_sym(&[rows, k])?;
+            let gf = g2.reshape_sym(&[rows, n])?;
             af.t()?.matmul(&gf)?
         } else {
-            a2.transpose(-1, -2)?
-                .matmul(&g2)?
-                .sum_to_shape(b2.shape())?
+            a2.transpose(-1, -2)?.matmul(&g2)?.sum_to_shape_of(&b2)?
         };
-        Some(full.reshape(b.shape())?)
+        Some(if b.rank() == 1 { full.select(1, 0)? } else { full })
     } else {
         None
     };

@@ -15,6 +15,7 @@ use crate::dispatch::{call, call1};
 use crate::element::Element;
 use crate::kernels::iter::SendPtr;
 use crate::kernels::reduce::{reduced_mask, reduced_shape, reducer, sum_f32_slice};
+use crate::symint::SymInt;
 use crate::tensor::Tensor;
 use crate::value::{Args, Value};
 use crate::with_dtype;
@@ -441,6 +442,32 @@ fn mean_fill(a: Args, outs: &[Tensor]) -> Result<()> {
 fn mean_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let x = c.args.tensor(0)?;
     let (mask, keepdim) = dims_args(c.args)?;
+    if x.is_fake() && crate::capture::is_installed() {
+        // A traced backward (compiled training): the count is a tensor computed from `x`'s
+        // symbolic sizes (a sum of ones, in f64 so it is exact), not a number baked in, so the
+        // graph serves other sizes. Same value as eager: `g / n` in `g`'s dtype.
+        let reduced: Vec<SymInt> = x
+            .sym_shape()
+            .into_iter()
+            .zip(&mask)
+            .filter(|(_, m)| **m)
+            .map(|(s, _)| s)
+            .collect();
+        if reduced.iter().any(|s| s.is_symbolic()) {
+            let g = c.grad(0)?;
+            // Half grads divide in f32 (as eager's scalar division does): a count above 2048
+            // is not exact in f16.
+            let at = match g.dtype() {
+                DType::F16 | DType::BF16 => DType::F32,
+                d => d,
+            };
+            let count = Tensor::ones_sym(&reduced, DType::F64)?
+                .sum_all()?
+                .to_dtype(at)?;
+            let g = g.to_dtype(at)?.div(&count)?.to_dtype(g.dtype())?;
+            return Ok(vec![Some(expand_reduced_grad(&g, x, &mask, keepdim)?)]);
+        }
+    }
     let n: usize = x
         .shape()
         .iter()

@@ -43,8 +43,9 @@ pub static VIEW: OpDef = OpDef {
     class: OpClass::View,
     kernel: Kernel::View(view_kernel),
     derivative: Some(|c| {
+        // Symbolic sizes under a traced backward, so the graph serves other sizes.
         let x = c.args.tensor(0)?;
-        Ok(vec![Some(c.grad(0)?.reshape(x.shape())?)])
+        Ok(vec![Some(c.grad(0)?.reshape_sym(&x.sym_shape())?)])
     }),
     saved: Saved::Nothing,
     lower: Lower::None,
@@ -81,7 +82,7 @@ pub static EXPAND: OpDef = OpDef {
     kernel: Kernel::View(expand_kernel),
     derivative: Some(|c| {
         let x = c.args.tensor(0)?;
-        Ok(vec![Some(c.grad(0)?.sum_to_shape(x.shape())?)])
+        Ok(vec![Some(c.grad(0)?.sum_to_shape_of(x)?)])
     }),
     saved: Saved::Nothing,
     lower: Lower::None,
