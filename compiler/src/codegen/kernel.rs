@@ -426,11 +426,37 @@ impl fmt::Display for LoopLayout {
     }
 }
 
+/// The largest finite value of a floating `dtype` (`nan_to_num`'s default replacement of +inf;
+/// its negation replaces -inf).
+pub(crate) fn largest_finite(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => f64::MAX,
+        DType::F16 => 65504.0,
+        DType::BF16 => 3.389_531_389_251_535_5e38,
+        _ => f32::MAX as f64,
+    }
+}
+
 fn lower_name(op: &ScalarOp) -> String {
     match op {
         ScalarOp::Clamp { min, max } => {
             let b = |v: &Option<f64>| v.map_or("none".to_string(), fmt_float);
             format!("clamp[{}, {}]", b(min), b(max))
+        }
+        ScalarOp::Libm(f) => f.name().to_string(),
+        ScalarOp::Libm2(f) => f.name().to_string(),
+        ScalarOp::NanToNum {
+            nan,
+            posinf,
+            neginf,
+        } => {
+            let b = |v: &Option<f64>| v.map_or("none".to_string(), fmt_float);
+            format!(
+                "nan_to_num[{}, {}, {}]",
+                fmt_float(*nan),
+                b(posinf),
+                b(neginf)
+            )
         }
         other => format!("{other:?}").to_lowercase(),
     }
@@ -519,8 +545,11 @@ fn op_accepts(op: ScalarOp, compute: DType) -> bool {
     let boolean = compute == DType::Bool;
     match op {
         Exp | Log | Log1p | Expm1 | Sqrt | Rsqrt | Reciprocal | Sin | Cos | Tanh | Sigmoid
-        | GeluErf | GeluTanh | Silu | Erf | Div => float,
+        | GeluErf | GeluTanh | Silu | Erf | Div | Libm(_) | Libm2(_) => float,
         Pow => !boolean,
+        NanToNum { .. } => true,
+        BitAnd | BitOr | BitXor | BitNot => !float,
+        Shl | Shr => !float && !boolean,
         Neg | Relu | Sub | Floor | Ceil | Round => !boolean,
         Clamp { .. } => !boolean,
         Cast => false,
