@@ -3,13 +3,16 @@
 //! compiler all read these declarations; none of them special-cases an op by name.
 //!
 //! Families live one per file: `unary`, `binary` (with `remainder`), `compare`, `logical`
-//! (and/or/not, where, clamp), `activation` (leaky_relu, softplus), `reduce`, `softmax`,
+//! (and/or/not, where, clamp), `activation` (leaky_relu, softplus, elu, hardtanh, hardsigmoid,
+//! hardswish, mish, logit), `unary_math` (log2, log10, exp2, tan, inverse and hyperbolic trig,
+//! trunc, frac), `float_class` (isnan, isinf, isfinite, nan_to_num), `reduce`, `softmax`,
 //! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`.
 
 pub mod activation;
 pub mod binary;
 pub mod cast;
 pub mod compare;
+pub mod float_class;
 pub mod inplace;
 pub mod join;
 pub mod linalg;
@@ -19,6 +22,7 @@ pub mod reduce;
 pub mod shape;
 pub mod softmax;
 pub mod unary;
+pub mod unary_math;
 
 use tensorplay_ir::{DType, OpClass, Result, Shape};
 
@@ -168,6 +172,8 @@ pub fn all_ops() -> Vec<&'static OpDef> {
     v.extend_from_slice(linalg::OPS);
     v.extend_from_slice(join::OPS);
     v.extend_from_slice(activation::OPS);
+    v.extend_from_slice(unary_math::OPS);
+    v.extend_from_slice(float_class::OPS);
     v
 }
 
