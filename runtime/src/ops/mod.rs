@@ -5,11 +5,15 @@
 //! Families live one per file: `unary`, `binary` (with `remainder`), `compare`, `logical`
 //! (and/or/not, where, clamp), `activation` (leaky_relu, softplus, elu, hardtanh, hardsigmoid,
 //! hardswish, mish, logit), `unary_math` (log2, log10, exp2, tan, inverse and hyperbolic trig,
-//! trunc, frac), `float_class` (isnan, isinf, isfinite, nan_to_num), `reduce`, `softmax`,
+//! trunc, frac), `float_class` (isnan, isinf, isfinite, nan_to_num), `binary_math` (atan2,
+//! hypot, copysign, fmod, fmax, fmin, floor_divide, lerp), `bitwise` (and/or/xor/not, shifts),
+//! `reduce`, `softmax`,
 //! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`.
 
 pub mod activation;
 pub mod binary;
+pub mod binary_math;
+pub mod bitwise;
 pub mod cast;
 pub mod compare;
 pub mod float_class;
@@ -174,6 +178,8 @@ pub fn all_ops() -> Vec<&'static OpDef> {
     v.extend_from_slice(activation::OPS);
     v.extend_from_slice(unary_math::OPS);
     v.extend_from_slice(float_class::OPS);
+    v.extend_from_slice(binary_math::OPS);
+    v.extend_from_slice(bitwise::OPS);
     v
 }
 

@@ -33,6 +33,14 @@ pub fn data(op: &str, input: usize, n: usize) -> Vec<f64> {
 
 pub fn tensor(op: &str, input: usize, shape: &[usize]) -> Tensor {
     let n = shape.iter().product();
+    if op.starts_with("bitwise") {
+        // Integer operands (shift amounts 0..6).
+        let v: Vec<i64> = data(op, input, n)
+            .iter()
+            .map(|x| (x.abs() * 4.0) as i64)
+            .collect();
+        return Tensor::from_vec(v, shape).unwrap();
+    }
     Tensor::from_vec(data(op, input, n), shape).unwrap()
 }
 
