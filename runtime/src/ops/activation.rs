@@ -241,8 +241,20 @@ fn elu_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     float_map(
         a,
         &outs[0],
-        |x| if x > 0.0 { x * p32 } else { (x * i32_).exp_m1() * n32 },
-        |x| if x > 0.0 { x * pos } else { (x * inp).exp_m1() * neg },
+        |x| {
+            if x > 0.0 {
+                x * p32
+            } else {
+                (x * i32_).exp_m1() * n32
+            }
+        },
+        |x| {
+            if x > 0.0 {
+                x * pos
+            } else {
+                (x * inp).exp_m1() * neg
+            }
+        },
     )
 }
 

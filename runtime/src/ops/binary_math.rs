@@ -398,7 +398,11 @@ macro_rules! floor_div_body {
         };
         let fl = div.floor();
         let fl = if div - fl > 0.5 { fl + 1.0 } else { fl };
-        let res = if div != 0.0 { fl } else { (0.0 as $t).copysign(q) };
+        let res = if div != 0.0 {
+            fl
+        } else {
+            (0.0 as $t).copysign(q)
+        };
         if b == 0.0 { q } else { res }
     }};
 }
@@ -516,8 +520,12 @@ fn lerp_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     );
     let op = a.op;
     match d {
-        DType::F32 => map3::<f32, f32, f32, f32>(op, out, &s, &e, &w, |s, e, w| lerp_body!(s, e, w)),
-        DType::F64 => map3::<f64, f64, f64, f64>(op, out, &s, &e, &w, |s, e, w| lerp_body!(s, e, w)),
+        DType::F32 => {
+            map3::<f32, f32, f32, f32>(op, out, &s, &e, &w, |s, e, w| lerp_body!(s, e, w))
+        }
+        DType::F64 => {
+            map3::<f64, f64, f64, f64>(op, out, &s, &e, &w, |s, e, w| lerp_body!(s, e, w))
+        }
         DType::F16 => map3::<f16, f16, f16, f16>(op, out, &s, &e, &w, |s, e, w| {
             f16::from_f32(lerp_body!(s.to_f32(), e.to_f32(), w.to_f32()))
         }),

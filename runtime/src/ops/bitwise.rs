@@ -7,9 +7,7 @@ use tensorplay_ir::graph::Attr;
 use tensorplay_ir::{DType, Error, OpClass, Result, ScalarExpr, ScalarOp};
 
 use super::binary::{BinaryMath, BinaryOut, binary_fill, binary_meta};
-use super::{
-    AutocastPolicy, DTypeRule, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule,
-};
+use super::{AutocastPolicy, DTypeRule, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule};
 use crate::dispatch::call1;
 use crate::kernels::map::map1;
 use crate::tensor::Tensor;

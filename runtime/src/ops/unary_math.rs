@@ -280,8 +280,8 @@ math_op! {
 
 /// Every op of this family.
 pub static OPS: &[&OpDef] = &[
-    &LOG2, &LOG10, &EXP2, &TAN, &ASIN, &ACOS, &ATAN, &SINH, &COSH, &ASINH, &ACOSH, &ATANH,
-    &TRUNC, &FRAC,
+    &LOG2, &LOG10, &EXP2, &TAN, &ASIN, &ACOS, &ATAN, &SINH, &COSH, &ASINH, &ACOSH, &ATANH, &TRUNC,
+    &FRAC,
 ];
 
 #[cfg(test)]
