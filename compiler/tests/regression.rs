@@ -657,6 +657,26 @@ fn issue12_elementwise_ops_match_eager() {
     problems.extend(run_op(&lerp, &same(3, &ALL)));
     let lerp_s = binary("lerp_scalar", |a, b| a.lerp_scalar(b, 0.75), Tol::Exact);
     problems.extend(run_op(&lerp_s, &same(2, &ALL)));
+    let clamp_t = OpCase {
+        name: "clamp_tensor",
+        arity: 3,
+        body: Arc::new(|xs: &[Tensor]| Ok(vec![xs[0].clamp_tensor(&xs[1], &xs[2])?])),
+        tol: Tol::Exact,
+    };
+    problems.extend(run_op(&clamp_t, &same(3, &ALL)));
+    let where_s = OpCase {
+        name: "where_scalars",
+        arity: 2,
+        body: Arc::new(|xs: &[Tensor]| {
+            let c = xs[0].gt(&xs[1])?;
+            Ok(vec![
+                Tensor::where_tensor_scalar(&c, &xs[0], -2.5)?,
+                Tensor::where_scalar(&c, 2.5, 1)?,
+            ])
+        }),
+        tol: Tol::Exact,
+    };
+    problems.extend(run_op(&where_s, &binary_combos()));
     report(problems);
 }
 
@@ -672,7 +692,12 @@ fn issue12_ops_fuse_into_one_region() {
             .lerp(&a, &b)?
             .nan_to_num(None, None, None)?
             .logit(Some(0.1))?;
-        let e = d.floor_divide(&b)?.frac()?.hardtanh(-1.0, 1.0)?;
+        let e = d
+            .floor_divide(&b)?
+            .frac()?
+            .hardtanh(-1.0, 1.0)?
+            .clamp_tensor(&a, &b)?;
+        let e = Tensor::where_tensor_scalar(&e.gt(&a)?, &e, 0.5)?;
         Ok(vec![e, d.isnan()?])
     });
     let x = Tensor::from_vec((0..64).map(|i| i as f32 * 0.1 - 3.0).collect(), &[64]).unwrap();

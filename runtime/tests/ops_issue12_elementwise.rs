@@ -539,3 +539,82 @@ fn closed_form_gradients() {
     assert_eq!(w.grad().unwrap().to_vec::<f64>().unwrap(), vec![3.0]);
     assert_eq!(s.grad().unwrap().to_vec::<f64>().unwrap(), vec![0.75]);
 }
+
+#[test]
+fn clamp_with_tensor_bounds() {
+    let x = f32s(&[-2.0, 0.5, 3.0, f32::NAN, 1.0, 0.0]);
+    let lo = f32s(&[-1.0, 1.0, 0.0, 0.0, f32::NAN, 2.0]);
+    let hi = f32s(&[1.0, 2.0, 2.0, 1.0, 3.0, 1.0]);
+    let y = x.clamp_tensor(&lo, &hi).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(y[..3], [-1.0, 1.0, 2.0]);
+    assert!(y[3].is_nan() && y[4].is_nan()); // NaN input, NaN bound
+    assert_eq!(y[5], 1.0); // lo > hi gives hi
+    // Broadcast bounds and promotion: i32 tensor with f32 bounds gives f32.
+    let i = Tensor::from_vec(vec![-5i32, 0, 5], &[3]).unwrap();
+    let (l, h) = (f32s(&[-1.5]), f32s(&[2.5]));
+    let r = i.clamp_tensor(&l, &h).unwrap();
+    assert_eq!(r.dtype(), DType::F32);
+    assert_eq!(r.to_vec::<f32>().unwrap(), vec![-1.5, 0.0, 2.5]);
+    let il = Tensor::from_vec(vec![-1i32], &[1]).unwrap();
+    let ih = Tensor::from_vec(vec![1i64], &[1]).unwrap();
+    assert_eq!(
+        i.clamp_tensor(&il, &ih).unwrap().to_vec::<i64>().unwrap(),
+        vec![-1, 0, 1]
+    );
+    let b = Tensor::from_vec(vec![true], &[1]).unwrap();
+    assert!(matches!(b.clamp_tensor(&b, &b), Err(Error::DType { .. })));
+    assert!(matches!(
+        x.clamp_tensor(&f32s(&[0.0, 1.0]), &hi),
+        Err(Error::Shape { .. })
+    ));
+    // Gradients: to self inside, to min below, to max above.
+    let x = f64s(&[-2.0, 0.5, 3.0]).requires_grad_(true).unwrap();
+    let lo = f64s(&[-1.0, 0.0, 0.0]).requires_grad_(true).unwrap();
+    let hi = f64s(&[1.0]).requires_grad_(true).unwrap();
+    x.clamp_tensor(&lo, &hi)
+        .unwrap()
+        .sum(&[], false)
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![0.0, 1.0, 0.0]
+    );
+    assert_eq!(
+        lo.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![1.0, 0.0, 0.0]
+    );
+    assert_eq!(hi.grad().unwrap().to_vec::<f64>().unwrap(), vec![1.0]);
+}
+
+#[test]
+fn where_with_scalar_branches() {
+    let c = Tensor::from_vec(vec![true, false, true], &[3]).unwrap();
+    let w = Tensor::where_scalar(&c, 2.5, 1).unwrap();
+    assert_eq!(w.dtype(), DType::F32);
+    assert_eq!(w.to_vec::<f32>().unwrap(), vec![2.5, 1.0, 2.5]);
+    assert_eq!(Tensor::where_scalar(&c, 3, -4).unwrap().dtype(), DType::I64);
+    assert_eq!(
+        Tensor::where_scalar(&c, true, false).unwrap().dtype(),
+        DType::Bool
+    );
+    let a = Tensor::from_vec(vec![1.0f64, 2.0, 3.0], &[3])
+        .unwrap()
+        .to_dtype(DType::F16)
+        .unwrap();
+    let r = Tensor::where_tensor_scalar(&c, &a, -1).unwrap();
+    assert_eq!(r.dtype(), DType::F16);
+    assert_eq!(r.to_vec_f64().unwrap(), vec![1.0, -1.0, 3.0]);
+    let r =
+        Tensor::where_scalar_tensor(&c, 0.5, &Tensor::from_vec(vec![7i64, 8, 9], &[3]).unwrap())
+            .unwrap();
+    assert_eq!(r.to_vec::<f32>().unwrap(), vec![0.5, 8.0, 0.5]);
+    // A 0-d condition broadcasts against the tensor branch.
+    let c0 = Tensor::from_vec(vec![false], &[]).unwrap();
+    assert_eq!(
+        Tensor::where_tensor_scalar(&c0, &a, 0).unwrap().shape(),
+        &[3]
+    );
+    assert!(Tensor::where_scalar(&a, 1, 2).is_err()); // non-bool condition
+}

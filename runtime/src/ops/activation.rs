@@ -263,7 +263,7 @@ fn elu_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let (x, g) = (c.args.tensor(0)?, c.grad(0)?);
     let (pos, neg, inp) = elu_coefs(c.args)?;
     let neg_slope = x.mul_scalar(inp)?.exp()?.mul_scalar(neg * inp)?;
-    let pos_slope = Tensor::full(&[], pos, neg_slope.dtype());
+    let pos_slope = Tensor::try_full(&[], pos, neg_slope.dtype())?;
     let slope = Tensor::where_cond(&x.gt_scalar(0.0)?, &pos_slope, &neg_slope)?;
     Ok(vec![Some(g.mul(&slope)?)])
 }
@@ -592,7 +592,7 @@ fn logit_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
         None => (0.0, 1.0, f64::NAN),
     };
     let outside = x.lt_scalar(lo)?.logical_or(&x.gt_scalar(hi)?)?;
-    let fill = Tensor::full(&[], fill, d.dtype());
+    let fill = Tensor::try_full(&[], fill, d.dtype())?;
     Ok(vec![Some(Tensor::where_cond(&outside, &fill, &d)?)])
 }
 

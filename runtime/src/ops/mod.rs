@@ -7,6 +7,7 @@
 //! hardswish, mish, logit), `unary_math` (log2, log10, exp2, tan, inverse and hyperbolic trig,
 //! trunc, frac), `float_class` (isnan, isinf, isfinite, nan_to_num), `binary_math` (atan2,
 //! hypot, copysign, fmod, fmax, fmin, floor_divide, lerp), `bitwise` (and/or/xor/not, shifts),
+//! `clamp_tensor` (clamp with tensor bounds),
 //! `reduce`, `softmax`,
 //! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`.
 
@@ -15,6 +16,7 @@ pub mod binary;
 pub mod binary_math;
 pub mod bitwise;
 pub mod cast;
+pub mod clamp_tensor;
 pub mod compare;
 pub mod float_class;
 pub mod inplace;
@@ -180,6 +182,7 @@ pub fn all_ops() -> Vec<&'static OpDef> {
     v.extend_from_slice(float_class::OPS);
     v.extend_from_slice(binary_math::OPS);
     v.extend_from_slice(bitwise::OPS);
+    v.extend_from_slice(clamp_tensor::OPS);
     v
 }
 
