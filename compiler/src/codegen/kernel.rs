@@ -56,7 +56,9 @@ use tensorplay_ir::CompileKind;
 
 use tensorplay_ir::graph::attr::fmt_float;
 use tensorplay_ir::graph::{Arg, Attr, Constant, Graph, NodeKind, ValueRef};
-use tensorplay_ir::{Category, DType, Error, NodeId, ReduceOp, Result, ScalarExpr, ScalarOp};
+use tensorplay_ir::{
+    Category, DType, Error, LibmFn, LibmFn2, NodeId, ReduceOp, Result, ScalarExpr, ScalarOp,
+};
 use tensorplay_runtime::ops::lowering::{DTypeRule, pointwise};
 
 use crate::passes::region::{Region, RegionKind};
@@ -203,16 +205,30 @@ pub enum Inst {
     Store { output: usize, value: ValueId },
 }
 
-/// Bitwise identity of a scalar op (its `Clamp` bounds compared by bits).
-fn op_key(op: &ScalarOp) -> (std::mem::Discriminant<ScalarOp>, Option<u64>, Option<u64>) {
-    match op {
-        ScalarOp::Clamp { min, max } => (
-            std::mem::discriminant(op),
-            min.map(f64::to_bits),
-            max.map(f64::to_bits),
-        ),
-        _ => (std::mem::discriminant(op), None, None),
-    }
+/// Bitwise identity of a scalar op: its variant and its payload (`Clamp` and `NanToNum` values
+/// compared by bits, the libm function by its position).
+fn op_key(op: &ScalarOp) -> (std::mem::Discriminant<ScalarOp>, [Option<u64>; 3]) {
+    let bits = |v: &Option<f64>| v.map(f64::to_bits);
+    let payload = match op {
+        ScalarOp::Clamp { min, max } => [bits(min), bits(max), None],
+        ScalarOp::NanToNum {
+            nan,
+            posinf,
+            neginf,
+        } => [Some(nan.to_bits()), bits(posinf), bits(neginf)],
+        ScalarOp::Libm(f) => [
+            LibmFn::ALL.iter().position(|g| g == f).map(|i| i as u64),
+            None,
+            None,
+        ],
+        ScalarOp::Libm2(f) => [
+            LibmFn2::ALL.iter().position(|g| g == f).map(|i| i as u64),
+            None,
+            None,
+        ],
+        _ => [None; 3],
+    };
+    (std::mem::discriminant(op), payload)
 }
 
 impl PartialEq for Inst {

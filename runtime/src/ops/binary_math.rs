@@ -221,13 +221,14 @@ binary_math_op! {
     meta = binary_meta::<Copysign>, fill = binary_fill::<Copysign>,
     lower = |_: &[&Attr]| Ok(libm2(LibmFn2::Copysign)),
     rule = binary_dtype_rule(BinaryOut::Float, true), float_only = false,
-    // d/da = out / a (0 where a == 0); nothing flows to `other` (PyTorch's rule).
+    // d/da = out / a (0 where a == 0); zero for `other` (PyTorch's rule).
     grad = Some(|c| {
-        let (a, _, g) = operands(c)?;
+        let (a, b, g) = operands(c)?;
         let ratio = c.outputs[0].div(a)?;
         let z = Tensor::zeros(&[], ratio.dtype());
         let ratio = Tensor::where_cond(&a.eq_scalar(0)?, &z, &ratio)?;
-        Ok(vec![grad_for(&g.mul(&ratio)?, a)?, None])
+        let gb = if b.requires_grad() { Some(Tensor::zeros_like(b)) } else { None };
+        Ok(vec![grad_for(&g.mul(&ratio)?, a)?, gb])
     }), saved = All
 }
 
