@@ -448,7 +448,7 @@ pub(crate) fn largest_finite(dtype: DType) -> f64 {
     match dtype {
         DType::F64 => f64::MAX,
         DType::F16 => 65504.0,
-        DType::BF16 => 3.389_531_389_251_535_5e38,
+        DType::BF16 => f32::from_bits(0x7F7F_0000) as f64,
         _ => f32::MAX as f64,
     }
 }
