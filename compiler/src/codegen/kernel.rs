@@ -1434,7 +1434,8 @@ fn lower_op(
             })
             .collect();
         let v = lower_expr(l, name, expr, &ids, widen(compute))?;
-        let v = if compute.is_half() {
+        // A predicate expression (isnan's `x != x`) already gives bool.
+        let v = if compute.is_half() && l.dtype_of(v) != DType::Bool {
             l.coerce(Operand::Value(v), compute)
         } else {
             v
