@@ -385,6 +385,13 @@ fn model_binary(b: Bin, x: &Model, y: &Model, r: &Tensor) -> Result<Model> {
             continue;
         }
         let perturbed = ea > 0.0 || ec > 0.0;
+        // The sign of a NaN is not part of the contract (compiled log gives +NaN where eager's
+        // may be -NaN), so copysign's result is unknown for a NaN `other`.
+        if b == Bin::Copysign && c.is_nan() {
+            out.ep[i] = INF;
+            out.es[i] = INF;
+            continue;
+        }
         if b.is_compare() {
             if perturbed && !(a.is_finite() && c.is_finite() && (a - c).abs() > ea + ec) {
                 out.ep[i] = INF;
