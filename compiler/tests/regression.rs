@@ -701,7 +701,7 @@ fn issue12_ops_fuse_into_one_region() {
         Ok(vec![e, d.isnan()?])
     });
     let x = Tensor::from_vec((0..64).map(|i| i as f32 * 0.1 - 3.0).collect(), &[64]).unwrap();
-    f.call(&[x.clone()]).unwrap();
+    f.call(&[x]).unwrap();
     let g = f.latest().unwrap();
     let plan = g.explain();
     assert!(plan.contains("(1 region, 0 barriers"), "{plan}");

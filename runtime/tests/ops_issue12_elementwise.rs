@@ -20,9 +20,11 @@ fn same_bits(a: f64, b: f64) -> bool {
 }
 
 type Un = fn(&Tensor) -> Result<Tensor>;
+/// An op's name, its method and its f64 reference.
+type Case = (&'static str, Un, fn(f64) -> f64);
 
 /// The unary libm ops and their f64 references.
-fn libm_cases() -> Vec<(&'static str, Un, fn(f64) -> f64)> {
+fn libm_cases() -> Vec<Case> {
     vec![
         ("log2", Tensor::log2, f64::log2),
         ("log10", Tensor::log10, f64::log10),
