@@ -10,7 +10,9 @@
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, F32X4, F64, F64X2, I8, I16X8, I32, I32X4, I64, I64X2};
-use cranelift_codegen::ir::{Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::{
+    ConstantData, Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value,
+};
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::FunctionBuilder;
 use tensorplay_ir::CompileKind;
@@ -273,6 +275,24 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 self.fb.ins().splat(ty, s)
             }
         }
+    }
+
+    /// A `vconst` of float vector type `ty` whose lanes hold only the sign bit, or (`abs`)
+    /// everything but the sign bit.
+    fn sign_mask(&mut self, ty: Type, abs: bool) -> Value {
+        let lane = ty.lane_type();
+        let mut bytes = Vec::with_capacity(16);
+        for _ in 0..ty.lane_count() {
+            if lane == F32 {
+                let sign = 1u32 << 31;
+                bytes.extend_from_slice(&(if abs { !sign } else { sign }).to_le_bytes());
+            } else {
+                let sign = 1u64 << 63;
+                bytes.extend_from_slice(&(if abs { !sign } else { sign }).to_le_bytes());
+            }
+        }
+        let c = self.fb.func.dfg.constants.insert(ConstantData::from(bytes));
+        self.fb.ins().vconst(ty, c)
     }
 
     /// An integer constant of type `ty` (scalar or splat), `v` wrapped to the lane width.
@@ -857,6 +877,16 @@ impl<'a, 'b> Emitter<'a, 'b> {
         let unary = |e: &mut Self, f: MathFn| emit_unary(e.fb, e.math, f, x);
         let cmp = |e: &mut Self, cc: FloatCC| e.fb.ins().fcmp(cc, a[0], a[1]);
         Ok(match op {
+            // On vectors, the sign bit is flipped or cleared with a pool constant (one
+            // instruction with a memory operand; `fneg`/`fabs` rebuild the mask on every use).
+            Neg if ty.is_vector() => {
+                let m = self.sign_mask(ty, false);
+                self.fb.ins().bxor(x, m)
+            }
+            Abs if ty.is_vector() => {
+                let m = self.sign_mask(ty, true);
+                self.fb.ins().band(x, m)
+            }
             Neg => self.fb.ins().fneg(x),
             Abs => self.fb.ins().fabs(x),
             Sqrt => self.fb.ins().sqrt(x),
