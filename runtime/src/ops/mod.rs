@@ -3,13 +3,22 @@
 //! compiler all read these declarations; none of them special-cases an op by name.
 //!
 //! Families live one per file: `unary`, `binary` (with `remainder`), `compare`, `logical`
-//! (and/or/not, where, clamp), `activation` (leaky_relu, softplus), `reduce`, `softmax`,
+//! (and/or/not, where, clamp), `activation` (leaky_relu, softplus, elu, hardtanh, hardsigmoid,
+//! hardswish, mish, logit), `unary_math` (log2, log10, exp2, tan, inverse and hyperbolic trig,
+//! trunc, frac), `float_class` (isnan, isinf, isfinite, nan_to_num), `binary_math` (atan2,
+//! hypot, copysign, fmod, fmax, fmin, floor_divide, lerp), `bitwise` (and/or/xor/not, shifts),
+//! `clamp_tensor` (clamp with tensor bounds),
+//! `reduce`, `softmax`,
 //! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`.
 
 pub mod activation;
 pub mod binary;
+pub mod binary_math;
+pub mod bitwise;
 pub mod cast;
+pub mod clamp_tensor;
 pub mod compare;
+pub mod float_class;
 pub mod inplace;
 pub mod join;
 pub mod linalg;
@@ -20,6 +29,7 @@ pub mod shape;
 pub mod softmax;
 pub mod sym_meta;
 pub mod unary;
+pub mod unary_math;
 
 use tensorplay_ir::{DType, OpClass, Result, Shape};
 
@@ -169,6 +179,11 @@ pub fn all_ops() -> Vec<&'static OpDef> {
     v.extend_from_slice(linalg::OPS);
     v.extend_from_slice(join::OPS);
     v.extend_from_slice(activation::OPS);
+    v.extend_from_slice(unary_math::OPS);
+    v.extend_from_slice(float_class::OPS);
+    v.extend_from_slice(binary_math::OPS);
+    v.extend_from_slice(bitwise::OPS);
+    v.extend_from_slice(clamp_tensor::OPS);
     v
 }
 

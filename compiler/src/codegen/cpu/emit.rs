@@ -19,9 +19,12 @@ use tensorplay_ir::CompileKind;
 use tensorplay_ir::{DType, Error, Result, ScalarOp};
 
 use super::args::offsets;
-use super::math::{MathCtx, MathFn, emit_pow, emit_unary};
+
+use super::math::{MathCtx, MathFn, emit_libm, emit_libm2, emit_pow, emit_unary};
 use super::staging::Buf;
-use crate::codegen::kernel::{Inst, KernelSpec, Lit, LoopKind, LoopLayout, StrideClass, ValueId};
+use crate::codegen::kernel::{
+    Inst, KernelSpec, Lit, LoopKind, LoopLayout, StrideClass, ValueId, largest_finite,
+};
 
 /// The vector shape of a kernel's main loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -985,7 +988,30 @@ impl<'a, 'b> Emitter<'a, 'b> {
             Sin => unary(self, MathFn::Sin),
             Cos => unary(self, MathFn::Cos),
             Pow => emit_pow(self.fb, self.math, a[0], a[1]),
-            Cast | LogicalNot | LogicalAnd | LogicalOr | LogicalXor => {
+            Libm(f) => emit_libm(self.fb, self.math, f, x),
+            Libm2(f) => emit_libm2(self.fb, self.math, f, a[0], a[1]),
+            NanToNum {
+                nan,
+                posinf,
+                neginf,
+            } => {
+                // The compute dtype's finite extremes replace absent infinity values.
+                let hi = largest_finite(compute);
+                let lo = -hi;
+                let pinf = self.fconst(ty, f64::INFINITY);
+                let ninf = self.fconst(ty, f64::NEG_INFINITY);
+                let is_pos = self.fb.ins().fcmp(FloatCC::Equal, x, pinf);
+                let is_neg = self.fb.ins().fcmp(FloatCC::Equal, x, ninf);
+                let is_nan = self.fb.ins().fcmp(FloatCC::Unordered, x, x);
+                let p = self.fconst(ty, posinf.unwrap_or(hi));
+                let n = self.fconst(ty, neginf.unwrap_or(lo));
+                let q = self.fconst(ty, nan);
+                let v = self.select(is_pos, p, x);
+                let v = self.select(is_neg, n, v);
+                self.select(is_nan, q, v)
+            }
+            Cast | LogicalNot | LogicalAnd | LogicalOr | LogicalXor | BitAnd | BitOr | BitXor
+            | BitNot | Shl | Shr => {
                 return Err(internal(format!("{op} on {compute} operands")));
             }
         })
@@ -1016,7 +1042,27 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 let t = self.fb.ins().smax(x, m1);
                 self.fb.ins().smin(t, p1)
             }
-            Floor | Ceil | Round => x,
+            Floor | Ceil | Round | NanToNum { .. } => x,
+            BitAnd => self.fb.ins().band(a[0], a[1]),
+            BitOr => self.fb.ins().bor(a[0], a[1]),
+            BitXor => self.fb.ins().bxor(a[0], a[1]),
+            BitNot => self.fb.ins().bnot(x),
+            Shl | Shr => {
+                // Cranelift masks the amount; PyTorch gives 0 (<<) or the sign fill (>>) for a
+                // negative amount or one of the bit width or more.
+                let width = i64::from(ty.bits());
+                let bits = self.iconst(ty, width);
+                let ok = self.fb.ins().icmp(IntCC::UnsignedLessThan, a[1], bits);
+                if op == Shl {
+                    let sh = self.fb.ins().ishl(a[0], a[1]);
+                    let zero = self.iconst(ty, 0);
+                    self.fb.ins().select(ok, sh, zero)
+                } else {
+                    let top = self.iconst(ty, width - 1);
+                    let amt = self.fb.ins().select(ok, a[1], top);
+                    self.fb.ins().sshr(a[0], amt)
+                }
+            }
             Maximum => self.fb.ins().smax(a[0], a[1]),
             Minimum => self.fb.ins().smin(a[0], a[1]),
             Clamp { min, max } => {
@@ -1079,8 +1125,11 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 let d = self.fb.ins().bxor(a[0], a[1]);
                 self.not(d)
             }
-            LogicalNot => self.not(x),
-            Abs | Sign => x,
+            LogicalNot | BitNot => self.not(x),
+            BitAnd => self.fb.ins().band(a[0], a[1]),
+            BitOr => self.fb.ins().bor(a[0], a[1]),
+            BitXor => self.fb.ins().bxor(a[0], a[1]),
+            Abs | Sign | NanToNum { .. } => x,
             Where => self.select(a[0], a[1], a[2]),
             Lt | Le | Gt | Ge if !vector => {
                 let cc = match op {
