@@ -4,18 +4,24 @@
 //!
 //! Families live one per file: `unary`, `binary` (with `remainder`), `compare`, `logical`
 //! (and/or/not, where, clamp), `activation` (leaky_relu, softplus), `reduce`, `softmax`,
-//! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`.
+//! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`, `index`
+//! (gather, scatter, scatter_add, flip), `scan` (cumsum). `compose` holds composite methods
+//! (index_select, masked_fill, tril, logsumexp, norm…) written over these ops, with no `OpDef`
+//! of their own.
 
 pub mod activation;
 pub mod binary;
 pub mod cast;
 pub mod compare;
+pub mod compose;
+pub mod index;
 pub mod inplace;
 pub mod join;
 pub mod linalg;
 pub mod logical;
 pub mod lowering;
 pub mod reduce;
+pub mod scan;
 pub mod shape;
 pub mod softmax;
 pub mod unary;
@@ -168,6 +174,8 @@ pub fn all_ops() -> Vec<&'static OpDef> {
     v.extend_from_slice(linalg::OPS);
     v.extend_from_slice(join::OPS);
     v.extend_from_slice(activation::OPS);
+    v.extend_from_slice(index::OPS);
+    v.extend_from_slice(scan::OPS);
     v
 }
 
