@@ -402,7 +402,7 @@ impl Tensor {
     }
 
     /// [`Tensor::sum`] computed and returned in `dtype` (PyTorch's `sum(..., dtype=)`: the
-    /// input is converted first).
+    /// input is converted first; integers accumulate in i64 and wrap into `dtype`).
     ///
     /// ```
     /// use tensorplay_runtime::{DType, Tensor};
@@ -411,7 +411,7 @@ impl Tensor {
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
     pub fn sum_dtype(&self, dims: &[i64], keepdim: bool, dtype: DType) -> Result<Tensor> {
-        self.to_dtype(dtype)?.sum(dims, keepdim)
+        self.to_dtype(dtype)?.sum(dims, keepdim)?.to_dtype(dtype)
     }
 
     /// [`Tensor::mean`] computed and returned in `dtype` (floating).
