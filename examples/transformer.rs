@@ -112,7 +112,9 @@ fn batch(data: &[i64], step: usize, batch: usize, context: usize) -> Result<(Ten
     for i in 0..batch {
         // A fixed pseudo-random walk over start positions (a 64-bit LCG).
         let r = (step * batch + i) as u64;
-        let r = r.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let r = r
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let start = (r >> 33) as usize % (data.len() - context - 1);
         ids.extend_from_slice(&data[start..start + context]);
         targets.extend_from_slice(&data[start + 1..start + context + 1]);
@@ -134,7 +136,12 @@ fn train(compiled: bool, data: &[i64], c: Config, steps: usize) -> Result<(Vec<f
         let t0 = Instant::now();
         let mut ins = vec![ids, targets];
         ins.extend(ps.iter().cloned());
-        let l = if compiled { f.call(&ins)? } else { loss(&ins, c)? }.swap_remove(0);
+        let l = if compiled {
+            f.call(&ins)?
+        } else {
+            loss(&ins, c)?
+        }
+        .swap_remove(0);
         l.backward()?;
         if compiled {
             opt.step()?;
@@ -201,7 +208,8 @@ fn main() -> Result<()> {
         t_comp.as_secs_f64() * 1e3,
         t_eager.as_secs_f64() / t_comp.as_secs_f64()
     );
-    let tail = |l: &[f32]| l[l.len() - l.len().min(10)..].iter().sum::<f32>() / l.len().min(10) as f32;
+    let tail =
+        |l: &[f32]| l[l.len() - l.len().min(10)..].iter().sum::<f32>() / l.len().min(10) as f32;
     assert!(tail(&eager) < 0.75 * eager[0], "eager loss goes down");
     assert!(tail(&comp) < 0.75 * comp[0], "compiled loss goes down");
     Ok(())

@@ -70,7 +70,11 @@ fn the_transformer_ops_compile_like_eager() -> Result<()> {
         let (c, e) = (c.as_ref().unwrap(), e.as_ref().unwrap());
         assert!(close(c, e, 1e-12)?, "gradient {i}: {c:?} vs {e:?}");
     }
-    assert!(f.training_fallbacks().is_empty(), "{:?}", f.training_fallbacks());
+    assert!(
+        f.training_fallbacks().is_empty(),
+        "{:?}",
+        f.training_fallbacks()
+    );
     // The primitives are barriers that say why; the composites' elementwise ops fuse.
     let t = f.latest_training().unwrap();
     let text = t.explain();
@@ -106,6 +110,10 @@ fn inference_compiles_and_serves_a_second_batch() -> Result<()> {
     }
     // layer_norm's centering, scaling and shifting fuse: far fewer kernels than ops.
     let g = c.latest().unwrap();
-    assert!(g.num_kernels() < g.graph().to_string().lines().count() / 2, "{}", g.explain());
+    assert!(
+        g.num_kernels() < g.graph().to_string().lines().count() / 2,
+        "{}",
+        g.explain()
+    );
     Ok(())
 }

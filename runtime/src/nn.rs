@@ -90,7 +90,10 @@ fn trailing_dims(op: &str, x: &Tensor, normalized_shape: &[usize]) -> Result<Vec
         return Err(Error::argument(
             op,
             "normalized_shape",
-            format!("the trailing dims of the input (shape {})", fmt_shape(x.shape())),
+            format!(
+                "the trailing dims of the input (shape {})",
+                fmt_shape(x.shape())
+            ),
             fmt_shape(normalized_shape),
         ));
     }

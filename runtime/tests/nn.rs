@@ -15,7 +15,10 @@ fn i64s(v: &[i64], shape: &[usize]) -> Tensor {
 }
 
 fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol * (1.0 + y.abs()))
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= tol * (1.0 + y.abs()))
 }
 
 fn check_grad(f: impl Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor]) {
@@ -35,21 +38,32 @@ fn linear_and_embedding() -> Result<()> {
     let (x, w, b) = (randn(&[2, 3, 4], 0), randn(&[5, 4], 1), randn(&[5], 2));
     let y = nn::linear(&x, &w, Some(&b))?;
     assert_eq!(y.shape(), &[2, 3, 5]);
-    let (xv, wv, bv, yv) = (x.to_vec::<f64>()?, w.to_vec::<f64>()?, b.to_vec::<f64>()?, y.to_vec::<f64>()?);
+    let (xv, wv, bv, yv) = (
+        x.to_vec::<f64>()?,
+        w.to_vec::<f64>()?,
+        b.to_vec::<f64>()?,
+        y.to_vec::<f64>()?,
+    );
     for r in 0..6 {
         for o in 0..5 {
             let want: f64 = (0..4).map(|i| xv[r * 4 + i] * wv[o * 4 + i]).sum::<f64>() + bv[o];
             assert!((yv[r * 5 + o] - want).abs() < 1e-12);
         }
     }
-    check_grad(|t| nn::linear(&t[0], &t[1], Some(&t[2])), &[x.clone(), w.clone(), b]);
+    check_grad(
+        |t| nn::linear(&t[0], &t[1], Some(&t[2])),
+        &[x.clone(), w.clone(), b],
+    );
     assert!(err(nn::linear(&x, &randn(&[2, 2, 4], 3), None)).contains("linear"));
 
     let table = randn(&[6, 3], 4);
     let ids = i64s(&[5, 0, 5, 2], &[2, 2]);
     let e = nn::embedding(&ids, &table)?;
     assert_eq!(e.shape(), &[2, 2, 3]);
-    assert_eq!(e.select(0, 0)?.select(0, 0)?.to_vec::<f64>()?, table.select(0, 5)?.to_vec::<f64>()?);
+    assert_eq!(
+        e.select(0, 0)?.select(0, 0)?.to_vec::<f64>()?,
+        table.select(0, 5)?.to_vec::<f64>()?
+    );
     // The repeated id 5 gets both rows' gradients.
     let t = table.clone().requires_grad_(true)?;
     nn::embedding(&ids, &t)?.sum_all()?.backward()?;
@@ -90,7 +104,10 @@ fn layer_norm_matches_the_formula() -> Result<()> {
     assert_eq!(y.dtype(), DType::F16);
     assert_eq!(y.to_vec_f64()?, vec![0.0; 8]);
     let msg = err(nn::layer_norm(&x, &[2, 3], None, None, 1e-5));
-    assert!(msg.contains("layer_norm") && msg.contains("normalized_shape"), "{msg}");
+    assert!(
+        msg.contains("layer_norm") && msg.contains("normalized_shape"),
+        "{msg}"
+    );
     let msg = err(nn::layer_norm(&x, &[4], Some(&randn(&[3], 0)), None, 1e-5));
     assert!(msg.contains("weight") && msg.contains("[4]"), "{msg}");
     Ok(())
@@ -126,26 +143,48 @@ fn dropout_is_seeded_and_scaled() -> Result<()> {
     let (xv, av) = (x.to_vec::<f64>()?, a.to_vec::<f64>()?);
     let kept = av.iter().filter(|&&v| v != 0.0).count();
     assert!((1800..2300).contains(&kept), "{kept}");
-    assert!(xv.iter().zip(&av).all(|(x, a)| *a == 0.0 || (a - 2.0 * x).abs() < 1e-12));
+    assert!(
+        xv.iter()
+            .zip(&av)
+            .all(|(x, a)| *a == 0.0 || (a - 2.0 * x).abs() < 1e-12)
+    );
     assert!(nn::dropout(&x, 0.5, false, 3)?.equal(&x)?);
-    assert_eq!(nn::dropout(&x, 1.0, true, 3)?.abs()?.sum_all()?.item::<f64>()?, 0.0);
+    assert_eq!(
+        nn::dropout(&x, 1.0, true, 3)?
+            .abs()?
+            .sum_all()?
+            .item::<f64>()?,
+        0.0
+    );
     assert!(err(nn::dropout(&x, -0.1, true, 3)).contains("dropout"));
     // The gradient is the mask, scaled.
     let t = x.clone().requires_grad_(true)?;
     nn::dropout(&t, 0.5, true, 3)?.sum_all()?.backward()?;
     let g = t.grad().unwrap().to_vec::<f64>()?;
-    assert!(g.iter().zip(&av).all(|(g, a)| if *a == 0.0 { *g == 0.0 } else { *g == 2.0 }));
+    assert!(
+        g.iter()
+            .zip(&av)
+            .all(|(g, a)| if *a == 0.0 { *g == 0.0 } else { *g == 2.0 })
+    );
     Ok(())
 }
 
 #[test]
 fn mse_and_nll_losses() -> Result<()> {
     let (a, b) = (randn(&[3, 2], 13), randn(&[3, 2], 14));
-    let d: Vec<f64> = a.to_vec::<f64>()?.iter().zip(b.to_vec::<f64>()?).map(|(x, y)| (x - y).powi(2)).collect();
+    let d: Vec<f64> = a
+        .to_vec::<f64>()?
+        .iter()
+        .zip(b.to_vec::<f64>()?)
+        .map(|(x, y)| (x - y).powi(2))
+        .collect();
     let mean = nn::mse_loss(&a, &b, Reduction::Mean)?.item::<f64>()?;
     assert!((mean - d.iter().sum::<f64>() / 6.0).abs() < 1e-12);
     assert_eq!(nn::mse_loss(&a, &b, Reduction::None)?.shape(), &[3, 2]);
-    check_grad(|t| nn::mse_loss(&t[0], &t[1], Reduction::Sum), &[a.clone(), b.clone()]);
+    check_grad(
+        |t| nn::mse_loss(&t[0], &t[1], Reduction::Sum),
+        &[a.clone(), b.clone()],
+    );
     assert!(err(nn::mse_loss(&a, &randn(&[2], 0), Reduction::Mean)).contains("mse_loss"));
 
     let logp = randn(&[4, 3], 15).log_softmax(1)?;
@@ -161,16 +200,42 @@ fn mse_and_nll_losses() -> Result<()> {
     // [N, C, d] input with a [N, d] target; a 1-D input with a 0-d target.
     let spatial = randn(&[2, 3, 5], 16).log_softmax(1)?;
     let st = i64s(&[0, 1, 2, 0, 1, 2, 2, 2, 1, 0], &[2, 5]);
-    assert_eq!(nn::nll_loss(&spatial, &st, -100, Reduction::None)?.shape(), &[2, 5]);
-    let one = nn::nll_loss(&logp.select(0, 0)?, &Tensor::scalar(1i64), -100, Reduction::Mean)?;
+    assert_eq!(
+        nn::nll_loss(&spatial, &st, -100, Reduction::None)?.shape(),
+        &[2, 5]
+    );
+    let one = nn::nll_loss(
+        &logp.select(0, 0)?,
+        &Tensor::scalar(1i64),
+        -100,
+        Reduction::Mean,
+    )?;
     assert_eq!(one.item::<f64>()?, -lv[1]);
-    let msg = err(nn::nll_loss(&logp, &i64s(&[3, 0, 0, 0], &[4]), -100, Reduction::Mean));
+    let msg = err(nn::nll_loss(
+        &logp,
+        &i64s(&[3, 0, 0, 0], &[4]),
+        -100,
+        Reduction::Mean,
+    ));
     assert!(msg.contains("index 3") && msg.contains("[0, 3)"), "{msg}");
-    let msg = err(nn::nll_loss(&logp, &i64s(&[0, 0], &[2]), -100, Reduction::Mean));
+    let msg = err(nn::nll_loss(
+        &logp,
+        &i64s(&[0, 0], &[2]),
+        -100,
+        Reduction::Mean,
+    ));
     assert!(msg.contains("nll_loss") && msg.contains("target"), "{msg}");
-    let msg = err(nn::nll_loss(&logp, &Tensor::zeros(&[4], DType::I32), -100, Reduction::Mean));
+    let msg = err(nn::nll_loss(
+        &logp,
+        &Tensor::zeros(&[4], DType::I32),
+        -100,
+        Reduction::Mean,
+    ));
     assert!(msg.contains("int64"), "{msg}");
-    check_grad(|x| nn::nll_loss(&x[0], &t, -100, Reduction::Mean), &[logp.detach()]);
+    check_grad(
+        |x| nn::nll_loss(&x[0], &t, -100, Reduction::Mean),
+        &[logp.detach()],
+    );
     Ok(())
 }
 
@@ -189,19 +254,38 @@ fn cross_entropy_with_ignore_index_and_label_smoothing() -> Result<()> {
             let row = &lv[r * 4..r * 4 + 4];
             total += -(1.0 - eps) * row[c] - eps * row.iter().sum::<f64>() / 4.0;
         }
-        assert!((got - total / 4.0).abs() < 1e-12, "eps {eps}: {got} vs {}", total / 4.0);
-        check_grad(|x| nn::cross_entropy(&x[0], &t, 7, eps, Reduction::Sum), &[logits.clone()]);
+        assert!(
+            (got - total / 4.0).abs() < 1e-12,
+            "eps {eps}: {got} vs {}",
+            total / 4.0
+        );
+        check_grad(
+            |x| nn::cross_entropy(&x[0], &t, 7, eps, Reduction::Sum),
+            &[logits.clone()],
+        );
     }
     // Huge logits stay finite (log_softmax is stable).
     let big = logits.mul_scalar(1e4)?;
-    assert!(nn::cross_entropy(&big, &t, 7, 0.0, Reduction::Mean)?.item::<f64>()?.is_finite());
+    assert!(
+        nn::cross_entropy(&big, &t, 7, 0.0, Reduction::Mean)?
+            .item::<f64>()?
+            .is_finite()
+    );
     let msg = err(nn::cross_entropy(&logits, &t, 7, 1.5, Reduction::Mean));
     assert!(msg.contains("label_smoothing"), "{msg}");
     Ok(())
 }
 
 /// Attention computed row by row in f64.
-fn attention_ref(q: &[f64], k: &[f64], v: &[f64], l: usize, s: usize, e: usize, causal: bool) -> Vec<f64> {
+fn attention_ref(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    l: usize,
+    s: usize,
+    e: usize,
+    causal: bool,
+) -> Vec<f64> {
     let mut out = vec![0.0; l * e];
     for i in 0..l {
         let scores: Vec<f64> = (0..s)
@@ -226,7 +310,11 @@ fn attention_ref(q: &[f64], k: &[f64], v: &[f64], l: usize, s: usize, e: usize, 
 #[test]
 fn scaled_dot_product_attention_matches_the_reference() -> Result<()> {
     let (l, e) = (5, 3);
-    let (q, k, v) = (randn(&[2, l, e], 18), randn(&[2, l, e], 19), randn(&[2, l, e], 20));
+    let (q, k, v) = (
+        randn(&[2, l, e], 18),
+        randn(&[2, l, e], 19),
+        randn(&[2, l, e], 20),
+    );
     for causal in [false, true] {
         let y = nn::scaled_dot_product_attention(&q, &k, &v, None, causal, None)?;
         for b in 0..2 {
@@ -243,13 +331,39 @@ fn scaled_dot_product_attention_matches_the_reference() -> Result<()> {
     let causal = nn::scaled_dot_product_attention(&q, &k, &v, None, true, None)?;
     let mask = Tensor::ones(&[l, l], DType::Bool).tril(0)?;
     let masked = nn::scaled_dot_product_attention(&q, &k, &v, Some(&mask), false, None)?;
-    assert!(close(&masked.to_vec::<f64>()?, &causal.to_vec::<f64>()?, 0.0));
-    let additive = Tensor::zeros(&[l, l], DType::F64).masked_fill(&mask.logical_not()?, f64::NEG_INFINITY)?;
+    assert!(close(
+        &masked.to_vec::<f64>()?,
+        &causal.to_vec::<f64>()?,
+        0.0
+    ));
+    let additive =
+        Tensor::zeros(&[l, l], DType::F64).masked_fill(&mask.logical_not()?, f64::NEG_INFINITY)?;
     let added = nn::scaled_dot_product_attention(&q, &k, &v, Some(&additive), false, None)?;
-    assert!(close(&added.to_vec::<f64>()?, &causal.to_vec::<f64>()?, 1e-15));
-    let msg = err(nn::scaled_dot_product_attention(&q, &k, &v, Some(&mask), true, None));
-    assert!(msg.contains("scaled_dot_product_attention") && msg.contains("is_causal"), "{msg}");
-    let msg = err(nn::scaled_dot_product_attention(&q, &randn(&[2, l, 4], 0), &v, None, false, None));
+    assert!(close(
+        &added.to_vec::<f64>()?,
+        &causal.to_vec::<f64>()?,
+        1e-15
+    ));
+    let msg = err(nn::scaled_dot_product_attention(
+        &q,
+        &k,
+        &v,
+        Some(&mask),
+        true,
+        None,
+    ));
+    assert!(
+        msg.contains("scaled_dot_product_attention") && msg.contains("is_causal"),
+        "{msg}"
+    );
+    let msg = err(nn::scaled_dot_product_attention(
+        &q,
+        &randn(&[2, l, 4], 0),
+        &v,
+        None,
+        false,
+        None,
+    ));
     assert!(msg.contains("key"), "{msg}");
     Ok(())
 }
@@ -267,7 +381,11 @@ fn composites_batch_under_vmap() -> Result<()> {
     assert!(close(&y.to_vec::<f64>()?, &want.to_vec::<f64>()?, 1e-14));
     let q = randn(&[3, 4, 2], 22);
     let g = vmap::vmap(
-        |r: &[Tensor]| Ok(vec![nn::scaled_dot_product_attention(&r[0], &r[0], &r[0], None, true, None)?]),
+        |r: &[Tensor]| {
+            Ok(vec![nn::scaled_dot_product_attention(
+                &r[0], &r[0], &r[0], None, true, None,
+            )?])
+        },
         vec![Some(0)],
         vec![0],
     );

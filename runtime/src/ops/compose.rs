@@ -80,7 +80,10 @@ impl Tensor {
         }
         if self.rank() == 0 {
             normalize_dim(OP, dim, 0)?;
-            return self.reshape(&[1])?.index_select(0, &index)?.reshape(index.shape());
+            return self
+                .reshape(&[1])?
+                .index_select(0, &index)?
+                .reshape(index.shape());
         }
         let d = normalize_dim(OP, dim, self.rank())?;
         let n = index.numel();
@@ -296,7 +299,12 @@ impl Tensor {
             seen.sort_unstable();
             seen.dedup();
             if seen.len() != v.len() {
-                return Err(Error::argument(OP, arg, "distinct dims", format!("{dims:?}")));
+                return Err(Error::argument(
+                    OP,
+                    arg,
+                    "distinct dims",
+                    format!("{dims:?}"),
+                ));
             }
             Ok(v)
         };
@@ -459,7 +467,10 @@ impl Tensor {
             return a.amin(dims, keepdim);
         }
         if p == 0.0 {
-            return self.ne_scalar(0)?.sum(dims, keepdim)?.to_dtype(self.dtype());
+            return self
+                .ne_scalar(0)?
+                .sum(dims, keepdim)?
+                .to_dtype(self.dtype());
         }
         if p == 1.0 {
             return a.sum(dims, keepdim);

@@ -14,8 +14,8 @@ use super::{AutocastPolicy, GradCtx, Kernel, Lower, OpDef, OutSpec, Saved, VmapR
 use crate::dispatch::call1;
 use crate::element::Element;
 use crate::tensor::Tensor;
-use crate::with_dtype;
 use crate::value::Args;
+use crate::with_dtype;
 
 /// `gather(Tensor self, int dim, Tensor index) -> Tensor`: `out[i][j] = self[index[i][j]][j]`
 /// (for `dim = 0`; likewise for every dim).
@@ -170,14 +170,17 @@ fn index_values(op: &str, index: &Tensor, dim: usize, size: usize) -> Result<Vec
         .to_vec::<i64>()?
         .into_iter()
         .map(|i| {
-            usize::try_from(i).ok().filter(|&u| u < size).ok_or_else(|| {
-                Error::argument(
-                    op,
-                    "index",
-                    format!("values in [0, {size}) for dim {dim}"),
-                    format!("index {i}"),
-                )
-            })
+            usize::try_from(i)
+                .ok()
+                .filter(|&u| u < size)
+                .ok_or_else(|| {
+                    Error::argument(
+                        op,
+                        "index",
+                        format!("values in [0, {size}) for dim {dim}"),
+                        format!("index {i}"),
+                    )
+                })
         })
         .collect()
 }
@@ -185,7 +188,11 @@ fn index_values(op: &str, index: &Tensor, dim: usize, size: usize) -> Result<Vec
 /// `t`'s shape, with a 0-d tensor seen as one element of a 1-d one (PyTorch's rule for the
 /// indexing ops).
 fn shape1(t: &Tensor) -> Vec<usize> {
-    if t.rank() == 0 { vec![1] } else { t.shape().to_vec() }
+    if t.rank() == 0 {
+        vec![1]
+    } else {
+        t.shape().to_vec()
+    }
 }
 
 /// Writes `values` (row-major) into the fresh output `out`.

@@ -13,8 +13,8 @@ use super::{AutocastPolicy, GradCtx, Kernel, Lower, OpDef, OutSpec, Saved, VmapR
 use crate::dispatch::call1;
 use crate::element::Element;
 use crate::tensor::Tensor;
-use crate::with_dtype;
 use crate::value::{Args, Value};
+use crate::with_dtype;
 
 /// `cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`: `out[i] = sum(x[..=i])`
 /// along `dim`.
