@@ -392,7 +392,7 @@ impl Tensor {
     /// let x = Tensor::from_vec(vec![0.0f32, 0.0, 2.0, 0.0], &[2, 2])?;
     /// assert_eq!(x.any(&[1], false)?.to_vec::<bool>()?, vec![false, true]);
     /// assert_eq!(x.all(&[], false)?.to_vec::<bool>()?, vec![false]);
-    /// assert_eq!(x.count_nonzero(&[0])?.to_vec::<i64>()?, vec![0, 1]);
+    /// assert_eq!(x.count_nonzero(&[0])?.to_vec::<i64>()?, vec![1, 0]);
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
     pub fn any(&self, dims: &[i64], keepdim: bool) -> Result<Tensor> {
@@ -491,5 +491,146 @@ impl Tensor {
             safe.pow_scalar(1.0 / p)?
         };
         Tensor::where_cond(&zero, &scalar_of(0.0, s.dtype())?, &root)
+    }
+
+    /// Rotates elements along `dims` by `shifts` (positive shifts move elements to higher
+    /// indices; elements pushed off the end come back at the start). With no dims the
+    /// flattened tensor is rolled and reshaped back.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![1i64, 2, 3, 4, 5, 6], &[2, 3])?;
+    /// assert_eq!(x.roll(&[1], &[1])?.to_vec::<i64>()?, vec![3, 1, 2, 6, 4, 5]);
+    /// assert_eq!(x.roll(&[-1], &[])?.to_vec::<i64>()?, vec![2, 3, 4, 5, 6, 1]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn roll(&self, shifts: &[i64], dims: &[i64]) -> Result<Tensor> {
+        const OP: &str = "roll";
+        if dims.is_empty() {
+            if shifts.len() != 1 {
+                return Err(Error::argument(
+                    OP,
+                    "shifts",
+                    "one shift when dims is empty",
+                    format!("{shifts:?}"),
+                ));
+            }
+            return self
+                .reshape(&[self.numel()])?
+                .roll(shifts, &[0])?
+                .reshape(self.shape());
+        }
+        if shifts.len() != dims.len() {
+            return Err(Error::argument(
+                OP,
+                "shifts",
+                format!("one shift per dim ({} dims)", dims.len()),
+                format!("{shifts:?}"),
+            ));
+        }
+        let mut out = self.clone();
+        for (&s, &dim) in shifts.iter().zip(dims) {
+            let d = normalize_dim(OP, dim, self.rank())?;
+            let n = self.shape().get(d).copied().unwrap_or(1) as i64;
+            if n == 0 || self.rank() == 0 {
+                continue;
+            }
+            let s = s.rem_euclid(n) as usize;
+            if s == 0 {
+                continue;
+            }
+            let n = n as usize;
+            let (tail, head) = (
+                out.narrow(d as i64, n - s, s)?,
+                out.narrow(d as i64, 0, n - s)?,
+            );
+            out = Tensor::cat(&[tail, head], d as i64)?;
+        }
+        if out.same(self) {
+            return self.clone_tensor();
+        }
+        Ok(out)
+    }
+
+    /// Repeats `self` `reps[i]` times along dim `i`; fewer reps than dims repeat the trailing
+    /// dims (PyTorch's `tile`, unlike [`Tensor::repeat`]).
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![1i64, 2, 3, 4], &[2, 2])?;
+    /// assert_eq!(x.tile(&[2])?.to_vec::<i64>()?, vec![1, 2, 1, 2, 3, 4, 3, 4]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn tile(&self, reps: &[usize]) -> Result<Tensor> {
+        let mut full = vec![1usize; self.rank().saturating_sub(reps.len())];
+        full.extend_from_slice(reps);
+        self.repeat(&full)
+    }
+
+    /// Elements of the flattened `self` at `index` (int64, any shape): the result has
+    /// `index`'s shape.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+    /// let i = Tensor::from_vec(vec![3i64, 0], &[2])?;
+    /// assert_eq!(x.take(&i)?.to_vec::<f32>()?, vec![4.0, 1.0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn take(&self, index: &Tensor) -> Result<Tensor> {
+        let index = int_index("take", "index", index)?;
+        let flat = self.reshape(&[self.numel()])?;
+        flat.gather(0, &index.reshape(&[index.numel()])?)?
+            .reshape(index.shape())
+    }
+
+    /// The `n × m` identity matrix: ones where row == col.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{DType, Tensor};
+    /// assert_eq!(Tensor::eye(2, 3, DType::I64)?.to_vec::<i64>()?, vec![1, 0, 0, 0, 1, 0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn eye(n: usize, m: usize, dtype: DType) -> Result<Tensor> {
+        let rows = Tensor::arange(0.0, n as f64, 1.0, DType::I64)?.reshape(&[n, 1])?;
+        let cols = Tensor::arange(0.0, m as f64, 1.0, DType::I64)?;
+        rows.eq(&cols)?.to_dtype(dtype)
+    }
+
+    /// `steps` evenly spaced values from `start` to `end` inclusive (computed in f64 and
+    /// converted to `dtype` once; the second half counts back from `end`, as PyTorch does, so
+    /// both endpoints are exact).
+    ///
+    /// ```
+    /// use tensorplay_runtime::{DType, Tensor};
+    /// let x = Tensor::linspace(0.0, 1.0, 5, DType::F32)?;
+    /// assert_eq!(x.to_vec::<f32>()?, vec![0.0, 0.25, 0.5, 0.75, 1.0]);
+    /// assert_eq!(Tensor::linspace(2.0, 3.0, 1, DType::F64)?.to_vec::<f64>()?, vec![2.0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType) -> Result<Tensor> {
+        if !start.is_finite() || !end.is_finite() {
+            return Err(Error::argument(
+                "linspace",
+                "start/end",
+                "finite numbers",
+                format!("start {start}, end {end}"),
+            ));
+        }
+        if steps == 1 {
+            return Tensor::from_vec(vec![start], &[1])?.to_dtype(dtype);
+        }
+        let step = (end - start) / (steps.max(2) - 1) as f64;
+        let half = steps / 2;
+        let v: Vec<f64> = (0..steps)
+            .map(|i| {
+                if i < half {
+                    start + step * i as f64
+                } else {
+                    end - step * (steps - 1 - i) as f64
+                }
+            })
+            .collect();
+        Tensor::from_vec(v, &[steps])?.to_dtype(dtype)
     }
 }

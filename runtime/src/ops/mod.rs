@@ -5,7 +5,7 @@
 //! Families live one per file: `unary`, `binary` (with `remainder`), `compare`, `logical`
 //! (and/or/not, where, clamp), `activation` (leaky_relu, softplus), `reduce`, `softmax`,
 //! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`, `index`
-//! (gather, scatter, scatter_add, flip), `scan` (cumsum). `compose` holds composite methods
+//! (gather, scatter, scatter_add, flip), `scan` (cumsum), `sort`. `compose` holds composite methods
 //! (index_select, masked_fill, tril, logsumexp, norm…) written over these ops, with no `OpDef`
 //! of their own.
 
@@ -24,6 +24,7 @@ pub mod reduce;
 pub mod scan;
 pub mod shape;
 pub mod softmax;
+pub mod sort;
 pub mod unary;
 
 use tensorplay_ir::{DType, OpClass, Result, Shape};
@@ -176,6 +177,7 @@ pub fn all_ops() -> Vec<&'static OpDef> {
     v.extend_from_slice(activation::OPS);
     v.extend_from_slice(index::OPS);
     v.extend_from_slice(scan::OPS);
+    v.extend_from_slice(sort::OPS);
     v
 }
 
