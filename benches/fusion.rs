@@ -116,7 +116,7 @@ macro_rules! multiversion {
                 unsafe fn avx512($($arg: $ty),*) $(-> $ret)? { $base($($arg),*) }
                 #[target_feature(enable = "avx2,fma")]
                 unsafe fn avx2($($arg: $ty),*) $(-> $ret)? { $base($($arg),*) }
-                if std::is_x86_feature_detected!("avx512f") {
+                if std::is_x86_feature_detected!("avx512f") && wide_avx512() {
                     // SAFETY: the CPU has the features `avx512` was compiled for.
                     return unsafe { avx512($($arg),*) };
                 }
@@ -128,6 +128,12 @@ macro_rules! multiversion {
             $base($($arg),*)
         }
     )*};
+}
+
+/// Whether the hand loops may use AVX-512: not under `TP_BULK_ISA=avx2`, the switch that caps the
+/// compiler's bulk kernels at AVX2 (so one AVX-512 host measures both paths against matching loops).
+fn wide_avx512() -> bool {
+    cpu::math::bulk::level_cap() == cpu::math::bulk::Level::Avx512
 }
 
 /// `e^x` for f32 with branch-free, vectorizable code (range reduction to `r` in ±ln2/2, a
@@ -351,6 +357,19 @@ type Workload = fn(&[Tensor]) -> Result<Vec<Tensor>>;
 fn workloads(c: &mut Criterion) {
     let hand = hand_pool();
     let tid = threads_id();
+    let hand_isa = if !cfg!(target_arch = "x86_64") {
+        "baseline"
+    } else if std::is_x86_feature_detected!("avx512f") && wide_avx512() {
+        "avx512"
+    } else if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        "avx2"
+    } else {
+        "baseline"
+    };
+    eprintln!(
+        "fusion bench: bulk kernels {:?} (TP_BULK_ISA caps, TP_BULK_MATH=0 disables), hand loops {hand_isa}",
+        cpu::math::bulk::level()
+    );
     let list: [(&str, Workload, u64); 6] = [
         ("W1_gelu_tanh", w1, 8),
         ("W2_silu_mul", w2, 12),

@@ -85,7 +85,8 @@ impl CompiledFn {
         let autocast = tensorplay_runtime::autocast::state();
         let (candidates, held) = {
             let entries = self.entries.lock();
-            let found: Vec<Arc<CompiledGraph>> = entries
+            // Inline: no heap allocation on the per-call path.
+            let found: smallvec::SmallVec<[Arc<CompiledGraph>; 2]> = entries
                 .iter()
                 .rev()
                 .filter(|e| e.autocast == autocast && e.graph.accepts(inputs))

@@ -139,6 +139,8 @@ fn is_approx_un(u: Un) -> bool {
         Un::Log1p
             | Un::Expm1
             | Un::Softplus
+            | Un::Elu
+            | Un::Mish
             | Un::Exp
             | Un::Log
             | Un::Rsqrt
@@ -159,7 +161,15 @@ fn is_approx_un(u: Un) -> bool {
 fn representable_un(u: Un) -> bool {
     matches!(
         u,
-        Un::Neg | Un::Abs | Un::Relu | Un::Floor | Un::Ceil | Un::Round | Un::Sign | Un::Clone
+        Un::Neg
+            | Un::Abs
+            | Un::Relu
+            | Un::Floor
+            | Un::Ceil
+            | Un::Round
+            | Un::Sign
+            | Un::Clone
+            | Un::Trunc
     )
 }
 
@@ -205,6 +215,16 @@ fn unary_spread(u: Un, x: f64, e: f64) -> f64 {
             };
             e + jump
         }
+        Un::Log2 if x - e > 0.0 => x.log2() - (x - e).log2(),
+        Un::Exp2 => (x + e).exp2() - x.exp2(),
+        Un::Atan => e,
+        Un::Sinh => (x.abs() + e).cosh() * e,
+        // Continuous; slopes at most 1/6 and 1.5 (hardswish's (2x + 3) / 6 on [-3, 3]).
+        Un::Hardsigmoid => e / 6.0,
+        Un::Hardswish => 1.5 * e,
+        // Slope at most 1 (defaults), and mish's at most ~1.09.
+        Un::Elu => e,
+        Un::Mish => 1.2 * e,
         _ => INF,
     };
     if r.is_nan() { INF } else { r }
@@ -329,11 +349,15 @@ fn model_unary(u: Un, x: &Model, r: &Tensor) -> Result<Model> {
             {
                 INF
             }
-            Un::Floor | Un::Ceil | Un::Round | Un::Sign => 0.0,
+            Un::Trunc if !step(f64::trunc) => INF,
+            // x - trunc(x) moves with x while trunc(x) stays.
+            Un::Frac if !step(f64::trunc) => INF,
+            Un::Frac => ei,
+            Un::Floor | Un::Ceil | Un::Round | Un::Sign | Un::Trunc => 0.0,
             _ if perturbed => unary_spread(u, xi, ei),
             _ => 0.0,
         };
-        let stepped = matches!(u, Un::Floor | Un::Ceil | Un::Round | Un::Sign);
+        let stepped = matches!(u, Un::Floor | Un::Ceil | Un::Round | Un::Sign | Un::Trunc);
         let r = out.v[i];
         finish(
             &mut out,
@@ -361,6 +385,13 @@ fn model_binary(b: Bin, x: &Model, y: &Model, r: &Tensor) -> Result<Model> {
             continue;
         }
         let perturbed = ea > 0.0 || ec > 0.0;
+        // The sign of a NaN is not part of the contract (compiled log gives +NaN where eager's
+        // may be -NaN), so copysign's result is unknown for a NaN `other`.
+        if b == Bin::Copysign && c.is_nan() {
+            out.ep[i] = INF;
+            out.es[i] = INF;
+            continue;
+        }
         if b.is_compare() {
             if perturbed && !(a.is_finite() && c.is_finite() && (a - c).abs() > ea + ec) {
                 out.ep[i] = INF;
@@ -391,7 +422,12 @@ fn model_binary(b: Bin, x: &Model, y: &Model, r: &Tensor) -> Result<Model> {
                 Bin::Add | Bin::Sub => ea + ec,
                 Bin::Mul => c.abs() * ea + a.abs() * ec + ea * ec,
                 Bin::Div if c.abs() > ec => (ea + (a / c).abs() * ec) / (c.abs() - ec),
-                Bin::Maximum | Bin::Minimum => ea.max(ec),
+                Bin::Maximum | Bin::Minimum | Bin::Fmax | Bin::Fmin => ea.max(ec),
+                // |grad atan2| = 1 / hypot; hypot is 1-Lipschitz in each operand.
+                Bin::Atan2 if a.hypot(c) > ea + ec => (ea + ec) / (a.hypot(c) - ea - ec),
+                Bin::Hypot => ea + ec,
+                // The sign of `other` must be known.
+                Bin::Copysign if c.abs() > ec => ea,
                 Bin::Pow if a - ea > 0.0 => {
                     let base = a.powf(c);
                     let mut worst = 0f64;
@@ -409,7 +445,10 @@ fn model_binary(b: Bin, x: &Model, y: &Model, r: &Tensor) -> Result<Model> {
             }
         };
         let approx = b == Bin::Pow;
-        let representable = matches!(b, Bin::Maximum | Bin::Minimum);
+        let representable = matches!(
+            b,
+            Bin::Maximum | Bin::Minimum | Bin::Fmax | Bin::Fmin | Bin::Copysign
+        );
         let r = out.v[i];
         finish(&mut out, i, r, spread, approx, perturbed, representable);
     }

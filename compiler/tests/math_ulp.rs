@@ -670,3 +670,62 @@ fn erf_f64_against_table() {
         assert!(rel(erfc_f64(-x), 2.0 - erfc) < 4e-16, "erfc(-{x})");
     }
 }
+
+/// The libm functions (`ScalarOp::Libm`/`Libm2`: tan, asin, ..., atan2, hypot, fmod, copysign)
+/// call their f64 shim per lane: f32 results must be the f64 value rounded once (≤ 0.5 ulp,
+/// and exactly eager's `f.eval(x as f64) as f32`), over a sweep of the whole f32 range plus a
+/// dense sweep of [-10, 10]; f64 lanes must be the f64 function itself.
+#[test]
+fn ulp_libm_via_shims() {
+    use tensorplay_compiler::codegen::cpu::math::{emit_libm, emit_libm2};
+    use tensorplay_ir::{LibmFn, LibmFn2};
+    let xs = sweep_inputs(
+        base_specials(),
+        (-10.0, 10.0),
+        &[1.0],
+        0x11B3,
+        samples() / 8,
+    );
+    for f in LibmFn::ALL {
+        let k = Kernel::build(F32, F32X4, 1, None, &|fb, m, x| emit_libm(fb, m, f, x[0]));
+        let got = k.run32(&xs);
+        let mut worst = 0.0f64;
+        for (&x, &g) in xs.iter().zip(&got) {
+            let want = f.eval(x as f64);
+            let e = ulp_err(g, want);
+            assert!(
+                e <= 0.5 + 1e-9 && (g.to_bits() == (want as f32).to_bits() || g.is_nan()),
+                "{}({x:e}) = {g:e}, want {want:e} ({e} ulp)",
+                f.name()
+            );
+            worst = worst.max(e);
+        }
+        eprintln!("{:>9} [  shim]: worst {worst:.3} ulp", f.name());
+        let x64: Vec<f64> = f64_inputs();
+        let k = Kernel::build(F64, F64X2, 1, None, &|fb, m, x| emit_libm(fb, m, f, x[0]));
+        for (x, g) in x64.iter().zip(k.run64(&x64)) {
+            let want = f.eval(*x);
+            assert!(g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()));
+        }
+    }
+    let ys: Vec<f32> = xs.iter().rev().copied().collect();
+    for f in LibmFn2::ALL {
+        let k = Kernel::build(F32, F32X4, 2, None, &|fb, m, v| {
+            emit_libm2(fb, m, f, v[0], v[1])
+        });
+        let got = k.run32_2(&xs, &ys);
+        for i in 0..xs.len() {
+            let want = f.eval(xs[i] as f64, ys[i] as f64);
+            let e = ulp_err(got[i], want);
+            let bound = if f.is_exact() { 0.0 } else { 0.5 + 1e-9 };
+            assert!(
+                e <= bound,
+                "{}({:e}, {:e}) = {:e}, want {want:e} ({e} ulp)",
+                f.name(),
+                xs[i],
+                ys[i],
+                got[i]
+            );
+        }
+    }
+}

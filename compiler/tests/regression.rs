@@ -564,6 +564,165 @@ fn table_added_ops_match_eager() {
     report(problems);
 }
 
+/// The elementwise ops of issue 12. The libm functions (tan, asin, ..., atan2, hypot, fmod,
+/// copysign) compute in f64 and round once in both eager and compiled code, so they are
+/// bit-identical; so are the expressions over exact operations (trunc, frac, the hard
+/// activations, classification, nan_to_num, fmax/fmin, lerp, float floor_divide, bit ops).
+/// elu, mish and logit call exp-family approximations. Integer fmod and floor_divide run
+/// eagerly (a zero divisor is an error there, and so in the compiled call).
+#[test]
+fn issue12_elementwise_ops_match_eager() {
+    let exact = [
+        unary("log2", Tensor::log2, Tol::Exact),
+        unary("log10", Tensor::log10, Tol::Exact),
+        unary("exp2", Tensor::exp2, Tol::Exact),
+        unary("tan", Tensor::tan, Tol::Exact),
+        unary("asin", Tensor::asin, Tol::Exact),
+        unary("acos", Tensor::acos, Tol::Exact),
+        unary("atan", Tensor::atan, Tol::Exact),
+        unary("sinh", Tensor::sinh, Tol::Exact),
+        unary("cosh", Tensor::cosh, Tol::Exact),
+        unary("asinh", Tensor::asinh, Tol::Exact),
+        unary("acosh", Tensor::acosh, Tol::Exact),
+        unary("atanh", Tensor::atanh, Tol::Exact),
+        unary("trunc", Tensor::trunc, Tol::Exact),
+        unary("frac", Tensor::frac, Tol::Exact),
+        unary("isnan", Tensor::isnan, Tol::Exact),
+        unary("isinf", Tensor::isinf, Tol::Exact),
+        unary("isfinite", Tensor::isfinite, Tol::Exact),
+        unary("nan_to_num", |x| x.nan_to_num(None, None, None), Tol::Exact),
+        unary(
+            "nan_to_num_values",
+            |x| x.nan_to_num(Some(-7.5), Some(1e10), Some(-3.0)),
+            Tol::Exact,
+        ),
+        unary("hardtanh", |x| x.hardtanh(-1.0, 1.0), Tol::Exact),
+        unary("hardtanh_wide", |x| x.hardtanh(-2.5, 0.75), Tol::Exact),
+        unary("hardsigmoid", Tensor::hardsigmoid, Tol::Exact),
+        unary("hardswish", Tensor::hardswish, Tol::Exact),
+        unary("bitwise_not", Tensor::bitwise_not, Tol::Exact),
+        unary("atan2_scalar", |x| x.atan2_scalar(-1.5), Tol::Exact),
+        unary("fmod_scalar", |x| x.fmod_scalar(2.5), Tol::Exact),
+        unary(
+            "floor_divide_scalar",
+            |x| x.floor_divide_scalar(-1.5),
+            Tol::Exact,
+        ),
+        unary("fmax_scalar_nan", |x| x.fmax_scalar(f64::NAN), Tol::Exact),
+        unary("shl_scalar", |x| x.bitwise_left_shift_scalar(3), Tol::Exact),
+        unary(
+            "shr_scalar",
+            |x| x.bitwise_right_shift_scalar(70),
+            Tol::Exact,
+        ),
+    ];
+    let approx = [
+        unary("elu", |x| x.elu(1.0, 1.0, 1.0), APPROX),
+        unary("elu_scaled", |x| x.elu(0.5, 2.0, 1.5), APPROX),
+        unary("mish", Tensor::mish, APPROX),
+        unary("logit", |x| x.logit(None), APPROX),
+        unary("logit_eps", |x| x.logit(Some(1e-3)), APPROX),
+    ];
+    let mut problems = Vec::new();
+    for case in exact.iter().chain(&approx) {
+        problems.extend(run_op(case, &same(1, &ALL)));
+    }
+    let binaries = [
+        binary("atan2", Tensor::atan2, Tol::Exact),
+        binary("hypot", Tensor::hypot, Tol::Exact),
+        binary("copysign", Tensor::copysign, Tol::Exact),
+        binary("fmod", Tensor::fmod, Tol::Exact),
+        binary("fmax", Tensor::fmax, Tol::Exact),
+        binary("fmin", Tensor::fmin, Tol::Exact),
+        binary("floor_divide", Tensor::floor_divide, Tol::Exact),
+        binary("bitwise_and", Tensor::bitwise_and, Tol::Exact),
+        binary("bitwise_or", Tensor::bitwise_or, Tol::Exact),
+        binary("bitwise_xor", Tensor::bitwise_xor, Tol::Exact),
+        binary("bitwise_left_shift", Tensor::bitwise_left_shift, Tol::Exact),
+        binary(
+            "bitwise_right_shift",
+            Tensor::bitwise_right_shift,
+            Tol::Exact,
+        ),
+    ];
+    for case in &binaries {
+        problems.extend(run_op(case, &binary_combos()));
+    }
+    let lerp = OpCase {
+        name: "lerp",
+        arity: 3,
+        body: Arc::new(|xs: &[Tensor]| Ok(vec![xs[0].lerp(&xs[1], &xs[2])?])),
+        tol: Tol::Exact,
+    };
+    problems.extend(run_op(&lerp, &same(3, &ALL)));
+    let lerp_s = binary("lerp_scalar", |a, b| a.lerp_scalar(b, 0.75), Tol::Exact);
+    problems.extend(run_op(&lerp_s, &same(2, &ALL)));
+    let clamp_t = OpCase {
+        name: "clamp_tensor",
+        arity: 3,
+        body: Arc::new(|xs: &[Tensor]| Ok(vec![xs[0].clamp_tensor(&xs[1], &xs[2])?])),
+        tol: Tol::Exact,
+    };
+    problems.extend(run_op(&clamp_t, &same(3, &ALL)));
+    let where_s = OpCase {
+        name: "where_scalars",
+        arity: 2,
+        body: Arc::new(|xs: &[Tensor]| {
+            let c = xs[0].gt(&xs[1])?;
+            Ok(vec![
+                Tensor::where_tensor_scalar(&c, &xs[0], -2.5)?,
+                Tensor::where_scalar(&c, 2.5, 1)?,
+            ])
+        }),
+        tol: Tol::Exact,
+    };
+    problems.extend(run_op(&where_s, &binary_combos()));
+    report(problems);
+}
+
+/// Every new elementwise op fuses: a chain of them compiles to one region with no barrier.
+#[test]
+fn issue12_ops_fuse_into_one_region() {
+    let f = compile(|xs: &[Tensor]| {
+        let x = &xs[0];
+        let a = x.tan()?.atan()?.sinh()?.log2()?.exp2()?.trunc()?;
+        let b = x.hardswish()?.mish()?.elu(1.0, 1.0, 1.0)?.hardsigmoid()?;
+        let c = a.atan2(&b)?.hypot(&b)?.fmax(&a)?.copysign(&b)?.fmod(&b)?;
+        let d = c
+            .lerp(&a, &b)?
+            .nan_to_num(None, None, None)?
+            .logit(Some(0.1))?;
+        let e = d
+            .floor_divide(&b)?
+            .frac()?
+            .hardtanh(-1.0, 1.0)?
+            .clamp_tensor(&a, &b)?;
+        let e = Tensor::where_tensor_scalar(&e.gt(&a)?, &e, 0.5)?;
+        Ok(vec![e, d.isnan()?])
+    });
+    let x = Tensor::from_vec((0..64).map(|i| i as f32 * 0.1 - 3.0).collect(), &[64]).unwrap();
+    f.call(&[x]).unwrap();
+    let g = f.latest().unwrap();
+    let plan = g.explain();
+    assert!(plan.contains("(1 region, 0 barriers"), "{plan}");
+    let i = Tensor::from_vec((0..64i64).collect(), &[64]).unwrap();
+    let fi = compile(|xs: &[Tensor]| {
+        let x = &xs[0];
+        let y = x
+            .bitwise_and_scalar(6)?
+            .bitwise_xor(x)?
+            .bitwise_left_shift_scalar(2)?;
+        Ok(vec![
+            y.bitwise_right_shift_scalar(1)?
+                .bitwise_not()?
+                .bitwise_or(x)?,
+        ])
+    });
+    fi.call(&[i]).unwrap();
+    let plan = fi.latest().unwrap().explain();
+    assert!(plan.contains("(1 region, 0 barriers"), "{plan}");
+}
+
 #[test]
 fn pow_within_ulps() {
     let case = binary("pow", Tensor::pow, APPROX);

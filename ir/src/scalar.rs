@@ -70,6 +70,156 @@ pub enum ScalarOp {
         min: Option<f64>,
         max: Option<f64>,
     },
+    /// A libm function of one operand, evaluated in f64 and rounded once to the compute dtype
+    /// (so f32 results are correctly rounded in practice, and eager computes the same bits).
+    Libm(LibmFn),
+    /// A libm function of two operands, evaluated in f64 and rounded once (as [`ScalarOp::Libm`]).
+    Libm2(LibmFn2),
+    /// `nan_to_num`: NaN, +inf and -inf replaced; an absent replacement of an infinity is the
+    /// compute dtype's largest (or lowest) finite value. Integers and bools pass unchanged.
+    NanToNum {
+        nan: f64,
+        posinf: Option<f64>,
+        neginf: Option<f64>,
+    },
+    // Integer and bool bit operations (bools: logical).
+    BitAnd,
+    BitOr,
+    BitXor,
+    BitNot,
+    /// `a << b`; a shift by a negative amount or by the bit width or more gives 0 (PyTorch).
+    Shl,
+    /// Arithmetic `a >> b`; a negative or too-wide shift fills with the sign bit (PyTorch).
+    Shr,
+}
+
+/// A unary function computed in f64 by the platform's libm (`f64::tan`, ...) and rounded once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LibmFn {
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    Log2,
+    Log10,
+    Exp2,
+}
+
+impl LibmFn {
+    /// Every function, in a fixed order (the compiler's shim order).
+    pub const ALL: [LibmFn; 12] = [
+        LibmFn::Tan,
+        LibmFn::Asin,
+        LibmFn::Acos,
+        LibmFn::Atan,
+        LibmFn::Sinh,
+        LibmFn::Cosh,
+        LibmFn::Asinh,
+        LibmFn::Acosh,
+        LibmFn::Atanh,
+        LibmFn::Log2,
+        LibmFn::Log10,
+        LibmFn::Exp2,
+    ];
+
+    /// The C name of the f64 function (`"tan"`, `"log2"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            LibmFn::Tan => "tan",
+            LibmFn::Asin => "asin",
+            LibmFn::Acos => "acos",
+            LibmFn::Atan => "atan",
+            LibmFn::Sinh => "sinh",
+            LibmFn::Cosh => "cosh",
+            LibmFn::Asinh => "asinh",
+            LibmFn::Acosh => "acosh",
+            LibmFn::Atanh => "atanh",
+            LibmFn::Log2 => "log2",
+            LibmFn::Log10 => "log10",
+            LibmFn::Exp2 => "exp2",
+        }
+    }
+
+    /// The function in f64: what eager and every code generator compute.
+    ///
+    /// ```
+    /// use tensorplay_ir::scalar::LibmFn;
+    /// assert_eq!(LibmFn::Log2.eval(8.0), 3.0);
+    /// assert!(LibmFn::Acosh.eval(0.5).is_nan());
+    /// ```
+    pub fn eval(self, x: f64) -> f64 {
+        match self {
+            LibmFn::Tan => x.tan(),
+            LibmFn::Asin => x.asin(),
+            LibmFn::Acos => x.acos(),
+            LibmFn::Atan => x.atan(),
+            LibmFn::Sinh => x.sinh(),
+            LibmFn::Cosh => x.cosh(),
+            LibmFn::Asinh => x.asinh(),
+            LibmFn::Acosh => x.acosh(),
+            LibmFn::Atanh => x.atanh(),
+            LibmFn::Log2 => x.log2(),
+            LibmFn::Log10 => x.log10(),
+            LibmFn::Exp2 => x.exp2(),
+        }
+    }
+}
+
+/// A binary function computed in f64 by the platform's libm and rounded once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LibmFn2 {
+    Atan2,
+    Hypot,
+    /// C's `fmod` (exact: the result has the dividend's sign).
+    Fmod,
+    Copysign,
+}
+
+impl LibmFn2 {
+    /// Every function, in a fixed order (the compiler's shim order).
+    pub const ALL: [LibmFn2; 4] = [
+        LibmFn2::Atan2,
+        LibmFn2::Hypot,
+        LibmFn2::Fmod,
+        LibmFn2::Copysign,
+    ];
+
+    /// The C name of the f64 function.
+    pub fn name(self) -> &'static str {
+        match self {
+            LibmFn2::Atan2 => "atan2",
+            LibmFn2::Hypot => "hypot",
+            LibmFn2::Fmod => "fmod",
+            LibmFn2::Copysign => "copysign",
+        }
+    }
+
+    /// The function in f64.
+    ///
+    /// ```
+    /// use tensorplay_ir::scalar::LibmFn2;
+    /// assert_eq!(LibmFn2::Fmod.eval(-7.0, 2.0), -1.0);
+    /// assert_eq!(LibmFn2::Copysign.eval(3.0, -0.0), -3.0);
+    /// ```
+    pub fn eval(self, a: f64, b: f64) -> f64 {
+        match self {
+            LibmFn2::Atan2 => a.atan2(b),
+            LibmFn2::Hypot => a.hypot(b),
+            LibmFn2::Fmod => a % b,
+            LibmFn2::Copysign => a.copysign(b),
+        }
+    }
+
+    /// Whether the result is exact (no rounding: fmod, copysign), so compiled code is
+    /// bit-identical to eager for it.
+    pub fn is_exact(self) -> bool {
+        matches!(self, LibmFn2::Fmod | LibmFn2::Copysign)
+    }
 }
 
 impl ScalarOp {
@@ -78,7 +228,8 @@ impl ScalarOp {
         use ScalarOp::*;
         match self {
             Add | Sub | Mul | Div | Pow | Maximum | Minimum | Eq | Ne | Lt | Le | Gt | Ge
-            | LogicalAnd | LogicalOr | LogicalXor => 2,
+            | LogicalAnd | LogicalOr | LogicalXor | Libm2(_) | BitAnd | BitOr | BitXor | Shl
+            | Shr => 2,
             Where => 3,
             _ => 1,
         }
@@ -92,7 +243,14 @@ impl ScalarOp {
         use ScalarOp::*;
         match self {
             Exp | Log | Log1p | Expm1 | Tanh | Sigmoid | Erf | GeluErf | GeluTanh | Silu | Sin
-            | Cos => 8,
+            | Cos | Libm(_) => 8,
+            Libm2(f) => {
+                if f.is_exact() {
+                    1
+                } else {
+                    8
+                }
+            }
             Pow => 12,
             Div | Sqrt | Rsqrt | Reciprocal => 1,
             Neg
@@ -120,7 +278,14 @@ impl ScalarOp {
             | LogicalOr
             | LogicalXor
             | Where
-            | Clamp { .. } => 0,
+            | Clamp { .. }
+            | NanToNum { .. }
+            | BitAnd
+            | BitOr
+            | BitXor
+            | BitNot
+            | Shl
+            | Shr => 0,
         }
     }
 
@@ -138,6 +303,13 @@ impl fmt::Display for ScalarOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ScalarOp::Clamp { min, max } => write!(f, "clamp({min:?}, {max:?})"),
+            ScalarOp::Libm(g) => f.write_str(g.name()),
+            ScalarOp::Libm2(g) => f.write_str(g.name()),
+            ScalarOp::NanToNum {
+                nan,
+                posinf,
+                neginf,
+            } => write!(f, "nan_to_num({nan:?}, {posinf:?}, {neginf:?})"),
             other => write!(f, "{}", format!("{other:?}").to_lowercase()),
         }
     }

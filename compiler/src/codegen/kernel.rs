@@ -56,7 +56,9 @@ use tensorplay_ir::CompileKind;
 
 use tensorplay_ir::graph::attr::fmt_float;
 use tensorplay_ir::graph::{Arg, Attr, Constant, Graph, NodeKind, ValueRef};
-use tensorplay_ir::{Category, DType, Error, NodeId, ReduceOp, Result, ScalarExpr, ScalarOp};
+use tensorplay_ir::{
+    Category, DType, Error, LibmFn, LibmFn2, NodeId, ReduceOp, Result, ScalarExpr, ScalarOp,
+};
 use tensorplay_runtime::ops::lowering::{DTypeRule, pointwise};
 
 use crate::passes::region::{Region, RegionKind};
@@ -203,16 +205,30 @@ pub enum Inst {
     Store { output: usize, value: ValueId },
 }
 
-/// Bitwise identity of a scalar op (its `Clamp` bounds compared by bits).
-fn op_key(op: &ScalarOp) -> (std::mem::Discriminant<ScalarOp>, Option<u64>, Option<u64>) {
-    match op {
-        ScalarOp::Clamp { min, max } => (
-            std::mem::discriminant(op),
-            min.map(f64::to_bits),
-            max.map(f64::to_bits),
-        ),
-        _ => (std::mem::discriminant(op), None, None),
-    }
+/// Bitwise identity of a scalar op: its variant and its payload (`Clamp` and `NanToNum` values
+/// compared by bits, the libm function by its position).
+fn op_key(op: &ScalarOp) -> (std::mem::Discriminant<ScalarOp>, [Option<u64>; 3]) {
+    let bits = |v: &Option<f64>| v.map(f64::to_bits);
+    let payload = match op {
+        ScalarOp::Clamp { min, max } => [bits(min), bits(max), None],
+        ScalarOp::NanToNum {
+            nan,
+            posinf,
+            neginf,
+        } => [Some(nan.to_bits()), bits(posinf), bits(neginf)],
+        ScalarOp::Libm(f) => [
+            LibmFn::ALL.iter().position(|g| g == f).map(|i| i as u64),
+            None,
+            None,
+        ],
+        ScalarOp::Libm2(f) => [
+            LibmFn2::ALL.iter().position(|g| g == f).map(|i| i as u64),
+            None,
+            None,
+        ],
+        _ => [None; 3],
+    };
+    (std::mem::discriminant(op), payload)
 }
 
 impl PartialEq for Inst {
@@ -426,11 +442,37 @@ impl fmt::Display for LoopLayout {
     }
 }
 
+/// The largest finite value of a floating `dtype` (`nan_to_num`'s default replacement of +inf;
+/// its negation replaces -inf).
+pub(crate) fn largest_finite(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => f64::MAX,
+        DType::F16 => 65504.0,
+        DType::BF16 => f32::from_bits(0x7F7F_0000) as f64,
+        _ => f32::MAX as f64,
+    }
+}
+
 fn lower_name(op: &ScalarOp) -> String {
     match op {
         ScalarOp::Clamp { min, max } => {
             let b = |v: &Option<f64>| v.map_or("none".to_string(), fmt_float);
             format!("clamp[{}, {}]", b(min), b(max))
+        }
+        ScalarOp::Libm(f) => f.name().to_string(),
+        ScalarOp::Libm2(f) => f.name().to_string(),
+        ScalarOp::NanToNum {
+            nan,
+            posinf,
+            neginf,
+        } => {
+            let b = |v: &Option<f64>| v.map_or("none".to_string(), fmt_float);
+            format!(
+                "nan_to_num[{}, {}, {}]",
+                fmt_float(*nan),
+                b(posinf),
+                b(neginf)
+            )
         }
         other => format!("{other:?}").to_lowercase(),
     }
@@ -519,8 +561,11 @@ fn op_accepts(op: ScalarOp, compute: DType) -> bool {
     let boolean = compute == DType::Bool;
     match op {
         Exp | Log | Log1p | Expm1 | Sqrt | Rsqrt | Reciprocal | Sin | Cos | Tanh | Sigmoid
-        | GeluErf | GeluTanh | Silu | Erf | Div => float,
+        | GeluErf | GeluTanh | Silu | Erf | Div | Libm(_) | Libm2(_) => float,
         Pow => !boolean,
+        NanToNum { .. } => true,
+        BitAnd | BitOr | BitXor | BitNot => !float,
+        Shl | Shr => !float && !boolean,
         Neg | Relu | Sub | Floor | Ceil | Round => !boolean,
         Clamp { .. } => !boolean,
         Cast => false,
@@ -1389,7 +1434,8 @@ fn lower_op(
             })
             .collect();
         let v = lower_expr(l, name, expr, &ids, widen(compute))?;
-        let v = if compute.is_half() {
+        // A predicate expression (isnan's `x != x`) already gives bool.
+        let v = if compute.is_half() && l.dtype_of(v) != DType::Bool {
             l.coerce(Operand::Value(v), compute)
         } else {
             v

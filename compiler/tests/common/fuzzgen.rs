@@ -49,6 +49,18 @@ pub enum Un {
     LeakyRelu,
     /// `softplus(x, SOFTPLUS_BETA, SOFTPLUS_THRESHOLD)` (a non-default beta and threshold).
     Softplus,
+    Log2,
+    Exp2,
+    Atan,
+    Sinh,
+    Trunc,
+    Frac,
+    Hardsigmoid,
+    Hardswish,
+    /// `elu(x)` with PyTorch's defaults.
+    Elu,
+    Mish,
+    Isnan,
 }
 
 /// The slope of the fuzzer's `leaky_relu`.
@@ -58,7 +70,7 @@ pub const SOFTPLUS_BETA: f64 = 2.0;
 /// The threshold of the fuzzer's `softplus`.
 pub const SOFTPLUS_THRESHOLD: f64 = 5.0;
 
-pub const UNARY: [Un; 27] = [
+pub const UNARY: [Un; 38] = [
     Un::Neg,
     Un::Abs,
     Un::Exp,
@@ -86,6 +98,17 @@ pub const UNARY: [Un; 27] = [
     Un::Expm1,
     Un::LeakyRelu,
     Un::Softplus,
+    Un::Log2,
+    Un::Exp2,
+    Un::Atan,
+    Un::Sinh,
+    Un::Trunc,
+    Un::Frac,
+    Un::Hardsigmoid,
+    Un::Hardswish,
+    Un::Elu,
+    Un::Mish,
+    Un::Isnan,
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,9 +130,18 @@ pub enum Bin {
     Or,
     Xor,
     Remainder,
+    Atan2,
+    Hypot,
+    Fmax,
+    Fmin,
+    Copysign,
+    Fmod,
+    BitAnd,
+    BitXor,
+    Shl,
 }
 
-pub const BINARY: [Bin; 17] = [
+pub const BINARY: [Bin; 26] = [
     Bin::Add,
     Bin::Sub,
     Bin::Mul,
@@ -127,6 +159,15 @@ pub const BINARY: [Bin; 17] = [
     Bin::Or,
     Bin::Xor,
     Bin::Remainder,
+    Bin::Atan2,
+    Bin::Hypot,
+    Bin::Fmax,
+    Bin::Fmin,
+    Bin::Copysign,
+    Bin::Fmod,
+    Bin::BitAnd,
+    Bin::BitXor,
+    Bin::Shl,
 ];
 
 impl Bin {
@@ -535,6 +576,17 @@ pub fn unary(u: Un, x: &Tensor) -> Result<Tensor> {
         Un::Expm1 => x.expm1(),
         Un::LeakyRelu => x.leaky_relu(LEAKY_SLOPE),
         Un::Softplus => x.softplus(SOFTPLUS_BETA, SOFTPLUS_THRESHOLD),
+        Un::Log2 => x.log2(),
+        Un::Exp2 => x.exp2(),
+        Un::Atan => x.atan(),
+        Un::Sinh => x.sinh(),
+        Un::Trunc => x.trunc(),
+        Un::Frac => x.frac(),
+        Un::Hardsigmoid => x.hardsigmoid(),
+        Un::Hardswish => x.hardswish(),
+        Un::Elu => x.elu(1.0, 1.0, 1.0),
+        Un::Mish => x.mish(),
+        Un::Isnan => x.isnan(),
     }
 }
 
@@ -557,6 +609,15 @@ pub fn binary(b: Bin, x: &Tensor, y: &Tensor) -> Result<Tensor> {
         Bin::Or => x.logical_or(y),
         Bin::Xor => x.logical_xor(y),
         Bin::Remainder => x.remainder(y),
+        Bin::Atan2 => x.atan2(y),
+        Bin::Hypot => x.hypot(y),
+        Bin::Fmax => x.fmax(y),
+        Bin::Fmin => x.fmin(y),
+        Bin::Copysign => x.copysign(y),
+        Bin::Fmod => x.fmod(y),
+        Bin::BitAnd => x.bitwise_and(y),
+        Bin::BitXor => x.bitwise_xor(y),
+        Bin::Shl => x.bitwise_left_shift(y),
     }
 }
 

@@ -43,6 +43,20 @@ unsafe fn operand<T>(p: SendPtr<T>, off: isize, stride: isize) -> Operand<T> {
 // several elements at one address is rejected before any in-place write (`check_writable`), so no
 // two threads write one element. Any overlap between output and inputs is handled by `raw`.
 
+/// The element count when every operand is contiguous with the output's shape and the whole
+/// range runs on this thread (what [`Nest::run`] would do after merging the dims into one): the
+/// fast path of small eager ops, with no stride broadcasting and no nest to build.
+fn flat_run(out: &Tensor, operands: &[&Tensor]) -> Option<usize> {
+    let n = out.numel();
+    let single = n < super::iter::PAR_MIN_ELEMS || crate::parallel::num_threads() == 1;
+    (single
+        && out.is_contiguous()
+        && operands
+            .iter()
+            .all(|t| t.shape() == out.shape() && t.is_contiguous()))
+    .then_some(n)
+}
+
 /// `out[i] = f(a[i])` with `a` broadcast to `out`'s shape. Dtypes must match `A` and `O`.
 pub(crate) fn map1<A: Element, O: Element>(
     op: &str,
@@ -50,6 +64,14 @@ pub(crate) fn map1<A: Element, O: Element>(
     a: &Tensor,
     f: impl Fn(A) -> O + Sync,
 ) -> Result<()> {
+    if let Some(n) = flat_run(out, &[a]) {
+        let (po, pa) = (base::<O>(op, out)?, base::<A>(op, a)?);
+        if n > 0 {
+            // SAFETY: see the comment above `map1`; one run of all `n` contiguous elements.
+            unsafe { raw::run1(operand(po, 0, 1), operand(pa, 0, 1), n, &f) }
+        }
+        return Ok(());
+    }
     let sa = strides_for(op, a, out)?;
     let (po, pa) = (base::<O>(op, out)?, base::<A>(op, a)?);
     let nest = Nest::<2>::new(out.shape(), [out.strides(), &sa]);
@@ -69,6 +91,22 @@ pub(crate) fn map2<A: Element, B: Element, O: Element>(
     b: &Tensor,
     f: impl Fn(A, B) -> O + Sync,
 ) -> Result<()> {
+    if let Some(n) = flat_run(out, &[a, b]) {
+        let (po, pa, pb) = (base::<O>(op, out)?, base::<A>(op, a)?, base::<B>(op, b)?);
+        if n > 0 {
+            // SAFETY: see the comment above `map1`; one run of all `n` contiguous elements.
+            unsafe {
+                raw::run2(
+                    operand(po, 0, 1),
+                    operand(pa, 0, 1),
+                    operand(pb, 0, 1),
+                    n,
+                    &f,
+                )
+            }
+        }
+        return Ok(());
+    }
     let sa = strides_for(op, a, out)?;
     let sb = strides_for(op, b, out)?;
     let (po, pa, pb) = (base::<O>(op, out)?, base::<A>(op, a)?, base::<B>(op, b)?);

@@ -371,6 +371,66 @@ impl Tensor {
         call1(&WHERE, &[condition.into(), a.into(), b.into()])
     }
 
+    /// `where(condition, a, b)` with a Rust scalar `b` (PyTorch's `where(c, x, scalar)`): the
+    /// scalar only raises `a`'s category, as in arithmetic.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{Tensor, DType};
+    /// let c = Tensor::from_vec(vec![true, false], &[2])?;
+    /// let a = Tensor::from_vec(vec![1i32, 2], &[2])?;
+    /// assert_eq!(Tensor::where_tensor_scalar(&c, &a, 7)?.to_vec::<i32>()?, vec![1, 7]);
+    /// assert_eq!(Tensor::where_tensor_scalar(&c, &a, 0.5)?.dtype(), DType::F32);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn where_tensor_scalar(
+        condition: &Tensor,
+        a: &Tensor,
+        b: impl Into<Scalar>,
+    ) -> Result<Tensor> {
+        Tensor::where_cond(condition, a, &Tensor::wrapped_scalar(b.into()))
+    }
+
+    /// `where(condition, a, b)` with a Rust scalar `a`.
+    pub fn where_scalar_tensor(
+        condition: &Tensor,
+        a: impl Into<Scalar>,
+        b: &Tensor,
+    ) -> Result<Tensor> {
+        Tensor::where_cond(condition, &Tensor::wrapped_scalar(a.into()), b)
+    }
+
+    /// `where(condition, a, b)` with two Rust scalars (PyTorch's `where(c, 2.5, 1)`): the result
+    /// has the condition's shape and the scalars' category in its default dtype — f32 when either
+    /// is a float, i64 for integers, bool for two bools.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{Tensor, DType};
+    /// let c = Tensor::from_vec(vec![true, false], &[2])?;
+    /// let w = Tensor::where_scalar(&c, 2.5, 1)?;
+    /// assert_eq!(w.dtype(), DType::F32);
+    /// assert_eq!(w.to_vec::<f32>()?, vec![2.5, 1.0]);
+    /// assert_eq!(Tensor::where_scalar(&c, 3, 4)?.to_vec::<i64>()?, vec![3, 4]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn where_scalar(
+        condition: &Tensor,
+        a: impl Into<Scalar>,
+        b: impl Into<Scalar>,
+    ) -> Result<Tensor> {
+        let (a, b) = (a.into(), b.into());
+        let default = |s: Scalar| match s {
+            Scalar::Float(_) => DType::F32,
+            Scalar::Int(_) => DType::I64,
+            Scalar::Bool(_) => DType::Bool,
+        };
+        let dtype = DType::promote(default(a), default(b));
+        Tensor::where_cond(
+            condition,
+            &Tensor::try_full(&[], a, dtype)?,
+            &Tensor::try_full(&[], b, dtype)?,
+        )
+    }
+
     /// Bounds every element to `[min, max]` (either may be `None`, not both). The result dtype is
     /// that of the tensor and the bounds as Rust scalars (an integer tensor with a float bound
     /// becomes f32). NaN elements stay NaN; if `min > max` every element becomes `max`.

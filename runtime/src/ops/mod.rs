@@ -3,17 +3,26 @@
 //! compiler all read these declarations; none of them special-cases an op by name.
 //!
 //! Families live one per file: `unary`, `binary` (with `remainder`), `compare`, `logical`
-//! (and/or/not, where, clamp), `activation` (leaky_relu, softplus), `reduce`, `softmax`,
+//! (and/or/not, where, clamp), `activation` (leaky_relu, softplus, elu, hardtanh, hardsigmoid,
+//! hardswish, mish, logit), `unary_math` (log2, log10, exp2, tan, inverse and hyperbolic trig,
+//! trunc, frac), `float_class` (isnan, isinf, isfinite, nan_to_num), `binary_math` (atan2,
+//! hypot, copysign, fmod, fmax, fmin, floor_divide, lerp), `bitwise` (and/or/xor/not, shifts),
+//! `clamp_tensor` (clamp with tensor bounds),
+//! `reduce`, `softmax`,
 //! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`, `index`
-//! (gather, scatter, scatter_add, flip), `scan` (cumsum), `sort`. `compose` holds composite methods
-//! (index_select, masked_fill, tril, logsumexp, norm…) written over these ops, with no `OpDef`
-//! of their own.
+//! (gather, scatter, scatter_add, flip), `scan` (cumsum), `sort`. `compose` holds composite
+//! methods (index_select, masked_fill, tril, logsumexp, norm…) written over these ops, with no
+//! `OpDef` of their own.
 
 pub mod activation;
 pub mod binary;
+pub mod binary_math;
+pub mod bitwise;
 pub mod cast;
+pub mod clamp_tensor;
 pub mod compare;
 pub mod compose;
+pub mod float_class;
 pub mod index;
 pub mod inplace;
 pub mod join;
@@ -26,6 +35,7 @@ pub mod shape;
 pub mod softmax;
 pub mod sort;
 pub mod unary;
+pub mod unary_math;
 
 use tensorplay_ir::{DType, OpClass, Result, Shape};
 
@@ -175,6 +185,11 @@ pub fn all_ops() -> Vec<&'static OpDef> {
     v.extend_from_slice(linalg::OPS);
     v.extend_from_slice(join::OPS);
     v.extend_from_slice(activation::OPS);
+    v.extend_from_slice(unary_math::OPS);
+    v.extend_from_slice(float_class::OPS);
+    v.extend_from_slice(binary_math::OPS);
+    v.extend_from_slice(bitwise::OPS);
+    v.extend_from_slice(clamp_tensor::OPS);
     v.extend_from_slice(index::OPS);
     v.extend_from_slice(scan::OPS);
     v.extend_from_slice(sort::OPS);

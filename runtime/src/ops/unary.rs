@@ -408,7 +408,7 @@ fn silu_f32(x: f32) -> f32 {
 
 /// silu in f64: [`silu_f32`]'s form (the tail starts below about -709.8, where `exp(x)` is
 /// subnormal, so it is scaled by 2^64 until the last multiply to round once).
-fn silu_f64(x: f64) -> f64 {
+pub(crate) fn silu_f64(x: f64) -> f64 {
     let d = 1.0 + (-x).exp();
     if d.is_finite() {
         x / d

@@ -14,18 +14,33 @@ pub fn data(op: &str, input: usize, n: usize) -> Vec<f64> {
     ];
     let positive = matches!(
         op,
-        "log" | "sqrt" | "rsqrt" | "reciprocal" | "log1p" | "pow" | "prod"
+        "log" | "sqrt" | "rsqrt" | "reciprocal" | "log1p" | "pow" | "prod" | "log2" | "log10"
     ) || (op == "remainder" && input == 1);
+    // Inside the domain of the inverse trigonometric functions and logit.
+    let domain = |v: f64| match op {
+        "asin" | "acos" | "atanh" => v * 0.5,
+        "acosh" => v.abs() + 1.0,
+        "logit" => v.abs() * 0.4 + 0.05,
+        _ => v,
+    };
     (0..n)
         .map(|i| {
             let v: f64 = base[(i * 5 + input * 7) % base.len()] * (1.0 + 0.1 * input as f64);
-            if positive { v.abs() } else { v }
+            domain(if positive { v.abs() } else { v })
         })
         .collect()
 }
 
 pub fn tensor(op: &str, input: usize, shape: &[usize]) -> Tensor {
     let n = shape.iter().product();
+    if op.starts_with("bitwise") {
+        // Integer operands (shift amounts 0..6).
+        let v: Vec<i64> = data(op, input, n)
+            .iter()
+            .map(|x| (x.abs() * 4.0) as i64)
+            .collect();
+        return Tensor::from_vec(v, shape).unwrap();
+    }
     Tensor::from_vec(data(op, input, n), shape).unwrap()
 }
 

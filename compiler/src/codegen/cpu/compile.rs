@@ -35,8 +35,18 @@ pub fn live_kernels() -> usize {
     LIVE.load(Ordering::Relaxed)
 }
 
-/// The host ISA, built once: native features, `opt_level=speed`, the IR verifier in debug
-/// builds.
+/// Cranelift's x86-64 AVX-512 feature flags, turned off under `TP_BULK_ISA=avx2`.
+const AVX512_FLAGS: [&str; 6] = [
+    "has_avx512bitalg",
+    "has_avx512dq",
+    "has_avx512vl",
+    "has_avx512vbmi",
+    "has_avx512f",
+    "has_avx512vnni",
+];
+
+/// The host ISA, built once: native features (without AVX-512 under `TP_BULK_ISA=avx2`),
+/// `opt_level=speed`, the IR verifier in debug builds.
 fn isa() -> Result<OwnedTargetIsa> {
     static ISA: OnceLock<std::result::Result<OwnedTargetIsa, String>> = OnceLock::new();
     ISA.get_or_init(|| {
@@ -53,7 +63,17 @@ fn isa() -> Result<OwnedTargetIsa> {
             "false"
         };
         set(&mut flags, "enable_verifier", verify)?;
-        let builder = cranelift_native::builder().map_err(|e| format!("host ISA: {e}"))?;
+        let mut builder = cranelift_native::builder().map_err(|e| format!("host ISA: {e}"))?;
+        if cfg!(target_arch = "x86_64")
+            && super::math::bulk::level_cap() == super::math::bulk::Level::Avx2
+        {
+            // `TP_BULK_ISA=avx2`: the inline code an AVX2-only host gets, too.
+            for f in AVX512_FLAGS {
+                builder
+                    .set(f, "false")
+                    .map_err(|e| format!("setting {f}=false: {e}"))?;
+            }
+        }
         builder
             .finish(settings::Flags::new(flags))
             .map_err(|e| format!("host ISA: {e}"))

@@ -10,16 +10,21 @@
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, F32X4, F64, F64X2, I8, I16X8, I32, I32X4, I64, I64X2};
-use cranelift_codegen::ir::{Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::{
+    ConstantData, Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value,
+};
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::FunctionBuilder;
 use tensorplay_ir::CompileKind;
 use tensorplay_ir::{DType, Error, Result, ScalarOp};
 
 use super::args::offsets;
-use super::math::{MathCtx, MathFn, emit_pow, emit_unary};
+
+use super::math::{MathCtx, MathFn, emit_libm, emit_libm2, emit_pow, emit_unary};
 use super::staging::Buf;
-use crate::codegen::kernel::{Inst, KernelSpec, Lit, LoopKind, LoopLayout, StrideClass, ValueId};
+use crate::codegen::kernel::{
+    Inst, KernelSpec, Lit, LoopKind, LoopLayout, StrideClass, ValueId, largest_finite,
+};
 
 /// The vector shape of a kernel's main loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,6 +275,24 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 self.fb.ins().splat(ty, s)
             }
         }
+    }
+
+    /// A `vconst` of float vector type `ty` whose lanes hold only the sign bit, or (`abs`)
+    /// everything but the sign bit.
+    fn sign_mask(&mut self, ty: Type, abs: bool) -> Value {
+        let lane = ty.lane_type();
+        let mut bytes = Vec::with_capacity(16);
+        for _ in 0..ty.lane_count() {
+            if lane == F32 {
+                let sign = 1u32 << 31;
+                bytes.extend_from_slice(&(if abs { !sign } else { sign }).to_le_bytes());
+            } else {
+                let sign = 1u64 << 63;
+                bytes.extend_from_slice(&(if abs { !sign } else { sign }).to_le_bytes());
+            }
+        }
+        let c = self.fb.func.dfg.constants.insert(ConstantData::from(bytes));
+        self.fb.ins().vconst(ty, c)
     }
 
     /// An integer constant of type `ty` (scalar or splat), `v` wrapped to the lane width.
@@ -854,6 +877,16 @@ impl<'a, 'b> Emitter<'a, 'b> {
         let unary = |e: &mut Self, f: MathFn| emit_unary(e.fb, e.math, f, x);
         let cmp = |e: &mut Self, cc: FloatCC| e.fb.ins().fcmp(cc, a[0], a[1]);
         Ok(match op {
+            // On vectors, the sign bit is flipped or cleared with a pool constant (one
+            // instruction with a memory operand; `fneg`/`fabs` rebuild the mask on every use).
+            Neg if ty.is_vector() => {
+                let m = self.sign_mask(ty, false);
+                self.fb.ins().bxor(x, m)
+            }
+            Abs if ty.is_vector() => {
+                let m = self.sign_mask(ty, true);
+                self.fb.ins().band(x, m)
+            }
             Neg => self.fb.ins().fneg(x),
             Abs => self.fb.ins().fabs(x),
             Sqrt => self.fb.ins().sqrt(x),
@@ -955,7 +988,30 @@ impl<'a, 'b> Emitter<'a, 'b> {
             Sin => unary(self, MathFn::Sin),
             Cos => unary(self, MathFn::Cos),
             Pow => emit_pow(self.fb, self.math, a[0], a[1]),
-            Cast | LogicalNot | LogicalAnd | LogicalOr | LogicalXor => {
+            Libm(f) => emit_libm(self.fb, self.math, f, x),
+            Libm2(f) => emit_libm2(self.fb, self.math, f, a[0], a[1]),
+            NanToNum {
+                nan,
+                posinf,
+                neginf,
+            } => {
+                // The compute dtype's finite extremes replace absent infinity values.
+                let hi = largest_finite(compute);
+                let lo = -hi;
+                let pinf = self.fconst(ty, f64::INFINITY);
+                let ninf = self.fconst(ty, f64::NEG_INFINITY);
+                let is_pos = self.fb.ins().fcmp(FloatCC::Equal, x, pinf);
+                let is_neg = self.fb.ins().fcmp(FloatCC::Equal, x, ninf);
+                let is_nan = self.fb.ins().fcmp(FloatCC::Unordered, x, x);
+                let p = self.fconst(ty, posinf.unwrap_or(hi));
+                let n = self.fconst(ty, neginf.unwrap_or(lo));
+                let q = self.fconst(ty, nan);
+                let v = self.select(is_pos, p, x);
+                let v = self.select(is_neg, n, v);
+                self.select(is_nan, q, v)
+            }
+            Cast | LogicalNot | LogicalAnd | LogicalOr | LogicalXor | BitAnd | BitOr | BitXor
+            | BitNot | Shl | Shr => {
                 return Err(internal(format!("{op} on {compute} operands")));
             }
         })
@@ -986,7 +1042,27 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 let t = self.fb.ins().smax(x, m1);
                 self.fb.ins().smin(t, p1)
             }
-            Floor | Ceil | Round => x,
+            Floor | Ceil | Round | NanToNum { .. } => x,
+            BitAnd => self.fb.ins().band(a[0], a[1]),
+            BitOr => self.fb.ins().bor(a[0], a[1]),
+            BitXor => self.fb.ins().bxor(a[0], a[1]),
+            BitNot => self.fb.ins().bnot(x),
+            Shl | Shr => {
+                // Cranelift masks the amount; PyTorch gives 0 (<<) or the sign fill (>>) for a
+                // negative amount or one of the bit width or more.
+                let width = i64::from(ty.bits());
+                let bits = self.iconst(ty, width);
+                let ok = self.fb.ins().icmp(IntCC::UnsignedLessThan, a[1], bits);
+                if op == Shl {
+                    let sh = self.fb.ins().ishl(a[0], a[1]);
+                    let zero = self.iconst(ty, 0);
+                    self.fb.ins().select(ok, sh, zero)
+                } else {
+                    let top = self.iconst(ty, width - 1);
+                    let amt = self.fb.ins().select(ok, a[1], top);
+                    self.fb.ins().sshr(a[0], amt)
+                }
+            }
             Maximum => self.fb.ins().smax(a[0], a[1]),
             Minimum => self.fb.ins().smin(a[0], a[1]),
             Clamp { min, max } => {
@@ -1049,8 +1125,11 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 let d = self.fb.ins().bxor(a[0], a[1]);
                 self.not(d)
             }
-            LogicalNot => self.not(x),
-            Abs | Sign => x,
+            LogicalNot | BitNot => self.not(x),
+            BitAnd => self.fb.ins().band(a[0], a[1]),
+            BitOr => self.fb.ins().bor(a[0], a[1]),
+            BitXor => self.fb.ins().bxor(a[0], a[1]),
+            Abs | Sign | NanToNum { .. } => x,
             Where => self.select(a[0], a[1], a[2]),
             Lt | Le | Gt | Ge if !vector => {
                 let cc = match op {

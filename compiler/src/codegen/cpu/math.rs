@@ -231,6 +231,13 @@ pub use shims::{
     tp_math_gelu_tanh_f64, tp_math_log_f64, tp_math_log1p_f64, tp_math_pow_f64,
     tp_math_sigmoid_f64, tp_math_silu_f64, tp_math_sin_f64, tp_math_tanh_f64,
 };
+use shims::{
+    tp_libm_acos_f64, tp_libm_acosh_f64, tp_libm_asin_f64, tp_libm_asinh_f64, tp_libm_atan_f64,
+    tp_libm_atan2_f64, tp_libm_atanh_f64, tp_libm_copysign_f64, tp_libm_cosh_f64, tp_libm_exp2_f64,
+    tp_libm_fmod_f64, tp_libm_hypot_f64, tp_libm_log2_f64, tp_libm_log10_f64, tp_libm_sinh_f64,
+    tp_libm_tan_f64,
+};
+use tensorplay_ir::{LibmFn, LibmFn2};
 
 use emit::Em;
 
@@ -342,10 +349,56 @@ const SHIMS: [(&str, UnaryShim); 12] = [
     ("tp_math_expm1_f64", tp_math_expm1_f64),
 ];
 
-/// Number of shims: one per [`MathFn`] plus `pow`.
-pub const NUM_SHIMS: usize = 13;
+/// The f64 libm functions of [`LibmFn`] (same order as `LibmFn::ALL`).
+const LIBM_SHIMS: [(&str, UnaryShim); 12] = [
+    ("tp_libm_tan_f64", tp_libm_tan_f64),
+    ("tp_libm_asin_f64", tp_libm_asin_f64),
+    ("tp_libm_acos_f64", tp_libm_acos_f64),
+    ("tp_libm_atan_f64", tp_libm_atan_f64),
+    ("tp_libm_sinh_f64", tp_libm_sinh_f64),
+    ("tp_libm_cosh_f64", tp_libm_cosh_f64),
+    ("tp_libm_asinh_f64", tp_libm_asinh_f64),
+    ("tp_libm_acosh_f64", tp_libm_acosh_f64),
+    ("tp_libm_atanh_f64", tp_libm_atanh_f64),
+    ("tp_libm_log2_f64", tp_libm_log2_f64),
+    ("tp_libm_log10_f64", tp_libm_log10_f64),
+    ("tp_libm_exp2_f64", tp_libm_exp2_f64),
+];
+
+type BinaryShim = extern "C" fn(f64, f64) -> f64;
+
+/// The f64 libm functions of [`LibmFn2`] (same order as `LibmFn2::ALL`).
+const LIBM2_SHIMS: [(&str, BinaryShim); 4] = [
+    ("tp_libm_atan2_f64", tp_libm_atan2_f64),
+    ("tp_libm_hypot_f64", tp_libm_hypot_f64),
+    ("tp_libm_fmod_f64", tp_libm_fmod_f64),
+    ("tp_libm_copysign_f64", tp_libm_copysign_f64),
+];
+
+/// Number of shims: one per [`MathFn`], `pow`, one per [`LibmFn`] and per [`LibmFn2`].
+pub const NUM_SHIMS: usize = 13 + LIBM_SHIMS.len() + LIBM2_SHIMS.len();
 const POW_SHIM: usize = 12;
 const POW_SHIM_NAME: &str = "tp_math_pow_f64";
+/// Shim index of the first [`LibmFn`], then of the first [`LibmFn2`].
+const LIBM_SHIM: usize = 13;
+const LIBM2_SHIM: usize = LIBM_SHIM + LIBM_SHIMS.len();
+
+fn libm_shim_index(f: LibmFn) -> usize {
+    LIBM_SHIM + LibmFn::ALL.iter().position(|&g| g == f).expect("in ALL")
+}
+
+fn libm2_shim_index(f: LibmFn2) -> usize {
+    LIBM2_SHIM + LibmFn2::ALL.iter().position(|&g| g == f).expect("in ALL")
+}
+
+/// Number of `f64` parameters of shim `idx`.
+fn shim_params(idx: usize) -> usize {
+    if idx == POW_SHIM || idx >= LIBM2_SHIM {
+        2
+    } else {
+        1
+    }
+}
 
 /// A shim the JIT must be able to resolve: its symbol name, its address and
 /// its number of `f64` parameters (it returns one `f64`).
@@ -379,6 +432,20 @@ pub fn shim_symbols() -> [ShimSymbol; NUM_SHIMS] {
             name,
             addr: f as *const u8,
             params: 1,
+        };
+    }
+    for (slot, (name, f)) in out[LIBM_SHIM..].iter_mut().zip(LIBM_SHIMS) {
+        *slot = ShimSymbol {
+            name,
+            addr: f as *const u8,
+            params: 1,
+        };
+    }
+    for (slot, (name, f)) in out[LIBM2_SHIM..].iter_mut().zip(LIBM2_SHIMS) {
+        *slot = ShimSymbol {
+            name,
+            addr: f as *const u8,
+            params: 2,
         };
     }
     out
@@ -558,6 +625,45 @@ pub fn emit_pow(fb: &mut FunctionBuilder, ctx: &MathCtx, x: Value, y: Value) -> 
     }
 }
 
+/// Emits the libm function `f` for `x` of type `f32`, `f32x4`, `f64` or `f64x2`: a call per
+/// lane to its f64 shim, with f32 lanes promoted and the result rounded once (the same bits as
+/// eager, which computes `f.eval(x as f64) as f32`).
+///
+/// # Panics
+/// On other types, and when `ctx` has no [`MathShims`].
+pub fn emit_libm(fb: &mut FunctionBuilder, ctx: &MathCtx, f: LibmFn, x: Value) -> Value {
+    let ty = fb.func.dfg.value_type(x);
+    match ty {
+        F32 | F32X4 => per_lane(fb, ctx, libm_shim_index(f), &[x], true),
+        F64 | F64X2 => per_lane(fb, ctx, libm_shim_index(f), &[x], false),
+        _ => panic!("math::emit_libm: unsupported type {ty}"),
+    }
+}
+
+/// Emits the two-operand libm function `f` (as [`emit_libm`]) for `x`, `y` of the same type.
+///
+/// # Panics
+/// On other or mismatched types, and when `ctx` has no [`MathShims`].
+pub fn emit_libm2(
+    fb: &mut FunctionBuilder,
+    ctx: &MathCtx,
+    f: LibmFn2,
+    x: Value,
+    y: Value,
+) -> Value {
+    let ty = fb.func.dfg.value_type(x);
+    assert_eq!(
+        ty,
+        fb.func.dfg.value_type(y),
+        "math::emit_libm2: operand types differ"
+    );
+    match ty {
+        F32 | F32X4 => per_lane(fb, ctx, libm2_shim_index(f), &[x, y], true),
+        F64 | F64X2 => per_lane(fb, ctx, libm2_shim_index(f), &[x, y], false),
+        _ => panic!("math::emit_libm2: unsupported type {ty}"),
+    }
+}
+
 /// Imports shim `idx` into the function being built (or finds an existing
 /// import of it).
 fn import_shim(fb: &mut FunctionBuilder, ctx: &MathCtx, idx: usize) -> FuncRef {
@@ -573,7 +679,7 @@ fn import_shim(fb: &mut FunctionBuilder, ctx: &MathCtx, idx: usize) -> FuncRef {
             return fref;
         }
     }
-    let params = if idx == POW_SHIM { 2 } else { 1 };
+    let params = shim_params(idx);
     let signature = fb.import_signature(shim_signature(shims.call_conv, params));
     let user = fb.func.declare_imported_user_function(name);
     fb.import_function(ExtFuncData {

@@ -132,7 +132,17 @@ fn bulk_op(op: ScalarOp, compute: DType) -> Option<BulkOp> {
         | ScalarOp::LogicalOr
         | ScalarOp::LogicalXor
         | ScalarOp::Where
-        | ScalarOp::Clamp { .. } => return None,
+        | ScalarOp::Clamp { .. }
+        // Libm functions are shim calls per lane (no bulk kernel yet); the rest are cheap.
+        | ScalarOp::Libm(_)
+        | ScalarOp::Libm2(_)
+        | ScalarOp::NanToNum { .. }
+        | ScalarOp::BitAnd
+        | ScalarOp::BitOr
+        | ScalarOp::BitXor
+        | ScalarOp::BitNot
+        | ScalarOp::Shl
+        | ScalarOp::Shr => return None,
     };
     bulk_addr(b).map(|_| b)
 }

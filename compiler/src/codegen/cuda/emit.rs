@@ -201,6 +201,39 @@ pub(super) fn op_expr(op: ScalarOp, compute: DType, a: &[String]) -> Result<Stri
         LogicalOr => call("tp_logical_or"),
         LogicalXor => call("tp_logical_xor"),
         Where => call("tp_where"),
+        Libm(f) => call(&format!("tp_{}", f.name())),
+        Libm2(f) => call(&format!("tp_{}", f.name())),
+        NanToNum {
+            nan,
+            posinf,
+            neginf,
+        } => {
+            if !compute.is_float() {
+                return Ok(a[0].clone());
+            }
+            // The compute dtype's finite extremes replace absent infinity values.
+            let hi = crate::codegen::kernel::largest_finite(compute);
+            let lit = |v: f64| {
+                if compute == DType::F64 {
+                    f64_lit(v)
+                } else {
+                    f32_lit(v as f32)
+                }
+            };
+            format!(
+                "tp_nan_to_num({}, {}, {}, {})",
+                a[0],
+                lit(nan),
+                lit(posinf.unwrap_or(hi)),
+                lit(neginf.unwrap_or(-hi))
+            )
+        }
+        BitAnd => call("tp_bit_and"),
+        BitOr => call("tp_bit_or"),
+        BitXor => call("tp_bit_xor"),
+        BitNot => call("tp_bit_not"),
+        Shl => call("tp_shl"),
+        Shr => call("tp_shr"),
         Clamp { min, max } => {
             // min first, then max (so min > max gives max); a NaN bound gives NaN.
             let mut v = a[0].clone();

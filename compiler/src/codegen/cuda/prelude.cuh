@@ -161,7 +161,12 @@ TP_FN long long tp_wrap(unsigned long long v) { return (long long)v; }
   TP_FN bool tp_le(T a, T b) { return a <= b; }                                                  \
   TP_FN bool tp_gt(T a, T b) { return a > b; }                                                   \
   TP_FN bool tp_ge(T a, T b) { return a >= b; }                                                  \
-  TP_FN T tp_where(bool c, T a, T b) { return c ? a : b; }
+  TP_FN T tp_where(bool c, T a, T b) { return c ? a : b; }                                       \
+  TP_FN T tp_nan_to_num(T x, T nan, T pos, T neg) {                                              \
+    if (x != x) return nan;                                                                      \
+    if (x - x != x - x) return x > (T)0 ? pos : neg;                                             \
+    return x;                                                                                    \
+  }
 
 TP_FLOAT_OPS(float)
 TP_FLOAT_OPS(double)
@@ -240,6 +245,29 @@ TP_MATH(tp_silu, tp_silu_f64(x))
 TP_MATH(tp_gelu_erf, tp_gelu_erf_f64(x))
 TP_MATH(tp_gelu_tanh, tp_gelu_tanh_f64(x))
 
+// libm functions: computed in double and rounded once, as eager's kernels do.
+TP_MATH(tp_tan, tan(x))
+TP_MATH(tp_asin, asin(x))
+TP_MATH(tp_acos, acos(x))
+TP_MATH(tp_atan, atan(x))
+TP_MATH(tp_sinh, sinh(x))
+TP_MATH(tp_cosh, cosh(x))
+TP_MATH(tp_asinh, asinh(x))
+TP_MATH(tp_acosh, acosh(x))
+TP_MATH(tp_atanh, atanh(x))
+TP_MATH(tp_log2, log2(x))
+TP_MATH(tp_log10, log10(x))
+TP_MATH(tp_exp2, exp2(x))
+
+#define TP_MATH2(NAME, F64)                                                                      \
+  TP_FN double NAME(double a, double b) { return F64; }                                          \
+  TP_FN float NAME(float a, float b) { return (float)NAME((double)a, (double)b); }
+
+TP_MATH2(tp_atan2, atan2(a, b))
+TP_MATH2(tp_hypot, hypot(a, b))
+TP_MATH2(tp_fmod, fmod(a, b))
+TP_MATH2(tp_copysign, copysign(a, b))
+
 TP_FN double tp_pow(double a, double b) { return pow(a, b); }
 TP_FN float tp_pow(float a, float b) { return (float)pow((double)a, (double)b); }
 
@@ -272,6 +300,19 @@ TP_FN float tp_pow(float a, float b) { return (float)pow((double)a, (double)b); 
 TP_INT_OPS(int, unsigned)
 TP_INT_OPS(long long, unsigned long long)
 
+// Bit operations; shifts by a negative amount or by the width or more give 0 (<<) or the sign
+// fill (>>), as PyTorch's kernels do.
+#define TP_BIT_OPS(T, U, W)                                                                      \
+  TP_FN T tp_bit_and(T a, T b) { return a & b; }                                                 \
+  TP_FN T tp_bit_or(T a, T b) { return a | b; }                                                  \
+  TP_FN T tp_bit_xor(T a, T b) { return a ^ b; }                                                 \
+  TP_FN T tp_bit_not(T x) { return ~x; }                                                         \
+  TP_FN T tp_shl(T a, T b) { return (U)b < (U)W ? tp_wrap((U)a << (U)b) : (T)0; }                \
+  TP_FN T tp_shr(T a, T b) { return a >> ((U)b < (U)W ? b : (T)(W - 1)); }
+
+TP_BIT_OPS(int, unsigned, 32)
+TP_BIT_OPS(long long, unsigned long long, 64)
+
 // Integer powers wrap; negative exponents give 1 for base 1, +-1 for base -1, else 0.
 TP_FN long long tp_pow(long long base, long long e) {
   if (e < 0) return base == 1 ? 1 : (base == -1 ? ((e & 1) ? -1 : 1) : 0);
@@ -295,6 +336,10 @@ TP_FN bool tp_abs(bool x) { return x; }
 TP_FN bool tp_sign(bool x) { return x; }
 TP_FN bool tp_square(bool x) { return x; }
 TP_FN bool tp_logical_not(bool x) { return !x; }
+TP_FN bool tp_bit_and(bool a, bool b) { return a && b; }
+TP_FN bool tp_bit_or(bool a, bool b) { return a || b; }
+TP_FN bool tp_bit_xor(bool a, bool b) { return a != b; }
+TP_FN bool tp_bit_not(bool x) { return !x; }
 TP_FN bool tp_logical_and(bool a, bool b) { return a && b; }
 TP_FN bool tp_logical_or(bool a, bool b) { return a || b; }
 TP_FN bool tp_logical_xor(bool a, bool b) { return a != b; }

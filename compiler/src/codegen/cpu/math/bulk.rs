@@ -207,10 +207,47 @@ pub fn env_enables(value: Option<&str>) -> bool {
     }
 }
 
+/// The highest level a `TP_BULK_ISA` value allows: `avx512` (or unset) allows both, `avx2`
+/// caps the kernels at [`Level::Avx2`] — so an AVX-512 host can run and benchmark the code an
+/// AVX2-only host gets. Case and surrounding spaces are ignored; any other value is an error
+/// naming the variable and the accepted values.
+///
+/// ```
+/// use tensorplay_compiler::codegen::cpu::math::bulk::{Level, isa_cap};
+/// assert_eq!(isa_cap(None).unwrap(), Level::Avx512);
+/// assert_eq!(isa_cap(Some(" AVX2 ")).unwrap(), Level::Avx2);
+/// assert!(isa_cap(Some("sse9")).is_err());
+/// ```
+pub fn isa_cap(value: Option<&str>) -> std::result::Result<Level, String> {
+    match value.map(|v| v.trim().to_ascii_lowercase()) {
+        None => Ok(Level::Avx512),
+        Some(v) if v == "avx512" => Ok(Level::Avx512),
+        Some(v) if v == "avx2" => Ok(Level::Avx2),
+        Some(v) => Err(format!(
+            "TP_BULK_ISA: expected `avx512` or `avx2`, got `{v}`"
+        )),
+    }
+}
+
+/// The cap from `TP_BULK_ISA`, read once (see [`isa_cap`]). An invalid value is reported once
+/// on stderr and leaves the kernels uncapped (the variable is a benchmarking switch, read where
+/// no error can be returned).
+pub fn level_cap() -> Level {
+    static CAP: OnceLock<Level> = OnceLock::new();
+    *CAP.get_or_init(|| {
+        let var = std::env::var("TP_BULK_ISA").ok();
+        isa_cap(var.as_deref()).unwrap_or_else(|e| {
+            eprintln!("tensorplay: {e}; using the host's best level");
+            Level::Avx512
+        })
+    })
+}
+
 /// The host's best level, detected once: AVX-512 F+DQ+VL+BW (with FMA) →
 /// [`Level::Avx512`], AVX2+FMA → [`Level::Avx2`], otherwise (and on other
 /// architectures, and when `TP_BULK_MATH` disables them, see
 /// [`env_enables`]) `None` — callers then keep their inline `f32x4` code.
+/// `TP_BULK_ISA=avx2` skips AVX-512 ([`level_cap`]).
 pub fn level() -> Option<Level> {
     static LEVEL: OnceLock<Option<Level>> = OnceLock::new();
     *LEVEL.get_or_init(|| {
@@ -218,7 +255,11 @@ pub fn level() -> Option<Level> {
         if !env_enables(var.as_deref()) {
             return None;
         }
-        Level::ALL.into_iter().find(|l| l.is_supported())
+        let cap = level_cap();
+        Level::ALL
+            .into_iter()
+            .filter(|&l| cap == Level::Avx512 || l == Level::Avx2)
+            .find(|l| l.is_supported())
     })
 }
 

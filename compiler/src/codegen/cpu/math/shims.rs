@@ -246,6 +246,41 @@ shims! {
     tp_math_expm1_f64 => f64::exp_m1;
 }
 
+shims! {
+    tp_libm_tan_f64 => f64::tan;
+    tp_libm_asin_f64 => f64::asin;
+    tp_libm_acos_f64 => f64::acos;
+    tp_libm_atan_f64 => f64::atan;
+    tp_libm_sinh_f64 => f64::sinh;
+    tp_libm_cosh_f64 => f64::cosh;
+    tp_libm_asinh_f64 => f64::asinh;
+    tp_libm_acosh_f64 => f64::acosh;
+    tp_libm_atanh_f64 => f64::atanh;
+    tp_libm_log2_f64 => f64::log2;
+    tp_libm_log10_f64 => f64::log10;
+    tp_libm_exp2_f64 => f64::exp2;
+}
+
+/// Declares `extern "C" fn(f64, f64) -> f64` shims from Rust functions.
+macro_rules! shims2 {
+    ($($name:ident => $body:expr;)*) => {
+        $(
+            #[doc = concat!("JIT shim `", stringify!($name), "`: the f64 function called per lane.")]
+            pub extern "C" fn $name(x: f64, y: f64) -> f64 {
+                let f: fn(f64, f64) -> f64 = $body;
+                f(x, y)
+            }
+        )*
+    };
+}
+
+shims2! {
+    tp_libm_atan2_f64 => f64::atan2;
+    tp_libm_hypot_f64 => f64::hypot;
+    tp_libm_fmod_f64 => |a, b| a % b;
+    tp_libm_copysign_f64 => f64::copysign;
+}
+
 /// JIT shim `tp_math_pow_f64`: `x.powf(y)` (C99 `pow` semantics).
 pub extern "C" fn tp_math_pow_f64(x: f64, y: f64) -> f64 {
     x.powf(y)
