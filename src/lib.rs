@@ -24,7 +24,7 @@
 pub use tensorplay_runtime::vmap::vmap;
 pub use tensorplay_runtime::{
     Args, CompileKind, DType, Device, Element, Error, Result, Scalar, SymInt, Tensor, Value,
-    autocast, autograd, cuda, dispatch, manual_seed, ops, parallel, vmap,
+    autocast, autograd, cuda, dispatch, manual_seed, nn, ops, parallel, vmap,
 };
 
 /// The IR: dtypes, shapes, schemas and graphs (re-exported from `tensorplay-ir`).

@@ -102,7 +102,9 @@ fn matmul_view_and_mean_backwards_serve_other_batch_sizes_without_recompiling() 
         let s = h.sym_shape();
         let flat = h.view_sym(&[s[0] * s[1]])?; // [4b]
         let v = xs[2].matmul(&xs[1].t()?)?.sum(&[0], false)?; // 1-D @ 2-D: [3]
-        Ok(vec![flat.square()?.mean(&[], false)?.add(&v.mean(&[], false)?)?])
+        Ok(vec![
+            flat.square()?.mean(&[], false)?.add(&v.mean(&[], false)?)?,
+        ])
     };
     let f = compile(body);
     for b in [5usize, 9, 2] {
@@ -119,7 +121,11 @@ fn matmul_view_and_mean_backwards_serve_other_batch_sizes_without_recompiling() 
         }
     }
     assert_eq!(f.num_compiled(), 1, "recompiled for another batch size");
-    assert!(f.training_fallbacks().is_empty(), "{:?}", f.training_fallbacks());
+    assert!(
+        f.training_fallbacks().is_empty(),
+        "{:?}",
+        f.training_fallbacks()
+    );
     Ok(())
 }
 

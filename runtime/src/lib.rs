@@ -10,6 +10,7 @@ pub mod dispatch;
 pub mod element;
 pub(crate) mod kernels;
 pub mod library;
+pub mod nn;
 pub mod ops;
 pub mod parallel;
 pub mod storage;

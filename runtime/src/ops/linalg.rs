@@ -361,7 +361,11 @@ fn matmul_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     }
     let ga = if a.requires_grad() {
         let full = g2.matmul(&b2.transpose(-1, -2)?)?.sum_to_shape_of(&a2)?;
-        Some(if a.rank() == 1 { full.select(0, 0)? } else { full })
+        Some(if a.rank() == 1 {
+            full.select(0, 0)?
+        } else {
+            full
+        })
     } else {
         None
     };
@@ -379,7 +383,11 @@ fn matmul_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
         } else {
             a2.transpose(-1, -2)?.matmul(&g2)?.sum_to_shape_of(&b2)?
         };
-        Some(if b.rank() == 1 { full.select(1, 0)? } else { full })
+        Some(if b.rank() == 1 {
+            full.select(1, 0)?
+        } else {
+            full
+        })
     } else {
         None
     };

@@ -9,7 +9,10 @@
 //! hypot, copysign, fmod, fmax, fmin, floor_divide, lerp), `bitwise` (and/or/xor/not, shifts),
 //! `clamp_tensor` (clamp with tensor bounds),
 //! `reduce`, `softmax`,
-//! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`.
+//! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`, `index`
+//! (gather, scatter, scatter_add, flip), `scan` (cumsum), `sort`. `compose` holds composite
+//! methods (index_select, masked_fill, tril, logsumexp, norm…) written over these ops, with no
+//! `OpDef` of their own.
 
 pub mod activation;
 pub mod binary;
@@ -18,15 +21,19 @@ pub mod bitwise;
 pub mod cast;
 pub mod clamp_tensor;
 pub mod compare;
+pub mod compose;
 pub mod float_class;
+pub mod index;
 pub mod inplace;
 pub mod join;
 pub mod linalg;
 pub mod logical;
 pub mod lowering;
 pub mod reduce;
+pub mod scan;
 pub mod shape;
 pub mod softmax;
+pub mod sort;
 pub mod sym_meta;
 pub mod unary;
 pub mod unary_math;
@@ -184,6 +191,9 @@ pub fn all_ops() -> Vec<&'static OpDef> {
     v.extend_from_slice(binary_math::OPS);
     v.extend_from_slice(bitwise::OPS);
     v.extend_from_slice(clamp_tensor::OPS);
+    v.extend_from_slice(index::OPS);
+    v.extend_from_slice(scan::OPS);
+    v.extend_from_slice(sort::OPS);
     v
 }
 

@@ -85,6 +85,15 @@ pub fn sample(op: &OpDef) -> Option<Vec<Arg>> {
         ],
         "max_dim" | "min_dim" | "softmax" | "log_softmax" => vec![t(&[2, 3]), v(Value::Int(1))],
         "matmul" => vec![t(&[2, 3]), t(&[3, 2])],
+        "gather" => vec![t(&[2, 3]), v(Value::Int(1)), v(Value::Tensor(index_2x2()))],
+        "scatter" | "scatter_add" => vec![
+            t(&[2, 3]),
+            v(Value::Int(1)),
+            v(Value::Tensor(index_2x2())),
+            t(&[2, 2]),
+        ],
+        "flip" => vec![t(&[2, 3]), v(Value::IntList(vec![0, -1]))],
+        "cumsum" => vec![t(&[2, 3]), v(Value::Int(1))],
         "cat" | "stack" => vec![List(vec![vec![2, 3], vec![2, 3]])],
         _ => {
             // Tensors, then defaults: fine for elementwise and reduction ops.
@@ -100,6 +109,12 @@ pub fn sample(op: &OpDef) -> Option<Vec<Arg>> {
             args
         }
     })
+}
+
+/// An int64 `[2, 2]` index into dim 1 of a `[2, 3]` tensor, distinct per row (so `scatter`'s
+/// writes do not overwrite each other).
+fn index_2x2() -> Tensor {
+    Tensor::from_vec(vec![0i64, 2, 1, 0], &[2, 2]).unwrap()
 }
 
 /// The sample's values with tensors from `tensors` (in order) or as given.

@@ -1,0 +1,119 @@
+//! Compiled == eager for programs built from the transformer ops: the indexing primitives
+//! (barriers, with their reasons in the plan), the composites (whose elementwise parts fuse) and
+//! the `nn` functions — forward values, and gradients through compiled training.
+
+use tensorplay_compiler::compile;
+use tensorplay_runtime::nn::{self, Reduction};
+use tensorplay_runtime::{DType, Result, Tensor, autograd};
+
+fn close(a: &Tensor, b: &Tensor, tol: f64) -> Result<bool> {
+    if a.shape() != b.shape() || a.dtype() != b.dtype() {
+        return Ok(false);
+    }
+    let (a, b) = (a.to_vec_f64()?, b.to_vec_f64()?);
+    Ok(a.iter().zip(&b).all(|(x, y)| {
+        (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= tol * (1.0 + y.abs())
+    }))
+}
+
+/// A tiny transformer-style program over every new op: embedding, a causal attention block with
+/// layer_norm, an rms_norm'd MLP, logsumexp, norm, cumsum, flip, masked_fill, scatter_add and
+/// the losses.
+fn program(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let (ids, targets, table, w, g) = (&xs[0], &xs[1], &xs[2], &xs[3], &xs[4]);
+    let x = nn::embedding(ids, table)?; // [2, 4, 8]
+    let a = nn::layer_norm(&x, &[8], Some(g), None, 1e-5)?;
+    let qkv = nn::linear(&a, w, None)?.chunk(3, -1)?;
+    let y = nn::scaled_dot_product_attention(&qkv[0], &qkv[1], &qkv[2], None, true, None)?;
+    let x = x.add(&y)?;
+    let m = nn::rms_norm(&x, &[8], None, None)?.gelu("tanh")?;
+    let logits = m.reshape(&[8, 8])?;
+    let ce = nn::cross_entropy(&logits, &targets.reshape(&[8])?, 3, 0.1, Reduction::Mean)?;
+    let extra = logits
+        .logsumexp(&[1], false)?
+        .cumsum(0, None)?
+        .flip(&[0])?
+        .mul(&logits.norm(2.0, &[1], false)?)?;
+    let mask = logits.gt_scalar(0.5)?;
+    let filled = logits.masked_fill(&mask, 0.5)?.tril(0)?;
+    let idx = targets.reshape(&[8, 1])?.clamp_max(7)?;
+    let scattered = filled.scatter_add(1, &idx, &logits.narrow(1, 0, 1)?)?;
+    let mse = nn::mse_loss(&scattered, &logits, Reduction::Mean)?;
+    Ok(vec![ce.add(&extra.mean_all()?)?.add(&mse)?])
+}
+
+fn inputs() -> Result<Vec<Tensor>> {
+    let ids = Tensor::from_vec(vec![0i64, 5, 2, 5, 1, 1, 4, 3], &[2, 4])?;
+    let targets = Tensor::from_vec(vec![1i64, 3, 0, 7, 2, 3, 5, 6], &[2, 4])?;
+    Ok(vec![
+        ids,
+        targets,
+        Tensor::randn_seeded(&[6, 8], DType::F64, 1)?.requires_grad_(true)?,
+        Tensor::randn_seeded(&[24, 8], DType::F64, 2)?
+            .mul_scalar(0.3)?
+            .requires_grad_(true)?,
+        Tensor::randn_seeded(&[8], DType::F64, 3)?.requires_grad_(true)?,
+    ])
+}
+
+#[test]
+fn the_transformer_ops_compile_like_eager() -> Result<()> {
+    let xs = inputs()?;
+    let want = program(&xs)?.remove(0);
+    let grads = autograd::grad(std::slice::from_ref(&want), &xs[2..], &[None], false)?;
+    let f = compile(program);
+    let got = f.call(&xs)?.remove(0);
+    assert_eq!(got.grad_fn_name(), Some("compiled_backward"));
+    assert!(close(&got, &want, 1e-12)?, "{got:?} vs {want:?}");
+    let cgrads = autograd::grad(std::slice::from_ref(&got), &xs[2..], &[None], false)?;
+    for (i, (c, e)) in cgrads.iter().zip(&grads).enumerate() {
+        let (c, e) = (c.as_ref().unwrap(), e.as_ref().unwrap());
+        assert!(close(c, e, 1e-12)?, "gradient {i}: {c:?} vs {e:?}");
+    }
+    assert!(
+        f.training_fallbacks().is_empty(),
+        "{:?}",
+        f.training_fallbacks()
+    );
+    // The primitives are barriers that say why; the composites' elementwise ops fuse.
+    let t = f.latest_training().unwrap();
+    let text = t.explain();
+    for reason in [
+        "opaque op tp::gather",
+        "opaque op tp::scatter_add",
+        "opaque op tp::flip",
+        "tp::cumsum has no scalar lowering",
+    ] {
+        assert!(text.contains(reason), "{reason} missing from:\n{text}");
+    }
+    Ok(())
+}
+
+#[test]
+fn inference_compiles_and_serves_a_second_batch() -> Result<()> {
+    let f = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        let (x, w, b) = (&xs[0], &xs[1], &xs[2]);
+        let h = nn::layer_norm(x, &[4], Some(w), Some(b), 1e-5)?;
+        let y = nn::scaled_dot_product_attention(&h, &h, &h, None, true, None)?;
+        Ok(vec![y.logsumexp(&[-1], true)?.sub(&y)?])
+    };
+    let c = compile(f);
+    for batch in [2usize, 3] {
+        let xs = vec![
+            Tensor::randn_seeded(&[batch, 5, 4], DType::F32, batch as u64)?,
+            Tensor::randn_seeded(&[4], DType::F32, 7)?,
+            Tensor::randn_seeded(&[4], DType::F32, 8)?,
+        ];
+        let (e, g) = (f(&xs)?.remove(0), c.call(&xs)?.remove(0));
+        // f32 transcendentals are within a few ulp of eager's (the numerics contract).
+        assert!(close(&g, &e, 1e-5)?, "batch {batch}");
+    }
+    // layer_norm's centering, scaling and shifting fuse: far fewer kernels than ops.
+    let g = c.latest().unwrap();
+    assert!(
+        g.num_kernels() < g.graph().to_string().lines().count() / 2,
+        "{}",
+        g.explain()
+    );
+    Ok(())
+}

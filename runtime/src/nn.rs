@@ -1,0 +1,474 @@
+//! Neural-network functions (PyTorch's `torch.nn.functional`): `linear`, `embedding`,
+//! `layer_norm`, `rms_norm`, `dropout`, `mse_loss`, `nll_loss`, `cross_entropy` and
+//! `scaled_dot_product_attention`.
+//!
+//! Each is a composite of op-table ops, as PyTorch decomposes them: there is no kernel here, so
+//! autograd differentiates the ops they are made of, vmap batches them, and the compiler fuses
+//! their elementwise parts (the normalizations' scale-and-shift, the losses' arithmetic) between
+//! the reductions, matmuls and gathers. Argument errors name the function.
+
+use tensorplay_ir::shape::fmt_shape;
+use tensorplay_ir::{DType, Error, Result};
+
+use crate::ops::compose::int_index;
+use crate::tensor::Tensor;
+
+/// How a loss reduces its per-element values (PyTorch's `reduction=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reduction {
+    /// The per-element losses.
+    None,
+    /// Their mean (for `nll_loss`/`cross_entropy`: over the targets that are not ignored).
+    #[default]
+    Mean,
+    /// Their sum.
+    Sum,
+}
+
+/// `x @ weight.T + bias`, with `weight` of shape `[out_features, in_features]`.
+///
+/// ```
+/// use tensorplay_runtime::{nn, DType, Tensor};
+/// let x = Tensor::ones(&[2, 3], DType::F32);
+/// let w = Tensor::ones(&[4, 3], DType::F32);
+/// let b = Tensor::full(&[4], 0.5, DType::F32);
+/// let y = nn::linear(&x, &w, Some(&b))?;
+/// assert_eq!(y.shape(), &[2, 4]);
+/// assert_eq!(y.to_vec::<f32>()?[0], 3.5);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    if weight.rank() != 2 && weight.rank() != 1 {
+        return Err(Error::argument(
+            "linear",
+            "weight",
+            "a 1-D or 2-D tensor",
+            format!("shape {}", fmt_shape(weight.shape())),
+        ));
+    }
+    let y = x.matmul(&weight.t()?)?;
+    match bias {
+        Some(b) => y.add(b),
+        None => Ok(y),
+    }
+}
+
+/// Rows of `weight` (`[num_embeddings, dim]`) picked by `input` (int64 or int32 indices of any
+/// shape): the result has shape `input.shape + [dim]`. The gradient scatters back into `weight`.
+///
+/// ```
+/// use tensorplay_runtime::{nn, Tensor};
+/// let w = Tensor::from_vec(vec![0.0f32, 0.5, 1.0, 1.5, 2.0, 2.5], &[3, 2])?;
+/// let ids = Tensor::from_vec(vec![2i64, 0, 2], &[1, 3])?;
+/// let e = nn::embedding(&ids, &w)?;
+/// assert_eq!(e.shape(), &[1, 3, 2]);
+/// assert_eq!(e.to_vec::<f32>()?, vec![2.0, 2.5, 0.0, 0.5, 2.0, 2.5]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn embedding(input: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    const OP: &str = "embedding";
+    if weight.rank() != 2 {
+        return Err(Error::argument(
+            OP,
+            "weight",
+            "a 2-D tensor [num_embeddings, embedding_dim]",
+            format!("shape {}", fmt_shape(weight.shape())),
+        ));
+    }
+    let ids = int_index(OP, "input", input)?;
+    let mut shape = ids.shape().to_vec();
+    shape.push(weight.shape()[1]);
+    weight
+        .index_select(0, &ids.reshape(&[ids.numel()])?)?
+        .reshape(&shape)
+}
+
+/// The trailing dims `normalized_shape` of `x`, as dims to reduce over.
+fn trailing_dims(op: &str, x: &Tensor, normalized_shape: &[usize]) -> Result<Vec<i64>> {
+    let k = normalized_shape.len();
+    if k == 0 || k > x.rank() || x.shape()[x.rank() - k..] != *normalized_shape {
+        return Err(Error::argument(
+            op,
+            "normalized_shape",
+            format!(
+                "the trailing dims of the input (shape {})",
+                fmt_shape(x.shape())
+            ),
+            fmt_shape(normalized_shape),
+        ));
+    }
+    Ok((-(k as i64)..0).collect())
+}
+
+/// A per-feature parameter must have `normalized_shape`.
+fn check_param(op: &str, arg: &str, p: Option<&Tensor>, normalized_shape: &[usize]) -> Result<()> {
+    match p {
+        Some(t) if t.shape() != normalized_shape => Err(Error::argument(
+            op,
+            arg,
+            format!("shape {}", fmt_shape(normalized_shape)),
+            format!("shape {}", fmt_shape(t.shape())),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `x` in the dtype normalizations compute in (f32 for f16/bf16, as PyTorch's CPU kernels do),
+/// and a function giving results back in `x`'s dtype.
+fn upcast(x: &Tensor) -> Result<Tensor> {
+    match x.dtype() {
+        DType::F16 | DType::BF16 => x.to_dtype(DType::F32),
+        d if d.is_float() => Ok(x.clone()),
+        d => Err(Error::dtype(
+            "normalization",
+            format!("input dtype must be floating point, got {d}"),
+        )),
+    }
+}
+
+/// `y * weight + bias` for the parameters given.
+fn affine(y: Tensor, weight: Option<&Tensor>, bias: Option<&Tensor>) -> Result<Tensor> {
+    let y = match weight {
+        Some(w) => y.mul(w)?,
+        None => y,
+    };
+    match bias {
+        Some(b) => y.add(b),
+        None => Ok(y),
+    }
+}
+
+/// Normalizes the trailing `normalized_shape` dims to zero mean and unit (biased) variance,
+/// then scales by `weight` and shifts by `bias`: `(x - mean) / sqrt(var + eps) * w + b`.
+/// f16/bf16 inputs compute in f32 and round once.
+///
+/// ```
+/// use tensorplay_runtime::{nn, Tensor};
+/// let x = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], &[2, 2])?;
+/// let y = nn::layer_norm(&x, &[2], None, None, 0.0)?;
+/// assert_eq!(y.to_vec::<f64>()?, vec![-1.0, 1.0, -1.0, 1.0]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn layer_norm(
+    x: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    const OP: &str = "layer_norm";
+    let dims = trailing_dims(OP, x, normalized_shape)?;
+    check_param(OP, "weight", weight, normalized_shape)?;
+    check_param(OP, "bias", bias, normalized_shape)?;
+    let xf = upcast(x)?;
+    let mean = xf.mean(&dims, true)?;
+    let centered = xf.sub(&mean)?;
+    let var = centered.mul(&centered)?.mean(&dims, true)?;
+    let y = centered.mul(&var.add_scalar(eps)?.rsqrt()?)?;
+    affine(y.to_dtype(x.dtype())?, weight, bias)
+}
+
+/// Root-mean-square normalization of the trailing `normalized_shape` dims:
+/// `x / sqrt(mean(x^2) + eps) * weight`; `eps` defaults to the dtype's machine epsilon (as in
+/// PyTorch).
+///
+/// ```
+/// use tensorplay_runtime::{nn, Tensor};
+/// let x = Tensor::from_vec(vec![3.0f64, 4.0], &[1, 2])?;
+/// let y = nn::rms_norm(&x, &[2], None, Some(0.0))?.to_vec::<f64>()?;
+/// let rms = 12.5f64.sqrt();
+/// assert!((y[0] - 3.0 / rms).abs() < 1e-15 && (y[1] - 4.0 / rms).abs() < 1e-15);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn rms_norm(
+    x: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    eps: Option<f64>,
+) -> Result<Tensor> {
+    const OP: &str = "rms_norm";
+    let dims = trailing_dims(OP, x, normalized_shape)?;
+    check_param(OP, "weight", weight, normalized_shape)?;
+    let xf = upcast(x)?;
+    let eps = eps.unwrap_or(match x.dtype() {
+        DType::F64 => f64::EPSILON,
+        DType::F16 => 0.000_976_562_5,
+        DType::BF16 => 0.007_812_5,
+        _ => f32::EPSILON as f64,
+    });
+    let ms = xf.mul(&xf)?.mean(&dims, true)?;
+    let y = xf.mul(&ms.add_scalar(eps)?.rsqrt()?)?;
+    affine(y.to_dtype(x.dtype())?, weight, None)
+}
+
+/// Zeroes each element with probability `p` and scales the rest by `1 / (1 - p)`, when
+/// `training`; the identity otherwise. The mask comes from `seed` (the same seed gives the same
+/// mask, eagerly and compiled: a compiled function holds the mask of the seed it was captured
+/// with).
+///
+/// ```
+/// use tensorplay_runtime::{nn, DType, Tensor};
+/// let x = Tensor::ones(&[1000], DType::F32);
+/// let y = nn::dropout(&x, 0.25, true, 7)?.to_vec::<f32>()?;
+/// let kept = y.iter().filter(|&&v| v != 0.0).count();
+/// assert!((650..850).contains(&kept));
+/// assert!(y.iter().all(|&v| v == 0.0 || (v - 4.0 / 3.0).abs() < 1e-6));
+/// assert!(nn::dropout(&x, 1.5, true, 7).is_err());
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn dropout(x: &Tensor, p: f64, training: bool, seed: u64) -> Result<Tensor> {
+    if !(0.0..=1.0).contains(&p) {
+        return Err(Error::argument(
+            "dropout",
+            "p",
+            "a probability in [0, 1]",
+            p.to_string(),
+        ));
+    }
+    if !training || p == 0.0 {
+        return Ok(x.clone());
+    }
+    if p == 1.0 {
+        return x.mul_scalar(0.0);
+    }
+    let keep = Tensor::rand_seeded(x.shape(), DType::F32, seed)?.ge_scalar(p)?;
+    let scale = Tensor::try_full(&[], 1.0 / (1.0 - p), x.dtype())?;
+    x.mul(&keep.to_dtype(x.dtype())?)?.mul(&scale)
+}
+
+/// Reduces per-element losses.
+fn reduce(loss: Tensor, reduction: Reduction) -> Result<Tensor> {
+    match reduction {
+        Reduction::None => Ok(loss),
+        Reduction::Mean => loss.mean_all(),
+        Reduction::Sum => loss.sum_all(),
+    }
+}
+
+/// Mean squared error `(input - target)^2`, reduced. The shapes must be equal (PyTorch
+/// broadcasts with a warning; a silent broadcast is almost always a bug).
+///
+/// ```
+/// use tensorplay_runtime::{nn, Tensor};
+/// let a = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?;
+/// let b = Tensor::from_vec(vec![0.0f32, 4.0], &[2])?;
+/// assert_eq!(nn::mse_loss(&a, &b, nn::Reduction::Mean)?.item::<f32>()?, 2.5);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    if input.shape() != target.shape() {
+        return Err(Error::argument(
+            "mse_loss",
+            "target",
+            format!("the input's shape {}", fmt_shape(input.shape())),
+            format!("shape {}", fmt_shape(target.shape())),
+        ));
+    }
+    let d = input.sub(target)?;
+    reduce(d.mul(&d)?, reduction)
+}
+
+/// Checks the class-index target of `nll_loss`/`cross_entropy` against `input` (`[C]` with a
+/// 0-d target, or `[N, C, d1…]` with a target `[N, d1…]`) and returns it as i64.
+fn class_target(op: &str, input: &Tensor, target: &Tensor) -> Result<Tensor> {
+    if target.dtype() != DType::I64 {
+        return Err(Error::argument(
+            op,
+            "target",
+            "an int64 tensor of class indices",
+            format!("dtype {}", target.dtype()),
+        ));
+    }
+    let expected: Vec<usize> = match input.rank() {
+        0 => {
+            return Err(Error::argument(
+                op,
+                "input",
+                "a tensor with a class dim ([C] or [N, C, ...])",
+                "a 0-d tensor",
+            ));
+        }
+        1 => vec![],
+        _ => {
+            let mut s = vec![input.shape()[0]];
+            s.extend_from_slice(&input.shape()[2..]);
+            s
+        }
+    };
+    if target.shape() != expected.as_slice() {
+        return Err(Error::argument(
+            op,
+            "target",
+            format!(
+                "shape {} for input of shape {}",
+                fmt_shape(&expected),
+                fmt_shape(input.shape())
+            ),
+            format!("shape {}", fmt_shape(target.shape())),
+        ));
+    }
+    Ok(target.clone())
+}
+
+/// Per-target `-input[target]` (0 where `target == ignore_index`) and the not-ignored mask.
+fn picked_nll(input: &Tensor, target: &Tensor, ignore_index: i64) -> Result<(Tensor, Tensor)> {
+    let class_dim = if input.rank() == 1 { 0 } else { 1 };
+    let valid = target.ne_scalar(ignore_index)?;
+    // Ignored targets read class 0 (any valid index); their loss is masked out below.
+    let safe = target.masked_fill(&valid.logical_not()?, 0)?;
+    let picked = input
+        .gather(class_dim, &safe.unsqueeze(class_dim)?)?
+        .squeeze(Some(class_dim))?;
+    let zero = Tensor::try_full(&[], 0.0, input.dtype())?;
+    let loss = Tensor::where_cond(&valid, &picked.neg()?, &zero)?;
+    Ok((loss, valid))
+}
+
+/// The mean over not-ignored targets (NaN when every target is ignored, as in PyTorch).
+fn masked_reduce(loss: Tensor, valid: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    match reduction {
+        Reduction::None => Ok(loss),
+        Reduction::Sum => loss.sum_all(),
+        Reduction::Mean => loss
+            .sum_all()?
+            .div(&valid.sum_all()?.to_dtype(loss.dtype())?),
+    }
+}
+
+/// Negative log-likelihood of class-index targets given log-probabilities `input` (`[N, C]`,
+/// `[N, C, d1…]` or `[C]`): `-input[n, target[n]]`, with targets equal to `ignore_index`
+/// contributing nothing (and not counted by the mean). A target outside `[0, C)` is an error.
+///
+/// ```
+/// use tensorplay_runtime::{nn, Tensor};
+/// let logp = Tensor::from_vec(vec![-1.0f32, -2.0, -3.0, -4.0], &[2, 2])?;
+/// let t = Tensor::from_vec(vec![1i64, -100], &[2])?;
+/// assert_eq!(nn::nll_loss(&logp, &t, -100, nn::Reduction::Mean)?.item::<f32>()?, 2.0);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn nll_loss(
+    input: &Tensor,
+    target: &Tensor,
+    ignore_index: i64,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    let target = class_target("nll_loss", input, target)?;
+    let (loss, valid) = picked_nll(input, &target, ignore_index)?;
+    masked_reduce(loss, &valid, reduction)
+}
+
+/// Cross-entropy of logits `input` (`[N, C]`, `[N, C, d1…]` or `[C]`) against class-index
+/// targets: `nll_loss(log_softmax(input))`. With `label_smoothing = ε`, the target distribution
+/// is `(1 - ε)` on the target class plus `ε / C` on every class, so each loss is
+/// `(1 - ε) * nll + ε * mean_c(-log_softmax)`. Ignored targets contribute nothing.
+///
+/// ```
+/// use tensorplay_runtime::{nn, Tensor};
+/// let logits = Tensor::from_vec(vec![0.0f64, 0.0], &[1, 2])?;
+/// let t = Tensor::from_vec(vec![0i64], &[1])?;
+/// let l = nn::cross_entropy(&logits, &t, -100, 0.0, nn::Reduction::Mean)?.item::<f64>()?;
+/// assert!((l - std::f64::consts::LN_2).abs() < 1e-15);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn cross_entropy(
+    input: &Tensor,
+    target: &Tensor,
+    ignore_index: i64,
+    label_smoothing: f64,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    const OP: &str = "cross_entropy";
+    if !(0.0..=1.0).contains(&label_smoothing) {
+        return Err(Error::argument(
+            OP,
+            "label_smoothing",
+            "a value in [0, 1]",
+            label_smoothing.to_string(),
+        ));
+    }
+    let target = class_target(OP, input, target)?;
+    let class_dim = if input.rank() == 1 { 0 } else { 1 };
+    let logp = input.log_softmax(class_dim)?;
+    let (nll, valid) = picked_nll(&logp, &target, ignore_index)?;
+    let loss = if label_smoothing > 0.0 {
+        let smooth = logp.mean(&[class_dim], false)?.neg()?;
+        let zero = Tensor::try_full(&[], 0.0, smooth.dtype())?;
+        let smooth = Tensor::where_cond(&valid, &smooth, &zero)?;
+        nll.mul_scalar(1.0 - label_smoothing)?
+            .add(&smooth.mul_scalar(label_smoothing)?)?
+    } else {
+        nll
+    };
+    masked_reduce(loss, &valid, reduction)
+}
+
+/// Attention `softmax(q @ k^T * scale + mask) @ v` over the last two dims (`q: [..., L, E]`,
+/// `k: [..., S, E]`, `v: [..., S, Ev]`, leading dims broadcast). `attn_mask` is a bool mask
+/// (true = attend) or a float mask added to the scores; `is_causal` masks out positions
+/// `s > l` (and excludes `attn_mask`, as in PyTorch); `scale` defaults to `1 / sqrt(E)`.
+///
+/// ```
+/// use tensorplay_runtime::{nn, DType, Tensor};
+/// let q = Tensor::randn_seeded(&[2, 4, 8], DType::F32, 0)?;
+/// let v = Tensor::randn_seeded(&[2, 4, 8], DType::F32, 1)?;
+/// let y = nn::scaled_dot_product_attention(&q, &q, &v, None, true, None)?;
+/// assert_eq!(y.shape(), &[2, 4, 8]);
+/// // The first position attends only to itself.
+/// let first = y.select(1, 0)?.to_vec::<f32>()?;
+/// assert_eq!(first, v.select(1, 0)?.to_vec::<f32>()?);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn scaled_dot_product_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    attn_mask: Option<&Tensor>,
+    is_causal: bool,
+    scale: Option<f64>,
+) -> Result<Tensor> {
+    const OP: &str = "scaled_dot_product_attention";
+    for (arg, t) in [("query", q), ("key", k), ("value", v)] {
+        if t.rank() < 2 {
+            return Err(Error::argument(
+                OP,
+                arg,
+                "a tensor with at least 2 dims",
+                format!("shape {}", fmt_shape(t.shape())),
+            ));
+        }
+    }
+    let e = q.shape()[q.rank() - 1];
+    if k.shape()[k.rank() - 1] != e {
+        return Err(Error::argument(
+            OP,
+            "key",
+            format!("last dim {e} (the query's)"),
+            format!("shape {}", fmt_shape(k.shape())),
+        ));
+    }
+    if is_causal && attn_mask.is_some() {
+        return Err(Error::argument(
+            OP,
+            "attn_mask",
+            "None when is_causal is set",
+            "a mask",
+        ));
+    }
+    let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
+    let scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
+    let scores = if is_causal {
+        let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
+        let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I64)?.reshape(&[l, 1])?;
+        let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I64)?;
+        scores.masked_fill(&cols.gt(&rows)?, f64::NEG_INFINITY)?
+    } else {
+        match attn_mask {
+            Some(m) if m.dtype() == DType::Bool => {
+                scores.masked_fill(&m.logical_not()?, f64::NEG_INFINITY)?
+            }
+            Some(m) => scores.add(m)?,
+            None => scores,
+        }
+    };
+    scores.softmax(-1)?.matmul(v)
+}
