@@ -60,6 +60,11 @@ struct TraceState {
     sym_dims: HashMap<ValueRef, Vec<SymExpr>>,
     /// The example value of each symbol `s{k}`.
     hints: Vec<i64>,
+    /// Symbols a guard showed equal to a smaller one (`s_a - s_b == 0`: `b → a`). Every input
+    /// dim starts as its own symbol; the first op that relates two of them (a broadcast, the
+    /// inner dims of a matmul) merges them, so later shapes use one symbol and the finished
+    /// graph has one symbol per distinct size (which the fuser needs to see one loop).
+    merged: HashMap<u32, u32>,
 }
 
 struct Tracer {
@@ -161,6 +166,40 @@ impl TraceState {
         self.sym_dims
             .insert(v, meta.shape.iter().map(|d| d.to_expr()).collect());
         v
+    }
+
+    /// The symbol `k` stands for after the merges.
+    fn representative(&self, mut k: u32) -> u32 {
+        while let Some(&a) = self.merged.get(&k) {
+            k = a;
+        }
+        k
+    }
+
+    /// `e` in representative symbols.
+    fn canonical(&self, e: SymExpr) -> SymExpr {
+        if self.merged.is_empty() {
+            return e;
+        }
+        e.substitute(&|k| {
+            let r = self.representative(k);
+            (r != k).then(|| SymExpr::sym(r))
+        })
+    }
+
+    /// Records a condition capture relied on, merging the symbols it equates.
+    fn record_sym_guard(&mut self, g: SymGuard) {
+        let g = SymGuard {
+            expr: self.canonical(g.expr),
+            ..g
+        };
+        if g.holds(&|_| None) == Some(true) {
+            return;
+        }
+        if let Some((a, b)) = g.equated_symbols() {
+            self.merged.insert(b, a);
+        }
+        self.builder.sym_guard(g);
     }
 
     fn value_of(&mut self, t: &Tensor) -> Result<ValueRef> {
@@ -318,30 +357,27 @@ impl TraceState {
         outs: &[Tensor],
     ) -> Option<Vec<Vec<SymExpr>>> {
         let lits = |v: &[i64]| v.iter().map(|&i| SymExpr::lit(i)).collect::<Vec<_>>();
+        let dims_of = |t: &Tensor| -> Option<Vec<SymExpr>> {
+            let dims = self.sym_dims.get(self.values.get(&t.identity())?)?;
+            Some(dims.iter().map(|&e| self.canonical(e)).collect())
+        };
         let sargs: Vec<SymArg> = args
             .iter()
             .map(|v| match v {
-                Value::Tensor(t) => self
-                    .values
-                    .get(&t.identity())
-                    .and_then(|r| self.sym_dims.get(r))
-                    .map_or(SymArg::UnknownTensor, |d| SymArg::Tensor(d.clone())),
+                Value::Tensor(t) => dims_of(t).map_or(SymArg::UnknownTensor, SymArg::Tensor),
                 Value::TensorList(ts) => ts
                     .iter()
-                    .map(|t| {
-                        self.values
-                            .get(&t.identity())
-                            .and_then(|r| self.sym_dims.get(r))
-                            .cloned()
-                    })
+                    .map(dims_of)
                     .collect::<Option<Vec<_>>>()
                     .map_or(SymArg::UnknownTensor, SymArg::Tensors),
                 Value::OptionalTensor(Some(_)) => SymArg::UnknownTensor,
                 Value::Bool(b) => SymArg::Bool(*b),
                 Value::Int(i) => SymArg::Int(SymExpr::lit(*i)),
-                Value::SymInt(s) => SymArg::Int(s.expr()),
+                Value::SymInt(s) => SymArg::Int(self.canonical(s.expr())),
                 Value::IntList(v) => SymArg::Ints(lits(v)),
-                Value::SymIntList(l) => SymArg::Ints(l.items().iter().map(|s| s.expr()).collect()),
+                Value::SymIntList(l) => {
+                    SymArg::Ints(l.items().iter().map(|s| self.canonical(s.expr())).collect())
+                }
                 _ => SymArg::Other,
             })
             .collect();
@@ -365,7 +401,7 @@ impl TraceState {
             return None;
         }
         for g in ctx.guards {
-            self.builder.sym_guard(g);
+            self.record_sym_guard(g);
         }
         Some(shapes)
     }
@@ -521,14 +557,14 @@ impl CaptureHook for Tracer {
     }
 
     fn on_sym_guard(&self, guard: SymGuard) {
-        self.state.borrow_mut().builder.sym_guard(guard);
+        self.state.borrow_mut().record_sym_guard(guard);
     }
 
     fn sym_size(&self, t: &Tensor, dim: usize) -> Option<SymInt> {
         let _off = suspend();
         let st = self.state.borrow();
         let v = st.values.get(&t.identity())?;
-        let e = *st.sym_dims.get(v)?.get(dim)?;
+        let e = st.canonical(*st.sym_dims.get(v)?.get(dim)?);
         let hint = *t.shape().get(dim)? as i64;
         Some(SymInt::symbolic(e, hint))
     }
@@ -659,5 +695,32 @@ pub(crate) fn capture_joint(
         .collect::<Result<Vec<_>>>()?;
     let mut state = std::mem::take(&mut *st);
     state.builder.output(&results)?;
-    state.builder.finish()
+    let mut graph = state.builder.finish()?;
+    merge_symbols(&mut graph, &state.merged);
+    Ok(graph)
+}
+
+/// Rewrites `graph` in representative symbols (`merged`: `b → a` for symbols found equal),
+/// numbered densely in order of first appearance among the inputs — so a graph whose inputs
+/// share a size reads `%x0: f32[s0], %x1: f32[s0]`.
+fn merge_symbols(graph: &mut Graph, merged: &HashMap<u32, u32>) {
+    let rep = |mut k: u32| {
+        while let Some(&a) = merged.get(&k) {
+            k = a;
+        }
+        k
+    };
+    let mut dense: HashMap<u32, u32> = HashMap::new();
+    for v in graph.inputs() {
+        for d in graph.meta(v).map_or(&[][..], |m| &m.shape[..]) {
+            if let Dim::Sym(k) = d {
+                let next = dense.len() as u32;
+                dense.entry(rep(*k)).or_insert(next);
+            }
+        }
+    }
+    if merged.is_empty() && dense.iter().all(|(k, n)| k == n) {
+        return;
+    }
+    graph.substitute_symbols(&|k| dense.get(&rep(k)).map(|&n| SymExpr::sym(n)));
 }

@@ -24,7 +24,7 @@ use tensorplay_ir::CompileKind;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tensorplay_ir::graph::{Arg, Attr, Constant, NodeKind, OpCall, SizeGuard, SymGuard};
-use tensorplay_ir::{DType, Device, Dim, Error, Graph, NodeId, Result, Shape, ValueRef};
+use tensorplay_ir::{DType, Device, Dim, Error, Graph, NodeId, Result, Shape, SymExpr, ValueRef};
 use tensorplay_runtime::autograd::is_grad_enabled;
 use tensorplay_runtime::dispatch;
 use tensorplay_runtime::library::{Operator, registry};
@@ -133,9 +133,47 @@ enum Exec {
 struct Guard {
     dtype: DType,
     device: Device,
-    /// `Some(n)` for a dim that must have size `n` (static dims, and size-1 broadcast dims);
-    /// `None` for a symbolic dim.
-    dims: Vec<Option<usize>>,
+    dims: Vec<DimGuard>,
+}
+
+/// What one input dim must be, checked on every call before anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DimGuard {
+    /// Exactly this size (static dims, and the specialised sizes 0 and 1).
+    Size(usize),
+    /// A symbol `s{k}`: any size >= 2 (0 and 1 are specialised at capture).
+    Symbol,
+    /// An expression over symbols bound by other dims (a backward graph's saved value shaped
+    /// `[s0 * s1]`): any size here; shape inference checks that it equals the expression.
+    Derived(SymExpr),
+}
+
+impl DimGuard {
+    fn of(d: Dim) -> DimGuard {
+        match d {
+            Dim::Static(n) => DimGuard::Size(n),
+            Dim::Sym(_) => DimGuard::Symbol,
+            Dim::Expr(e) => DimGuard::Derived(e),
+        }
+    }
+
+    fn holds(self, size: usize) -> bool {
+        match self {
+            DimGuard::Size(n) => size == n,
+            DimGuard::Symbol => size >= 2,
+            DimGuard::Derived(_) => true,
+        }
+    }
+}
+
+impl std::fmt::Display for DimGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DimGuard::Size(n) => write!(f, "{n}"),
+            DimGuard::Symbol => write!(f, "s"),
+            DimGuard::Derived(e) => write!(f, "{e}"),
+        }
+    }
 }
 
 /// A graph compiled by [`tp_compile`](crate::tp_compile).
@@ -164,8 +202,11 @@ pub struct CompiledGraph {
     input_size_guards: Vec<(usize, SizeGuard)>,
     /// Conditions on the input dims (checked before the replay).
     sym_guards: Vec<SymGuard>,
-    /// Where each symbol `s{k}` comes from: (input, dim).
+    /// Where each symbol `s{k}` comes from: (input, dim) of its first occurrence.
     sym_src: Vec<(usize, usize)>,
+    /// Input dims that must equal an expression of the bound symbols — later occurrences of a
+    /// symbol (two inputs capture found to share a size) and derived dims: (input, dim, size).
+    dim_checks: Vec<(usize, usize, SymExpr)>,
     /// Constants of the graph as captured (dead ones included).
     check_constants: Vec<(usize, Tensor)>,
     shape_cache: Mutex<ShapeCache>,
@@ -221,10 +262,6 @@ fn constant_tensor(c: &Constant, device: Device) -> Result<Tensor> {
     })
 }
 
-fn shape_of(dims: &[Dim]) -> Vec<Option<usize>> {
-    dims.iter().map(|d| d.as_static()).collect()
-}
-
 impl CompiledGraph {
     /// Compiles `graph`: DCE, fusion, buffer planning and lowering of every region. Kernels are
     /// generated on first use for the stride layout they meet (and cached process-wide).
@@ -267,20 +304,29 @@ impl CompiledGraph {
                 Ok(Guard {
                     dtype: m.dtype,
                     device: m.device,
-                    dims: shape_of(&m.shape),
+                    dims: m.shape.iter().map(|&d| DimGuard::of(d)).collect(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         let mut sym_src: Vec<(usize, usize)> = Vec::new();
+        let mut dim_checks = Vec::new();
         for (i, &v) in inputs.iter().enumerate() {
             let Some(m) = graph.meta(v) else { continue };
-            for (d, dim) in m.shape.iter().enumerate() {
-                if let Dim::Sym(k) = dim {
-                    let k = *k as usize;
-                    if sym_src.len() <= k {
-                        sym_src.resize(k + 1, (usize::MAX, 0));
+            for (d, &dim) in m.shape.iter().enumerate() {
+                match dim {
+                    Dim::Sym(k) => {
+                        let k = k as usize;
+                        if sym_src.len() <= k {
+                            sym_src.resize(k + 1, (usize::MAX, 0));
+                        }
+                        if sym_src[k].0 == usize::MAX {
+                            sym_src[k] = (i, d);
+                        } else {
+                            dim_checks.push((i, d, dim.to_expr()));
+                        }
                     }
-                    sym_src[k] = (i, d);
+                    Dim::Expr(e) => dim_checks.push((i, d, e)),
+                    Dim::Static(_) => {}
                 }
             }
         }
@@ -441,6 +487,7 @@ impl CompiledGraph {
             input_size_guards,
             sym_guards: captured.sym_guards().to_vec(),
             sym_src,
+            dim_checks,
             check_constants,
             shape_cache: Mutex::new(ShapeCache::default()),
         };
@@ -559,7 +606,7 @@ impl CompiledGraph {
                 .iter()
                 .zip(&g.dims)
                 // A symbolic dim stands for sizes >= 2 (0 and 1 are specialised at capture).
-                .all(|(&s, d)| d.is_none_or(|d| d == s) && (d.is_some() || s >= 2))
+                .all(|(&s, d)| d.holds(s))
     }
 
     fn check_guards(&self, inputs: &[Tensor]) -> Result<()> {
@@ -575,11 +622,7 @@ impl CompiledGraph {
         }
         for (i, (t, g)) in inputs.iter().zip(&self.guards).enumerate() {
             if !Self::guard_holds(g, t) {
-                let want: Vec<String> = g
-                    .dims
-                    .iter()
-                    .map(|d| d.map_or("s".into(), |d| d.to_string()))
-                    .collect();
+                let want: Vec<String> = g.dims.iter().map(|d| d.to_string()).collect();
                 return Err(Error::compile(
                     CompileKind::Guard,
                     format!(
@@ -720,6 +763,23 @@ impl CompiledGraph {
             )),
             syms: Vec::new(),
         };
+        for &(i, d, e) in &self.dim_checks {
+            let got = inputs.get(i).and_then(|t| t.shape().get(d)).copied();
+            let want = e.eval(&|k| syms.get(k as usize).copied());
+            if got.map(|n| n as i64) != want {
+                return Ok(ShapeEntry {
+                    inputs: key.clone(),
+                    shapes: Vec::new(),
+                    guard_failure: Some(format!(
+                        "input {i} dim {d} has size {}, but the graph was captured for it being \
+                         {e} (= {} for these inputs)",
+                        got.map_or("?".into(), |n| n.to_string()),
+                        want.map_or("?".into(), |n| n.to_string()),
+                    )),
+                    syms: Vec::new(),
+                });
+            }
+        }
         for g in &self.sym_guards {
             if g.holds(&|k| syms.get(k as usize).copied()) != Some(true) {
                 return Ok(ShapeEntry {

@@ -284,7 +284,7 @@ fn second_size(args: &[Value]) -> Result<Option<Vec<Value>>> {
 /// Capture with dynamic shapes and compiled execution reproduce eager outputs (and mutated
 /// arguments) within tolerance, also at a second input size without recompiling; for an op
 /// that does not mutate, the same holds with inputs that require grad, gradients through the
-/// compiled backward included.
+/// compiled backward included (and again at the first size with other data).
 fn test_aot_dispatch_dynamic(
     op: &std::sync::Arc<Operator>,
     args: &[Value],
@@ -381,15 +381,33 @@ fn outputs_and_grads(
     Ok(Some((outs.iter().map(Tensor::detach).collect(), grads)))
 }
 
+/// `args` with every floating tensor's elements in reverse order: the same sizes and values
+/// (so the op's domain), other data at each position.
+fn reversed_data(args: &[Value]) -> Result<Vec<Value>> {
+    copy_args(args, &|t| {
+        let c = real_copy(t)?;
+        if !c.dtype().is_float() || c.rank() == 0 {
+            return Ok(c);
+        }
+        let dims: Vec<i64> = (0..c.rank() as i64).collect();
+        let _g = no_grad();
+        c.flip(&dims)?.clone_tensor()
+    })
+}
+
 /// The op inside a compiled graph whose inputs require grad: the compiled backward (the op's
 /// autograd formula or its traced ops, captured with the forward) gives eager's gradients, at
-/// each size, without falling back to the interpreter and without recompiling.
+/// each size and again at the first size with other data (a backward that captured a tensor
+/// of the first call instead of saving it fails here even when a new size recompiled), without
+/// falling back to the interpreter and without recompiling.
 fn aot_gradients(
     op: &std::sync::Arc<Operator>,
     sizes: &[Vec<Value>],
     opts: &OpcheckOptions,
 ) -> Result<Option<String>> {
     let template = sizes[0].clone();
+    let mut sizes = sizes.to_vec();
+    sizes.push(reversed_data(&template)?);
     let op2 = op.clone();
     let f = compile(move |xs: &[Tensor]| {
         let it = std::cell::RefCell::new(xs.iter().cloned());
@@ -412,12 +430,14 @@ fn aot_gradients(
             Ok(Some(r)) => r,
             Ok(None) => {
                 return Ok(Some(format!(
-                    "compiled run {k} with inputs requiring grad returned no output that                      requires grad"
+                    "compiled run {k} with inputs requiring grad returned no output that \
+                     requires grad"
                 )));
             }
             Err(e) => {
                 return Ok(Some(format!(
-                    "compiled run {k} with inputs requiring grad failed (forward or compiled                      backward): {e}"
+                    "compiled run {k} with inputs requiring grad failed (forward or compiled \
+                     backward): {e}"
                 )));
             }
         };
@@ -429,7 +449,8 @@ fn aot_gradients(
         for (i, (g, e)) in got_out.iter().zip(&want_out).enumerate() {
             if !close(g, e, opts)? {
                 return Ok(Some(format!(
-                    "compiled result {i} with inputs requiring grad differs from eager at input                      size {k}"
+                    "compiled result {i} with inputs requiring grad differs from eager at input \
+                     size {k}"
                 )));
             }
         }
@@ -440,9 +461,14 @@ fn aot_gradients(
                 _ => false,
             };
             if !same {
+                let run = if k + 1 == sizes.len() {
+                    "at the first input size with other data".to_string()
+                } else {
+                    format!("at input size {k}")
+                };
                 return Ok(Some(format!(
                     "the compiled backward's gradient of tensor input {i} differs from eager's \
-                     at input size {k} (does the backward read a tensor it did not save with \
+                     {run} (does the backward read a tensor it did not save with \
                      save_for_backward?)"
                 )));
             }

@@ -295,7 +295,7 @@ fn reductions_matmul_and_cat_have_symbolic_result_shapes() -> Result<()> {
     let m = TensorMeta::new(&[6, 4], DType::F32, Device::Cpu);
     let text = capture(
         sizes_of_matmul,
-        &[m.clone()],
+        std::slice::from_ref(&m),
         CaptureOptions { dynamic: true },
     )?
     .to_string();

@@ -44,6 +44,14 @@ impl Dim {
         }
     }
 
+    /// This dim with its symbols replaced (see [`SymExpr::substitute`]).
+    pub fn substitute(self, f: &dyn Fn(u32) -> Option<SymExpr>) -> Dim {
+        match self {
+            Dim::Static(_) => self,
+            Dim::Sym(_) | Dim::Expr(_) => Dim::from_expr(self.to_expr().substitute(f)),
+        }
+    }
+
     /// The canonical dim for an expression (`Static` for a non-negative literal, `Sym` for a
     /// bare symbol).
     ///

@@ -174,6 +174,25 @@ impl SymExpr {
         }
     }
 
+    /// `Some((a, b))` with `a < b` when the expression is the difference of two symbols,
+    /// `s_a - s_b` or `s_b - s_a`.
+    ///
+    /// ```
+    /// use tensorplay_ir::symint::SymExpr;
+    /// assert_eq!((SymExpr::sym(3) - SymExpr::sym(1)).symbol_difference(), Some((1, 3)));
+    /// assert_eq!((SymExpr::sym(3) - SymExpr::sym(1) + 1).symbol_difference(), None);
+    /// ```
+    pub fn symbol_difference(self) -> Option<(u32, u32)> {
+        let (c, terms) = self.lin();
+        match terms.as_slice() {
+            [(x, k), (y, l)] if c == 0 && k + l == 0 && k.abs() == 1 => {
+                let (a, b) = (x.as_sym()?, y.as_sym()?);
+                Some((a.min(b), a.max(b)))
+            }
+            _ => None,
+        }
+    }
+
     /// `(c, [(term, k)])` with `self == c + Σ k·term`.
     fn lin(self) -> (i64, Vec<(SymExpr, i64)>) {
         match node(self) {
@@ -383,6 +402,32 @@ impl SymExpr {
             Node::Mod(a, b) => mod_i(a.eval(env)?, b.eval(env)?),
             Node::Min(a, b) => Some(a.eval(env)?.min(b.eval(env)?)),
             Node::Max(a, b) => Some(a.eval(env)?.max(b.eval(env)?)),
+        }
+    }
+
+    /// The expression with each symbol `s{k}` replaced by `f(k)` (kept where `f` gives
+    /// `None`), simplified again: capture uses it to merge symbols it learned are equal.
+    ///
+    /// ```
+    /// use tensorplay_ir::symint::SymExpr;
+    /// let (a, b) = (SymExpr::sym(0), SymExpr::sym(2));
+    /// let to_a = |k: u32| (k == 2).then_some(SymExpr::sym(0));
+    /// assert_eq!((a - b).substitute(&to_a), SymExpr::lit(0));
+    /// assert_eq!((b * 2).floor_div(SymExpr::lit(2)).substitute(&to_a), a);
+    /// ```
+    pub fn substitute(self, f: &dyn Fn(u32) -> Option<SymExpr>) -> SymExpr {
+        match node(self) {
+            Node::Sym(k) => f(k).unwrap_or(self),
+            Node::Lin { c, terms } => terms.iter().fold(SymExpr::lit(c), |acc, &(t, k)| {
+                acc.plus(t.substitute(f).scale(k))
+            }),
+            Node::Mul(fs) => fs
+                .iter()
+                .fold(SymExpr::lit(1), |acc, &x| acc.times(x.substitute(f))),
+            Node::FloorDiv(a, b) => a.substitute(f).floor_div(b.substitute(f)),
+            Node::Mod(a, b) => a.substitute(f).modulo(b.substitute(f)),
+            Node::Min(a, b) => a.substitute(f).min(b.substitute(f)),
+            Node::Max(a, b) => a.substitute(f).max(b.substitute(f)),
         }
     }
 

@@ -40,6 +40,8 @@ pub struct TrainingGraph {
     requires_grad: Vec<bool>,
     num_outputs: usize,
     num_saved: usize,
+    /// Primal inputs whose shapes the backward takes (see [`partition`]).
+    shape_carriers: Vec<usize>,
     recomputed: usize,
     /// Forward outputs that get a tangent (they require grad), in tangent order.
     diff_outputs: Vec<usize>,
@@ -118,6 +120,7 @@ impl TrainingGraph {
             requires_grad,
             num_outputs: info.num_outputs,
             num_saved: split.num_saved,
+            shape_carriers: split.shape_carriers,
             recomputed: split.recomputed,
             diff_outputs: info.diff_outputs,
             grad_inputs,
@@ -130,8 +133,9 @@ impl TrainingGraph {
         &self.forward
     }
 
-    /// The compiled backward graph (inputs: the saved values, then one tangent per output that
-    /// requires grad; outputs: the gradients).
+    /// The compiled backward graph (inputs: the saved values, one tangent per output that
+    /// requires grad, then the shape carriers — data-less tensors shaped like the primal inputs
+    /// whose sizes the backward needs and no other input carries; outputs: the gradients).
     pub fn backward(&self) -> &CompiledGraph {
         &self.backward
     }
@@ -168,8 +172,17 @@ impl TrainingGraph {
             && self.forward.accepts(inputs)
     }
 
-    /// The backward graph's inputs for the forward's output shapes (fakes, for admission).
-    fn backward_fakes(&self, out_shapes: &[Shape]) -> Result<Vec<Tensor>> {
+    /// Data-less tensors shaped like the primal inputs the backward takes shapes from.
+    fn carriers(&self, inputs: &[Tensor]) -> Vec<Tensor> {
+        self.shape_carriers
+            .iter()
+            .map(|&i| Tensor::empty_fake(inputs[i].shape(), inputs[i].dtype(), inputs[i].device()))
+            .collect()
+    }
+
+    /// The backward graph's inputs for the forward's output shapes and the call's inputs
+    /// (fakes, for admission).
+    fn backward_fakes(&self, out_shapes: &[Shape], inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let metas: Vec<TensorMeta> = self
             .backward
             .graph()
@@ -184,10 +197,12 @@ impl TrainingGraph {
         let shapes = out_shapes[self.num_outputs..]
             .iter()
             .chain(self.diff_outputs.iter().map(|&i| &out_shapes[i]));
-        Ok(shapes
+        let mut fakes: Vec<Tensor> = shapes
             .zip(metas)
             .map(|(s, m)| Tensor::empty_fake(s, m.dtype, m.device))
-            .collect())
+            .collect();
+        fakes.extend(self.carriers(inputs));
+        Ok(fakes)
     }
 
     /// Whether the graph applies to `inputs` (which passed [`Self::accepts`]): the forward's
@@ -198,7 +213,7 @@ impl TrainingGraph {
             Admission::Run(e) => e,
             miss => return Ok(miss),
         };
-        let fakes = self.backward_fakes(&self.forward.output_shapes(&entry))?;
+        let fakes = self.backward_fakes(&self.forward.output_shapes(&entry), inputs)?;
         if !self.backward.accepts(&fakes) {
             let why = self.backward.guard_failure(&fakes).unwrap_or_default();
             return Ok(Admission::Miss(format!("backward graph: {why}")));
@@ -256,6 +271,7 @@ impl TrainingGraph {
             graph: self.backward.clone(),
             saved: saved.clone(),
             out_meta,
+            carriers: self.carriers(inputs),
             grad_slots: self.grad_slots.clone(),
         });
         let attached = attach_backward(
@@ -278,6 +294,8 @@ struct CompiledBackward {
     saved: Vec<Tensor>,
     /// Shape and dtype of each differentiable output (zeros for those no gradient reached).
     out_meta: Vec<(Shape, DType)>,
+    /// The backward graph's shape carriers for this call (see [`partition`]).
+    carriers: Vec<Tensor>,
     grad_slots: Vec<Option<usize>>,
 }
 
@@ -298,6 +316,7 @@ impl BackwardFn for CompiledBackward {
                 None => Tensor::zeros(shape, *dtype),
             });
         }
+        inputs.extend(self.carriers.iter().cloned());
         let outs = self.graph.run(&inputs)?;
         Ok(self
             .grad_slots

@@ -11,6 +11,15 @@
 //! Save vs recompute: an elementwise forward value whose operands are all saved anyway (or are
 //! primal inputs or constants) is recomputed in the backward instead of saved — one buffer less
 //! to keep alive between the passes, and the recomputation fuses into the backward's kernels.
+//!
+//! Sizes: both halves keep the joint graph's symbols, so a size the backward computes with (a
+//! view back to `[s0, s1]`, a mean's divisor) means what it meant in the joint. A symbol that
+//! no saved value or tangent carries as a dim of its own is bound by a **shape carrier**: the
+//! primal input's shape, passed to the backward as a data-less tensor after the tangents. The
+//! joint's symbolic guards go to the forward when the primals bind all their symbols, else to
+//! the backward. Under dynamic shapes a static dim of 2 or more of a saved value or tangent (a
+//! size no symbolic meta rule knew, such as an opaque custom op's result) becomes a fresh symbol
+//! bound from that input.
 
 use std::collections::{HashMap, HashSet};
 
@@ -23,8 +32,10 @@ use tensorplay_ir::{
 pub(crate) struct Partition {
     /// Inputs: the primals. Outputs: the forward outputs, then the saved values.
     pub forward: Graph,
-    /// Inputs: the saved values, then the tangents. Outputs: the gradients.
+    /// Inputs: the saved values, the tangents, then the shape carriers. Outputs: the gradients.
     pub backward: Graph,
+    /// The primal inputs whose shapes the backward takes as shape carriers, in input order.
+    pub shape_carriers: Vec<usize>,
     /// How many values the forward saves for the backward.
     pub num_saved: usize,
     /// Forward values recomputed in the backward instead of saved (for `explain()`).
@@ -35,27 +46,42 @@ fn graph_err(msg: impl Into<String>) -> Error {
     Error::compile(CompileKind::Graph, msg.into())
 }
 
-/// `meta` with every dim other than size-1 (broadcast) dims made symbolic, when `dynamic`.
-fn dynamic(meta: &TensorMeta, dynamic: bool, next_sym: &mut u32) -> TensorMeta {
+/// The symbols `meta` has as dims of their own.
+fn bare_symbols(meta: &TensorMeta) -> impl Iterator<Item = u32> + '_ {
+    meta.shape.iter().filter_map(|d| match d {
+        Dim::Sym(k) => Some(*k),
+        _ => None,
+    })
+}
+
+/// `meta` for a backward input: with `dynamic` shapes, a static dim of 2 or more becomes a fresh
+/// symbol. Under dynamic capture such a dim is a value's example size when no symbolic meta rule
+/// knew its shape (an opaque custom op's result); the executor recomputes every shape per call,
+/// so binding it from the input keeps the backward valid at other sizes instead of guarding on
+/// the example one.
+fn backward_input_meta(meta: &TensorMeta, dynamic: bool, next_sym: &mut u32) -> TensorMeta {
     let mut m = meta.clone();
-    if dynamic {
-        for d in m.shape.iter_mut() {
-            if *d != Dim::Static(1) {
-                *d = Dim::Sym(*next_sym);
-                *next_sym += 1;
-            }
+    if !dynamic {
+        return m;
+    }
+    for d in m.shape.iter_mut() {
+        if let Dim::Static(n) = *d
+            && n >= 2
+        {
+            *d = Dim::Sym(*next_sym);
+            *next_sym += 1;
         }
     }
     m
 }
 
-/// Partitions `joint` (`num_primals` primal inputs, `num_outputs` forward outputs). With
-/// `dynamic`, the backward graph's saved inputs get symbolic sizes (like captured inputs).
+/// Partitions `joint` (`num_primals` primal inputs, `num_outputs` forward outputs), captured
+/// with `dynamic` shapes or not.
 pub(crate) fn partition(
     joint: &Graph,
     num_primals: usize,
     num_outputs: usize,
-    dynamic_sizes: bool,
+    dynamic: bool,
 ) -> Result<Partition> {
     let order = joint.topo_order()?;
     let inputs = joint.inputs();
@@ -223,20 +249,40 @@ pub(crate) fn partition(
     // ---- the backward graph ----
     let mut bb = GraphBuilder::new();
     let mut bmap: HashMap<ValueRef, ValueRef> = HashMap::new();
-    let mut next_sym = 0u32;
+    let mut bound: HashSet<u32> = HashSet::new();
+    let mut next_sym = inputs
+        .iter()
+        .filter_map(|&v| joint.meta(v))
+        .flat_map(bare_symbols)
+        .max()
+        .map_or(0, |k| k + 1);
     for (i, &v) in saved.iter().enumerate() {
         let meta = joint
             .meta(v)
             .ok_or_else(|| graph_err("saved value without metadata"))?;
-        let meta = dynamic(meta, dynamic_sizes, &mut next_sym);
+        let meta = backward_input_meta(meta, dynamic, &mut next_sym);
+        bound.extend(bare_symbols(&meta));
         bmap.insert(v, bb.input(format!("saved{i}"), meta));
     }
     for (i, &v) in inputs[num_primals..].iter().enumerate() {
         let meta = joint
             .meta(v)
             .ok_or_else(|| graph_err("tangent without metadata"))?;
-        let meta = dynamic(meta, dynamic_sizes, &mut next_sym);
+        let meta = backward_input_meta(meta, dynamic, &mut next_sym);
+        bound.extend(bare_symbols(&meta));
         bmap.insert(v, bb.input(format!("tangent{i}"), meta));
+    }
+    let mut shape_carriers = Vec::new();
+    for (i, &v) in inputs[..num_primals].iter().enumerate() {
+        let meta = joint
+            .meta(v)
+            .ok_or_else(|| graph_err("input without metadata"))?;
+        if bare_symbols(meta).any(|k| !bound.contains(&k)) {
+            bound.extend(bare_symbols(meta));
+            // Not an input of the joint graph's: `bmap` does not map the primal to it.
+            bb.input(format!("shape{i}"), meta.clone());
+            shape_carriers.push(i);
+        }
     }
     for &n in &order {
         let wanted = in_backward.contains(&n) || recompute.contains(&n);
@@ -267,9 +313,22 @@ pub(crate) fn partition(
     bb.output(&bouts)?;
     let forward_owned = |n: NodeId| in_forward.contains(&n) || primal_nodes.contains(&n);
     copy_guards_backward(joint, &bmap, &forward_owned, &mut bb);
+    let primal_symbols: HashSet<u32> = inputs[..num_primals]
+        .iter()
+        .filter_map(|&v| joint.meta(v))
+        .flat_map(bare_symbols)
+        .collect();
+    for g in joint.sym_guards() {
+        if g.expr.symbols().iter().all(|k| primal_symbols.contains(k)) {
+            fb.sym_guard(*g);
+        } else {
+            bb.sym_guard(*g);
+        }
+    }
     Ok(Partition {
         forward: fb.finish()?,
         backward: bb.finish()?,
+        shape_carriers,
         num_saved: saved.len(),
         recomputed: recompute.len(),
     })

@@ -93,6 +93,16 @@ impl Attr {
         }
     }
 
+    /// This attribute with the symbols of its size expressions replaced (see
+    /// [`SymExpr::substitute`]); other attributes are returned as they are.
+    pub fn substitute(&self, f: &dyn Fn(u32) -> Option<SymExpr>) -> Attr {
+        match self {
+            Attr::SymInt(e) => Attr::sym_int(e.substitute(f)),
+            Attr::SymIntList(v) => Attr::sym_int_list(v.iter().map(|e| e.substitute(f)).collect()),
+            other => other.clone(),
+        }
+    }
+
     /// This attribute with its size expressions evaluated under `env` (the symbols' values);
     /// other attributes are returned as they are. `None` when an expression cannot be evaluated
     /// (an unbound symbol, a division by zero, an overflow).

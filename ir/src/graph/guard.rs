@@ -124,6 +124,15 @@ pub struct SymGuard {
 }
 
 impl SymGuard {
+    /// `Some((a, b))` when the guard says two symbols are equal (`s_a - s_b == 0`, `a < b`).
+    pub fn equated_symbols(&self) -> Option<(u32, u32)> {
+        if self.cmp == SymCmp::Eq && self.rhs == 0 {
+            self.expr.symbol_difference()
+        } else {
+            None
+        }
+    }
+
     /// Whether the guard holds under a binding of the symbols (`None` when the expression
     /// cannot be evaluated).
     pub fn holds(&self, env: &dyn Fn(u32) -> Option<i64>) -> Option<bool> {

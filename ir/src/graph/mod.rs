@@ -46,6 +46,7 @@ pub use node::{Arg, Constant, Edge, Node, NodeId, NodeKind, OpCall, ValueRef};
 
 use crate::error::{Error, Result};
 use crate::meta::TensorMeta;
+use crate::symint::SymExpr;
 use print::Naming;
 
 /// A dataflow graph of tensor operations.
@@ -110,6 +111,53 @@ impl Graph {
     pub fn add_sym_guard(&mut self, guard: SymGuard) {
         if !self.sym_guards.contains(&guard) {
             self.sym_guards.push(guard);
+        }
+    }
+
+    /// Replaces symbols everywhere they occur — every value's shape, every size attribute and
+    /// every symbolic guard (a guard that becomes trivially true is dropped). Capture calls it
+    /// when it learned that two input dims are equal (`s0 - s2 == 0`): one symbol for both lets
+    /// the fuser see that `[s0]` and `[s2]` are the same loop.
+    ///
+    /// ```
+    /// use tensorplay_ir::graph::{GraphBuilder, SymCmp, SymGuard};
+    /// use tensorplay_ir::{DType, Device, Dim, OpClass, SymExpr, TensorMeta};
+    /// let meta = |k| TensorMeta { shape: vec![Dim::Sym(k)].into(), dtype: DType::F32, device: Device::Cpu };
+    /// let mut b = GraphBuilder::new();
+    /// let (x, y) = (b.input("x", meta(0)), b.input("y", meta(1)));
+    /// let z = b.op("tp::add", OpClass::Elementwise, vec![x.into(), y.into()], vec![meta(0)])?;
+    /// b.output(&z)?;
+    /// b.sym_guard(SymGuard { expr: SymExpr::sym(0) - SymExpr::sym(1), cmp: SymCmp::Eq, rhs: 0 });
+    /// let mut g = b.finish()?;
+    /// g.substitute_symbols(&|k| (k == 1).then_some(SymExpr::sym(0)));
+    /// assert_eq!(g.meta(y).unwrap().shape[0], Dim::Sym(0));
+    /// assert!(g.sym_guards().is_empty());
+    /// # Ok::<(), tensorplay_ir::Error>(())
+    /// ```
+    pub fn substitute_symbols(&mut self, f: &dyn Fn(u32) -> Option<SymExpr>) {
+        for node in self.g.node_weights_mut() {
+            for m in node.outputs.iter_mut() {
+                for d in m.shape.iter_mut() {
+                    *d = d.substitute(f);
+                }
+            }
+            if let NodeKind::Op(call) = &mut node.kind {
+                for a in call.args.iter_mut() {
+                    if let Arg::Attr { value, .. } = a {
+                        *value = value.substitute(f);
+                    }
+                }
+            }
+        }
+        let guards = std::mem::take(&mut self.sym_guards);
+        for g in guards {
+            let g = SymGuard {
+                expr: g.expr.substitute(f),
+                ..g
+            };
+            if g.holds(&|_| None) != Some(true) {
+                self.add_sym_guard(g);
+            }
         }
     }
 

@@ -353,11 +353,16 @@ fn matmul_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let a2 = if a.rank() == 1 { a2.unsqueeze(0)? } else { a2 };
     let b2 = if b.rank() == 1 { b2.unsqueeze(1)? } else { b2 };
     // The gradient with the vector dims restored: batch + [m, n].
-    if a.rank() == 1 {
-        g2 = g2.unsqueeze(-2)?;
-    }
-    if b.rank() == 1 {
-        g2 = g2.unsqueeze(-1)?;
+    if a.rank() == 1 && b.rank() == 1 {
+        // A dot product: the 0-d gradient becomes the [1, 1] product of [1, k] and [k, 1].
+        g2 = g2.unsqueeze(0)?.unsqueeze(0)?;
+    } else {
+        if a.rank() == 1 {
+            g2 = g2.unsqueeze(-2)?;
+        }
+        if b.rank() == 1 {
+            g2 = g2.unsqueeze(-1)?;
+        }
     }
     let ga = if a.requires_grad() {
         let full = g2.matmul(&b2.transpose(-1, -2)?)?.sum_to_shape_of(&a2)?;

@@ -436,9 +436,12 @@ impl Tensor {
         self.reshape_concrete(shape)
     }
 
-    /// [`Tensor::reshape`] with sizes that may be symbolic. Deciding view-or-copy reads the
-    /// strides, which guards the input's shape under capture (use [`Tensor::view_sym`] to stay
-    /// size-generic).
+    /// [`Tensor::reshape`] with sizes that may be symbolic. With symbolic sizes (only under
+    /// capture) it records a contiguous copy and a view of it: whether the input's layout allows
+    /// a view can depend on the sizes — and a tangent's layout on the caller — so the example's
+    /// layout cannot decide it without guarding the shape. The copy fuses into the region that
+    /// computes the input (no extra pass then); [`Tensor::view_sym`] skips it where the input is
+    /// known to be viewable.
     pub fn reshape_sym(&self, sizes: &[SymInt]) -> Result<Tensor> {
         if sizes.iter().all(|s| !s.is_symbolic()) {
             let plain: Vec<usize> = sizes
@@ -466,11 +469,7 @@ impl Tensor {
                 ),
             ));
         }
-        let concrete: Vec<usize> = hints.iter().map(|&h| h.max(0) as usize).collect();
-        if view_strides(self.shape(), self.strides(), &concrete).is_none() {
-            return self.contiguous()?.view_sym(sizes);
-        }
-        self.view_sym(sizes)
+        self.clone_tensor()?.view_sym(sizes)
     }
 
     fn reshape_concrete(&self, shape: &[usize]) -> Result<Tensor> {

@@ -139,8 +139,7 @@ fn flag(args: &[SymArg], i: usize) -> Option<bool> {
 /// under `keepdim`.
 fn reduced(x: &[SymExpr], dims: Option<&[SymExpr]>, keepdim: bool) -> Option<Vec<SymExpr>> {
     let reduce: Vec<usize> = match dims {
-        None => (0..x.len()).collect(),
-        Some(d) if d.is_empty() => (0..x.len()).collect(),
+        None | Some([]) => (0..x.len()).collect(),
         Some(d) => d
             .iter()
             .map(|&e| dim_index(e, x.len().max(1)))
