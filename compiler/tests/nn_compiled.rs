@@ -117,3 +117,25 @@ fn inference_compiles_and_serves_a_second_batch() -> Result<()> {
     );
     Ok(())
 }
+
+/// Masks built from the sizes — `tril` and a causal attention — follow the input sizes under
+/// capture: a sequence whose masks have more than 64 elements compiles (they are graph
+/// computations, not constants of the example's sizes), and other lengths and batch sizes reuse
+/// the graph.
+#[test]
+fn causal_and_triangular_masks_follow_the_sequence_length_without_recompiling() -> Result<()> {
+    let body = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        let q = &xs[0];
+        let y = nn::scaled_dot_product_attention(q, q, q, None, true, None)?;
+        Ok(vec![y.add(&q.tril(-1)?)?])
+    };
+    let f = compile(body);
+    for (b, l) in [(2usize, 12usize), (3, 20), (2, 9)] {
+        let q = Tensor::randn_seeded(&[b, l, 16], DType::F32, l as u64)?;
+        let want = body(std::slice::from_ref(&q))?;
+        let got = f.call(&[q])?;
+        assert!(close(&got[0], &want[0], 1e-5)?, "batch {b}, length {l}");
+    }
+    assert_eq!(f.num_compiled(), 1, "recompiled for another length");
+    Ok(())
+}

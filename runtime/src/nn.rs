@@ -10,7 +10,7 @@
 use tensorplay_ir::shape::fmt_shape;
 use tensorplay_ir::{DType, Error, Result};
 
-use crate::ops::compose::int_index;
+use crate::ops::compose::{col_minus_row, int_index};
 use crate::tensor::Tensor;
 
 /// How a loss reduces its per-element values (PyTorch's `reduction=`).
@@ -437,8 +437,10 @@ pub fn scaled_dot_product_attention(
             ));
         }
     }
-    let e = q.shape()[q.rank() - 1];
-    if k.shape()[k.rank() - 1] != e {
+    // Only the head dim is read as a plain size (the default scale needs it): the sequence and
+    // batch sizes stay symbolic under capture.
+    let e = q.size(-1)?;
+    if k.size(-1)? != e {
         return Err(Error::argument(
             OP,
             "key",
@@ -457,10 +459,8 @@ pub fn scaled_dot_product_attention(
     let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
     let scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
     let scores = if is_causal {
-        let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
-        let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I64)?.reshape(&[l, 1])?;
-        let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I64)?;
-        scores.masked_fill(&cols.gt(&rows)?, f64::NEG_INFINITY)?
+        let future = col_minus_row(q.sym_size(-2)?, k.sym_size(-2)?)?.gt_scalar(0)?;
+        scores.masked_fill(&future, f64::NEG_INFINITY)?
     } else {
         match attn_mask {
             Some(m) if m.dtype() == DType::Bool => {

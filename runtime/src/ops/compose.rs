@@ -10,6 +10,7 @@
 use tensorplay_ir::shape::{fmt_shape, normalize_dim};
 use tensorplay_ir::{DType, Error, Result, Shape};
 
+use crate::symint::SymInt;
 use crate::tensor::Tensor;
 use crate::value::Scalar;
 
@@ -34,6 +35,16 @@ fn scalar_of(value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
     Tensor::try_full(&[], value, dtype)
 }
 
+/// `col - row` at every position of a `[rows, cols]` grid, in i64: the index arithmetic of
+/// triangular and causal masks. It is built from `ones` and `cumsum` of the sizes (which may be
+/// symbolic), not from `arange` of plain sizes, so under capture it is a graph computation that
+/// follows the input sizes — not a constant of the example's sizes (which would specialise the
+/// graph to them and is refused beyond 64 elements).
+pub(crate) fn col_minus_row(rows: SymInt, cols: SymInt) -> Result<Tensor> {
+    let positions = |n: SymInt| Tensor::ones_sym(&[n], DType::I64)?.cumsum(0, None);
+    positions(cols)?.sub(&positions(rows)?.view_sym(&[rows, SymInt::Lit(1)])?)
+}
+
 /// The positions `(row, col)` of the last two dims of `x` with `col - row <= k` (`lower`) or
 /// `col - row >= k`, as a bool `[rows, cols]` tensor.
 fn triangle(op: &str, x: &Tensor, k: i64, lower: bool) -> Result<Tensor> {
@@ -45,10 +56,7 @@ fn triangle(op: &str, x: &Tensor, k: i64, lower: bool) -> Result<Tensor> {
             format!("shape {}", fmt_shape(x.shape())),
         ));
     }
-    let (r, c) = (x.shape()[x.rank() - 2], x.shape()[x.rank() - 1]);
-    let rows = Tensor::arange(0.0, r as f64, 1.0, DType::I64)?.reshape(&[r, 1])?;
-    let cols = Tensor::arange(0.0, c as f64, 1.0, DType::I64)?;
-    let diff = cols.sub(&rows)?;
+    let diff = col_minus_row(x.sym_size(-2)?, x.sym_size(-1)?)?;
     if lower {
         diff.le_scalar(k)
     } else {
@@ -115,8 +123,15 @@ impl Tensor {
                 format!("dtype {}", mask.dtype()),
             ));
         }
-        let shape = tensorplay_ir::shape::broadcast_shapes(OP, self.shape(), mask.shape()).ok();
-        if shape.as_deref() != Some(self.shape()) {
+        // Checked on symbolic sizes: under capture it guards nothing that holds at every size
+        // (a causal mask `[s1, s1]` against scores `[s0, s1, s1]`).
+        let (x, m) = (self.sym_shape(), mask.sym_shape());
+        let fits = m.len() <= x.len()
+            && m.iter()
+                .rev()
+                .zip(x.iter().rev())
+                .all(|(&a, &b)| a == SymInt::Lit(1) || a == b);
+        if !fits {
             return Err(Error::shape(
                 OP,
                 format!(

@@ -4,7 +4,9 @@
 //!
 //! A rule exists for elementwise ops (from their class: broadcasting), the ops that take sizes
 //! (`view`, `expand`, `slice`, `permute`), reductions (a `dim` list or a single `dim`, with
-//! `keepdim`), softmax, matmul, and `cat`/`stack`; any other op's results have no symbolic shape,
+//! `keepdim`), softmax, matmul, `cat`/`stack`, and the ops whose result has an argument's shape
+//! (`cumsum`, `flip`, `sort`, `scatter`/`scatter_add`: `self`'s; `gather`: the index's); any
+//! other op's results have no symbolic shape,
 //! so code reading their sizes gets guarded plain integers. Rules are selected by `OpDef`
 //! identity, never by name. Correctness never rests on a rule: the caller checks every result
 //! against the op's concrete meta rule at the example sizes and drops a rule's answer that
@@ -15,13 +17,16 @@ use tensorplay_ir::graph::{SymCmp, SymGuard};
 use tensorplay_ir::{OpClass, SymExpr};
 
 use super::OpDef;
+use super::index::{FLIP, GATHER, SCATTER, SCATTER_ADD};
 use super::join::{CAT, STACK};
 use super::linalg::MATMUL;
 use super::reduce::{
     AMAX, AMIN, ARGMAX, ARGMIN, MAX, MAX_DIM, MEAN, MIN, MIN_DIM, PROD, STD, SUM, VAR,
 };
+use super::scan::CUMSUM;
 use super::shape::{EXPAND, PERMUTE, SLICE, VIEW};
 use super::softmax::{LOG_SOFTMAX, SOFTMAX};
+use super::sort::SORT;
 
 /// One argument of a call, as the symbolic rule sees it.
 #[derive(Debug, Clone)]
@@ -262,6 +267,16 @@ pub fn sym_meta(
             }
         }
         return Some(vec![out]);
+    }
+    if is(&CUMSUM) || is(&FLIP) || is(&SCATTER) || is(&SCATTER_ADD) {
+        return Some(vec![tensor(args, 0)?.to_vec()]);
+    }
+    if is(&SORT) {
+        let x = tensor(args, 0)?.to_vec();
+        return Some(vec![x.clone(), x]);
+    }
+    if is(&GATHER) {
+        return Some(vec![tensor(args, 2)?.to_vec()]);
     }
     if is(&VIEW) {
         let size = ints(args, 1)?;

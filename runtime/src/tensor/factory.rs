@@ -216,10 +216,15 @@ impl Tensor {
 
     /// A factory of symbolic sizes (only during capture): a 0-d constant broadcast to `sizes` and
     /// copied, so the graph holds nodes whose sizes follow the inputs (not a constant of the
-    /// example size).
+    /// example size). The result is handed out as a proxy (a fake tensor standing for the
+    /// recorded value): the copy is real, but the closure must see it like any value derived from
+    /// the inputs — its sizes symbolic, a plain read of them guarded.
     fn symbolic_full(sizes: &[SymInt], value: Scalar, dtype: DType) -> Result<Tensor> {
         let scalar = Tensor::try_full(&[], value, dtype)?;
-        scalar.expand_sym(sizes)?.clone_tensor()
+        let filled = scalar.expand_sym(sizes)?.clone_tensor()?;
+        let proxy = Tensor::empty_fake(filled.shape(), dtype, filled.device());
+        crate::capture::note_alias(&filled, &proxy);
+        Ok(proxy)
     }
 
     /// Zero-filled CPU storage for `shape`, with errors naming `op`.
