@@ -434,3 +434,25 @@ proptest! {
         }
     }
 }
+
+fn with_unit_dims(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    // [n, 2] -> [n, 1, 2] and [1, n, 2]: size-1 dims inserted, broadcast back together.
+    let (a, b) = (xs[0].unsqueeze(1)?, xs[1].unsqueeze(0)?);
+    Ok(vec![a.add(&b)?.sum(&[1], false)?])
+}
+
+#[test]
+fn unsqueeze_keeps_sizes_symbolic() -> Result<()> {
+    let c = compile(with_unit_dims);
+    for n in [3, 17, 5] {
+        agree(
+            "unsqueeze",
+            with_unit_dims,
+            &c,
+            &[ramp(&[n, 2]), ramp(&[n, 2])],
+        );
+    }
+    assert_eq!(c.num_compiled(), 1);
+    assert!(c.latest().unwrap().graph().size_guards().is_empty());
+    Ok(())
+}

@@ -129,8 +129,9 @@ fn cmp(a: SymExpr, b: SymExpr) -> Ordering {
     }
 }
 
-/// Python's floor division and modulo (`None` for a zero divisor or overflow).
-fn floor_div_i(a: i64, b: i64) -> Option<i64> {
+/// Python's floor division (`None` for a zero divisor or overflow): how sizes divide, here and
+/// in the runtime's `SymInt`.
+pub fn floor_div_i(a: i64, b: i64) -> Option<i64> {
     let q = a.checked_div(b)?;
     Some(if a % b != 0 && ((a < 0) != (b < 0)) {
         q - 1
@@ -139,7 +140,9 @@ fn floor_div_i(a: i64, b: i64) -> Option<i64> {
     })
 }
 
-fn mod_i(a: i64, b: i64) -> Option<i64> {
+/// Python's modulo, the remainder taking the divisor's sign (`None` for a zero divisor or
+/// overflow).
+pub fn mod_i(a: i64, b: i64) -> Option<i64> {
     let q = floor_div_i(a, b)?;
     a.checked_sub(q.checked_mul(b)?)
 }

@@ -24,6 +24,7 @@ use std::cmp::Ordering;
 use std::fmt;
 
 use tensorplay_ir::graph::{SymCmp, SymGuard};
+use tensorplay_ir::symint::{floor_div_i as floor_div, mod_i as floor_mod};
 use tensorplay_ir::{Error, Result, SymExpr};
 
 /// A size: a literal, or (during capture) an expression over the input dims with its example
@@ -166,23 +167,9 @@ impl SymInt {
             return cmp.test(a, b);
         }
         let diff = self.expr().minus(rhs.expr());
-        if let Some(d) = diff.as_lit() {
-            return cmp.test(d, 0);
-        }
-        // Decided by the lower bound of the difference (symbols are sizes >= 2).
-        if let Some(lb) = diff.lower_bound() {
-            let known = match cmp {
-                SymCmp::Gt if lb > 0 => Some(true),
-                SymCmp::Ge if lb >= 0 => Some(true),
-                SymCmp::Lt if lb >= 0 => Some(false),
-                SymCmp::Le if lb > 0 => Some(false),
-                SymCmp::Eq if lb > 0 => Some(false),
-                SymCmp::Ne if lb > 0 => Some(true),
-                _ => None,
-            };
-            if let Some(k) = known {
-                return k;
-            }
+        // Decided statically when it holds (or fails) for every size.
+        if let Some(k) = cmp.decide_statically(diff) {
+            return k;
         }
         let d = self.hint().saturating_sub(rhs.hint());
         let holds = cmp.test(d, 0);
@@ -193,19 +180,6 @@ impl SymInt {
         });
         holds
     }
-}
-
-fn floor_div(a: i64, b: i64) -> Option<i64> {
-    let q = a.checked_div(b)?;
-    Some(if a % b != 0 && ((a < 0) != (b < 0)) {
-        q - 1
-    } else {
-        q
-    })
-}
-
-fn floor_mod(a: i64, b: i64) -> Option<i64> {
-    a.checked_sub(floor_div(a, b)?.checked_mul(b)?)
 }
 
 impl fmt::Display for SymInt {

@@ -91,6 +91,33 @@ impl SymCmp {
         }
     }
 
+    /// Whether `e <cmp> 0` holds for every size: `Some` for a literal, or when the lower bound
+    /// of `e` decides it (symbols are sizes >= 2); `None` when it depends on the sizes.
+    ///
+    /// ```
+    /// use tensorplay_ir::graph::SymCmp;
+    /// use tensorplay_ir::SymExpr;
+    /// let n = SymExpr::sym(0);
+    /// assert_eq!(SymCmp::Gt.decide_statically(n - 1), Some(true)); // n >= 2
+    /// assert_eq!(SymCmp::Eq.decide_statically(n - 1), Some(false));
+    /// assert_eq!(SymCmp::Gt.decide_statically(n - 4), None);
+    /// ```
+    pub fn decide_statically(self, e: SymExpr) -> Option<bool> {
+        if let Some(v) = e.as_lit() {
+            return Some(self.test(v, 0));
+        }
+        let lb = e.lower_bound()?;
+        match self {
+            SymCmp::Gt if lb > 0 => Some(true),
+            SymCmp::Ge if lb >= 0 => Some(true),
+            SymCmp::Lt if lb >= 0 => Some(false),
+            SymCmp::Le if lb > 0 => Some(false),
+            SymCmp::Eq if lb > 0 => Some(false),
+            SymCmp::Ne if lb > 0 => Some(true),
+            _ => None,
+        }
+    }
+
     fn symbol(self) -> &'static str {
         match self {
             SymCmp::Eq => "==",

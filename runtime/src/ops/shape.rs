@@ -693,6 +693,15 @@ impl Tensor {
     /// Inserts a size-1 dim at `dim` (which may be `rank`, or negative).
     pub fn unsqueeze(&self, dim: i64) -> Result<Tensor> {
         let d = normalize_dim("unsqueeze", dim, self.rank() + 1)?;
+        if self.is_fake() {
+            // Under capture: a view of symbolic sizes (a size-1 dim fits every layout), so the
+            // graph does not bake in the example's sizes.
+            let mut sizes = self.sym_shape();
+            if sizes.iter().any(|s| s.is_symbolic()) {
+                sizes.insert(d, SymInt::Lit(1));
+                return self.view_sym(&sizes);
+            }
+        }
         let mut shape: Shape = self.shape().into();
         shape.insert(d, 1);
         self.reshape(&shape)

@@ -59,22 +59,8 @@ impl SymCtx<'_> {
     /// the example values with a guard recorded.
     pub fn decide(&mut self, e: SymExpr, cmp: SymCmp, rhs: i64) -> Option<bool> {
         let d = e.minus(SymExpr::lit(rhs));
-        if let Some(v) = d.as_lit() {
-            return Some(cmp.test(v, 0));
-        }
-        if let Some(lb) = d.lower_bound() {
-            let known = match cmp {
-                SymCmp::Gt if lb > 0 => Some(true),
-                SymCmp::Ge if lb >= 0 => Some(true),
-                SymCmp::Lt if lb >= 0 => Some(false),
-                SymCmp::Le if lb > 0 => Some(false),
-                SymCmp::Eq if lb > 0 => Some(false),
-                SymCmp::Ne if lb > 0 => Some(true),
-                _ => None,
-            };
-            if known.is_some() {
-                return known;
-            }
+        if let Some(known) = cmp.decide_statically(d) {
+            return Some(known);
         }
         let holds = cmp.test(d.eval(self.hint)?, 0);
         self.guards.push(SymGuard {
