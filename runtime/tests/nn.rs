@@ -2,9 +2,12 @@
 //! scaled_dot_product_attention, checked against direct f64 computations, on their errors, and
 //! for gradients against finite differences.
 
-use tensorplay_runtime::autograd::{GradcheckOptions, gradcheck};
 use tensorplay_runtime::nn::{self, Reduction};
 use tensorplay_runtime::{DType, Result, Tensor, vmap};
+
+#[path = "common/grad.rs"]
+mod grad;
+use grad::check_grad;
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     Tensor::randn_seeded(shape, DType::F64, seed).unwrap()
@@ -19,14 +22,6 @@ fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
         && a.iter()
             .zip(b)
             .all(|(x, y)| (x - y).abs() <= tol * (1.0 + y.abs()))
-}
-
-fn check_grad(f: impl Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor]) {
-    let inputs: Vec<Tensor> = inputs
-        .iter()
-        .map(|t| t.clone().requires_grad_(true).unwrap())
-        .collect();
-    gradcheck(f, &inputs, GradcheckOptions::default()).unwrap();
 }
 
 fn err(r: Result<Tensor>) -> String {

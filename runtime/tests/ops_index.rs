@@ -5,8 +5,11 @@
 //! values, NaN/inf/empty/0-d/non-contiguous inputs, errors, and gradients against finite
 //! differences.
 
-use tensorplay_runtime::autograd::{GradcheckOptions, gradcheck};
 use tensorplay_runtime::{DType, Result, Tensor, vmap};
+
+#[path = "common/grad.rs"]
+mod grad;
+use grad::check_grad;
 
 fn f64s(v: &[f64], shape: &[usize]) -> Tensor {
     Tensor::from_vec(v.to_vec(), shape).unwrap()
@@ -18,14 +21,6 @@ fn i64s(v: &[i64], shape: &[usize]) -> Tensor {
 
 fn err(r: Result<Tensor>) -> String {
     r.expect_err("expected an error").to_string()
-}
-
-fn check_grad(f: impl Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor]) {
-    let inputs: Vec<Tensor> = inputs
-        .iter()
-        .map(|t| t.clone().requires_grad_(true).unwrap())
-        .collect();
-    gradcheck(f, &inputs, GradcheckOptions::default()).unwrap();
 }
 
 /// `[2, 3]` f64 test data: distinct values away from 0.

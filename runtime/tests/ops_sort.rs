@@ -2,19 +2,14 @@
 //! `tile`, `take`, `eye`, `linspace`): values, NaN/ties/empty/0-d/non-contiguous inputs,
 //! errors, gradients against finite differences, and vmap.
 
-use tensorplay_runtime::autograd::{GradcheckOptions, gradcheck};
 use tensorplay_runtime::{DType, Result, Tensor, vmap};
+
+#[path = "common/grad.rs"]
+mod grad;
+use grad::check_grad;
 
 fn f64s(v: &[f64], shape: &[usize]) -> Tensor {
     Tensor::from_vec(v.to_vec(), shape).unwrap()
-}
-
-fn check_grad(f: impl Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor]) {
-    let inputs: Vec<Tensor> = inputs
-        .iter()
-        .map(|t| t.clone().requires_grad_(true).unwrap())
-        .collect();
-    gradcheck(f, &inputs, GradcheckOptions::default()).unwrap();
 }
 
 #[test]

@@ -35,6 +35,19 @@ fn scalar_of(value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
     Tensor::try_full(&[], value, dtype)
 }
 
+/// The error for a 0-d `self` given to an op that works along a dim.
+fn require_dims(op: &str, x: &Tensor) -> Result<()> {
+    if x.rank() == 0 {
+        return Err(Error::argument(
+            op,
+            "self",
+            "a tensor with at least 1 dim",
+            "a 0-d tensor",
+        ));
+    }
+    Ok(())
+}
+
 /// `col - row` at every position of a `[rows, cols]` grid, in i64: the index arithmetic of
 /// triangular and causal masks. It is built from `ones` and `cumsum` of the sizes (which may be
 /// symbolic), not from `arange` of plain sizes, so under capture it is a graph computation that
@@ -177,14 +190,7 @@ impl Tensor {
     /// ```
     pub fn unflatten(&self, dim: i64, sizes: &[i64]) -> Result<Tensor> {
         const OP: &str = "unflatten";
-        if self.rank() == 0 {
-            return Err(Error::argument(
-                OP,
-                "self",
-                "a tensor with at least 1 dim",
-                "a 0-d tensor",
-            ));
-        }
+        require_dims(OP, self)?;
         let d = normalize_dim(OP, dim, self.rank())?;
         let n = self.shape()[d] as i64;
         let holes = sizes.iter().filter(|&&s| s == -1).count();
@@ -244,14 +250,7 @@ impl Tensor {
     /// Splits `dim` into pieces of the given sizes (which must add up to its length); views.
     pub fn split_with_sizes(&self, sizes: &[usize], dim: i64) -> Result<Vec<Tensor>> {
         const OP: &str = "split_with_sizes";
-        if self.rank() == 0 {
-            return Err(Error::argument(
-                OP,
-                "self",
-                "a tensor with at least 1 dim",
-                "a 0-d tensor",
-            ));
-        }
+        require_dims(OP, self)?;
         let d = normalize_dim(OP, dim, self.rank())?;
         let n = self.shape()[d];
         if sizes.iter().sum::<usize>() != n {
