@@ -128,9 +128,77 @@ impl DType {
         }
     }
 
+    /// PyTorch's `result_type` over operands in its three priority tiers: dimensioned tensors,
+    /// 0-d tensors, and wrapped Rust scalars ([`Tier`]). Each tier promotes within itself (a
+    /// wrapped float counts as f32, a wrapped integer as i64); a lower tier then only changes
+    /// the result when it is of a higher category. So `f16[n] + f32 0-d` is f16,
+    /// `i32[n] + i64 0-d` is i32, but `i32[n] + f64 0-d` is f64 and `f16[n] + 2.5` is f16.
+    /// When every operand is a wrapped scalar they promote like tensors of their storage dtypes
+    /// (f64, i64, bool). `None` for no operands.
+    ///
+    /// ```
+    /// use tensorplay_ir::DType;
+    /// use tensorplay_ir::dtype::Tier;
+    /// let r = DType::result_type([(DType::F16, Tier::Dim), (DType::F32, Tier::ZeroDim)]);
+    /// assert_eq!(r, Some(DType::F16));
+    /// let r = DType::result_type([(DType::I32, Tier::Dim), (DType::F64, Tier::ZeroDim)]);
+    /// assert_eq!(r, Some(DType::F64));
+    /// ```
+    pub fn result_type(operands: impl IntoIterator<Item = (DType, Tier)>) -> Option<DType> {
+        let mut tiers: [Option<DType>; 3] = [None; 3];
+        let mut storage: Option<DType> = None;
+        for (d, tier) in operands {
+            storage = Some(storage.map_or(d, |s| DType::promote(s, d)));
+            let (slot, d) = match tier {
+                Tier::Dim => (0, d),
+                Tier::ZeroDim => (1, d),
+                Tier::Wrapped => (
+                    2,
+                    match d.category() {
+                        Category::Floating => DType::F32,
+                        Category::Integer => DType::I64,
+                        Category::Bool => DType::Bool,
+                    },
+                ),
+            };
+            tiers[slot] = Some(tiers[slot].map_or(d, |s| DType::promote(s, d)));
+        }
+        if tiers[0].is_none() && tiers[1].is_none() {
+            return storage;
+        }
+        combine_categories(tiers[0], combine_categories(tiers[1], tiers[2]))
+    }
+
     /// The floating dtype an op on integer or bool input computes in (f32, PyTorch's default).
     pub fn to_float(self) -> DType {
         if self.is_float() { self } else { DType::F32 }
+    }
+}
+
+/// The priority tier of an operand in type promotion (see [`DType::result_type`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// A tensor with at least one dimension (shape `[1]` counts).
+    Dim,
+    /// A 0-d tensor that is not a wrapped Rust scalar.
+    ZeroDim,
+    /// A Rust scalar operand (a wrapped number, or a scalar constant in a graph).
+    Wrapped,
+}
+
+/// Merges the result of a higher tier with that of a lower one: the lower tier only counts when
+/// it is of a higher category (PyTorch's `combine_categories`).
+fn combine_categories(higher: Option<DType>, lower: Option<DType>) -> Option<DType> {
+    match (higher, lower) {
+        (None, l) => l,
+        (h, None) => h,
+        (Some(h), Some(l)) => Some(if h.is_float() {
+            h
+        } else if h == DType::Bool || l.is_float() {
+            DType::promote(h, l)
+        } else {
+            h
+        }),
     }
 }
 
@@ -183,6 +251,26 @@ mod tests {
         assert_eq!(DType::promote_with_scalar(F16, Category::Floating), F16);
         assert_eq!(DType::promote_with_scalar(Bool, Category::Integer), I64);
         assert_eq!(DType::promote_with_scalar(I32, Category::Integer), I32);
+    }
+
+    #[test]
+    fn zero_dim_operands_do_not_widen_within_a_category() {
+        use DType::*;
+        use Tier::*;
+        let rt = |ops: &[(DType, Tier)]| DType::result_type(ops.iter().copied()).unwrap();
+        assert_eq!(rt(&[(F16, Dim), (F32, ZeroDim)]), F16);
+        assert_eq!(rt(&[(I32, Dim), (I64, ZeroDim)]), I32);
+        assert_eq!(rt(&[(BF16, Dim), (F16, ZeroDim)]), BF16);
+        assert_eq!(rt(&[(I32, Dim), (F64, ZeroDim)]), F64);
+        assert_eq!(rt(&[(Bool, Dim), (I32, ZeroDim)]), I32);
+        assert_eq!(rt(&[(I64, Dim), (F16, ZeroDim), (F64, Wrapped)]), F16);
+        assert_eq!(rt(&[(I32, Dim), (I64, ZeroDim), (F64, Wrapped)]), F32);
+        assert_eq!(rt(&[(F32, ZeroDim), (F64, ZeroDim)]), F64);
+        assert_eq!(rt(&[(F16, ZeroDim), (F64, Wrapped)]), F16);
+        assert_eq!(rt(&[(I32, ZeroDim), (F64, Wrapped)]), F32);
+        assert_eq!(rt(&[(F16, Dim), (F32, Dim)]), F32);
+        assert_eq!(rt(&[(F64, Wrapped), (I64, Wrapped)]), F64);
+        assert_eq!(DType::result_type([]), None);
     }
 
     #[test]

@@ -53,6 +53,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use tensorplay_ir::CompileKind;
+use tensorplay_ir::dtype::Tier;
 
 use tensorplay_ir::graph::attr::fmt_float;
 use tensorplay_ir::graph::{Arg, Attr, Constant, Graph, NodeKind, ValueRef};
@@ -876,6 +877,8 @@ struct Lowerer<'g> {
     params: Vec<Lit>,
     casts: HashMap<(ValueId, DType), ValueId>,
     loads: HashMap<usize, ValueId>,
+    /// Per operand of the op being lowered: whether it is a 0-d tensor (promotion tier).
+    zero_dim: Vec<bool>,
 }
 
 fn compile_err(msg: String) -> Error {
@@ -973,34 +976,20 @@ impl<'g> Lowerer<'g> {
         c
     }
 
-    /// Eager's result type of several operands: tensors promote fully, scalar constants only
-    /// raise the category (when every operand is a scalar, they promote like tensors).
+    /// Eager's result type of several operands (PyTorch's `result_type`, see
+    /// [`DType::result_type`]): scalar constants only raise the category, 0-d tensors only raise
+    /// it over dimensioned tensors (when every operand is a scalar, they promote like tensors).
+    /// `ops` is a suffix of the op's operands (`where` skips its condition).
     fn promote(&self, ops: &[Operand]) -> DType {
-        let tensors: Vec<DType> = ops
-            .iter()
-            .filter(|o| !matches!(o, Operand::Scalar(..)))
-            .map(|&o| self.operand_dtype(o))
-            .collect();
-        let scalars: Vec<(Category, DType)> = ops
-            .iter()
-            .filter_map(|o| match o {
-                Operand::Scalar(l, d, _) => Some((l.category(), *d)),
-                _ => None,
-            })
-            .collect();
-        match tensors.split_first() {
-            None => scalars
-                .iter()
-                .map(|s| s.1)
-                .reduce(DType::promote)
-                .unwrap_or(DType::F32),
-            Some((&first, rest)) => {
-                let d = rest.iter().fold(first, |a, &b| DType::promote(a, b));
-                scalars
-                    .iter()
-                    .fold(d, |a, s| DType::promote_with_scalar(a, s.0))
+        let skip = self.zero_dim.len().saturating_sub(ops.len());
+        DType::result_type(ops.iter().enumerate().map(|(i, &o)| match o {
+            Operand::Scalar(_, d, _) => (d, Tier::Wrapped),
+            _ if self.zero_dim.get(skip + i).copied().unwrap_or(false) => {
+                (self.operand_dtype(o), Tier::ZeroDim)
             }
-        }
+            _ => (self.operand_dtype(o), Tier::Dim),
+        }))
+        .unwrap_or(DType::F32)
     }
 }
 
@@ -1046,6 +1035,7 @@ pub fn lower(graph: &Graph, region: &Region) -> Result<LoweredRegion> {
         params: Vec::new(),
         casts: HashMap::new(),
         loads: HashMap::new(),
+        zero_dim: Vec::new(),
     };
     for (src, &v) in region.inputs.iter().enumerate() {
         if l.env.contains_key(&v) {
@@ -1103,8 +1093,12 @@ pub fn lower(graph: &Graph, region: &Region) -> Result<LoweredRegion> {
             .outputs
             .first()
             .ok_or_else(|| compile_err(format!("{} has no output", graph.describe(id))))?;
-        let args: Vec<Operand> = graph
-            .args_of(id)?
+        let arg_refs = graph.args_of(id)?;
+        l.zero_dim = arg_refs
+            .iter()
+            .map(|&a| graph.meta(a).is_some_and(|m| m.shape.is_empty()))
+            .collect();
+        let args: Vec<Operand> = arg_refs
             .into_iter()
             .map(|a| l.operand(a, id))
             .collect::<Result<_>>()?;
@@ -1451,6 +1445,24 @@ fn lower_op(
     if op == Pow
         && let Some(v) = lower_pow_by_constant(l, args[0], args[1], compute)
     {
+        return check_out(l, name, v, meta_dtype);
+    }
+    if matches!(op, Mul | Div)
+        && compute.is_half()
+        && matches!(args[1], Operand::Scalar(..))
+        && l.operand_dtype(args[0]) == compute
+    {
+        // A half tensor times/divided by a Rust scalar: the scalar stays in f32 instead of being
+        // rounded to the half type first (eager's `half_opmath_scalar`, as PyTorch).
+        let x = l.coerce(args[0], DType::F32);
+        let s = l.coerce(args[1], DType::F32);
+        let v = l.push(Inst::Op {
+            op,
+            args: vec![x, s],
+            compute: DType::F32,
+            out: DType::F32,
+        });
+        let v = l.coerce(Operand::Value(v), compute);
         return check_out(l, name, v, meta_dtype);
     }
     let ids: Vec<ValueId> = args

@@ -2,6 +2,7 @@
 //! type implementing [`BinaryMath`], so the scalar function inlines into the loop.
 
 use half::{bf16, f16};
+use tensorplay_ir::dtype::Tier;
 use tensorplay_ir::shape::broadcast_shapes;
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
@@ -10,7 +11,7 @@ use super::{
     AutocastPolicy, DTypeRule, GradCtx, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule,
 };
 use crate::dispatch::call1;
-use crate::kernels::map::map2;
+use crate::kernels::map::{map1, map2};
 use crate::tensor::Tensor;
 use crate::value::{Args, Scalar};
 
@@ -38,14 +39,27 @@ pub trait BinaryMath: 'static {
     }
 }
 
-/// The dtype two operands compute in, honouring wrapped Rust scalars (which only raise the
-/// category) — PyTorch's `result_type`.
-pub fn result_type(a: &Tensor, b: &Tensor) -> DType {
-    match (a.is_wrapped_number(), b.is_wrapped_number()) {
-        (true, false) => DType::promote_with_scalar(b.dtype(), a.dtype().category()),
-        (false, true) => DType::promote_with_scalar(a.dtype(), b.dtype().category()),
-        _ => DType::promote(a.dtype(), b.dtype()),
+/// The promotion tier of an operand: a wrapped Rust scalar, a 0-d tensor or a dimensioned one.
+pub fn tier(t: &Tensor) -> Tier {
+    if t.is_wrapped_number() {
+        Tier::Wrapped
+    } else if t.rank() == 0 {
+        Tier::ZeroDim
+    } else {
+        Tier::Dim
     }
+}
+
+/// The dtype operands compute in — PyTorch's `result_type`: wrapped Rust scalars only raise the
+/// category, 0-d tensors only raise it over dimensioned tensors (`f16[n] + f32 0-d` is f16); see
+/// [`DType::result_type`].
+pub fn result_type_of(ts: &[&Tensor]) -> DType {
+    DType::result_type(ts.iter().map(|t| (t.dtype(), tier(t)))).unwrap_or(DType::F32)
+}
+
+/// [`result_type_of`] for two operands.
+pub fn result_type(a: &Tensor, b: &Tensor) -> DType {
+    result_type_of(&[a, b])
 }
 
 /// Meta rule shared by the binary ops.
@@ -77,6 +91,14 @@ pub(crate) fn as_dtype(t: &Tensor, dtype: DType) -> Result<Tensor> {
 /// Fill shared by the binary ops: converts operands to the output dtype, then maps.
 pub fn binary_fill<M: BinaryMath>(a: Args, outs: &[Tensor]) -> Result<()> {
     let out = &outs[0];
+    if let Some(s) = half_opmath_scalar::<M>(a, out)? {
+        let x = a.tensor(0)?;
+        let op = a.op;
+        return match out.dtype() {
+            DType::F16 => map1::<f16, f16>(op, out, x, |p| f16::from_f32(M::f32(p.to_f32(), s))),
+            _ => map1::<bf16, bf16>(op, out, x, |p| bf16::from_f32(M::f32(p.to_f32(), s))),
+        };
+    }
     let x = as_dtype(a.tensor(0)?, out.dtype())?;
     let y = as_dtype(a.tensor(1)?, out.dtype())?;
     let op = a.op;
@@ -95,6 +117,24 @@ pub fn binary_fill<M: BinaryMath>(a: Args, outs: &[Tensor]) -> Result<()> {
         DType::I64 => map2::<i64, i64, i64>(op, out, &x, &y, M::int),
         DType::Bool => map2::<bool, bool, bool>(op, out, &x, &y, M::bool),
     }
+}
+
+/// A half tensor times or divided by a Rust scalar: PyTorch keeps the scalar in f32 (the half
+/// types' compute type) instead of rounding it to f16/bf16 first, so `x / 70000.0` is not
+/// `x / inf` and `0 * 2^40` is not `0 * inf`. The scalar as f32, when this case applies.
+pub(crate) fn half_opmath_scalar<M: BinaryMath>(a: Args, out: &Tensor) -> Result<Option<f32>> {
+    if !(M::NAME == "mul" || M::NAME == "div") || !out.dtype().is_half() {
+        return Ok(None);
+    }
+    let (x, y) = (a.tensor(0)?, a.tensor(1)?);
+    if x.dtype() != out.dtype() || !y.is_wrapped_number() || y.is_fake() {
+        return Ok(None);
+    }
+    Ok(Some(match y.dtype() {
+        DType::F64 => y.item::<f64>()? as f32,
+        DType::I64 => y.item::<i64>()? as f32,
+        _ => y.item::<bool>()? as u8 as f32,
+    }))
 }
 
 /// The compiler's dtype rule of a binary op with eager's result rule (so the two agree).
@@ -319,7 +359,21 @@ fn pow_meta(a: Args) -> Result<Vec<OutSpec>> {
             ));
         }
     }
-    binary_meta::<Pow>(a)
+    let out = binary_meta::<Pow>(a)?;
+    // PyTorch converts a Rust-scalar exponent to a half or i32 base's dtype with its overflow
+    // check (`f16.pow(1e5)` is an error); f32/f64/i64 results take any exponent.
+    if y.is_wrapped_number() && !y.is_fake() && !x.is_wrapped_number() {
+        let dtype = out[0].dtype;
+        if matches!(dtype, DType::F16 | DType::BF16 | DType::I32) {
+            let e = match y.dtype() {
+                DType::F64 => Scalar::Float(y.item::<f64>()?),
+                DType::I64 => Scalar::Int(y.item::<i64>()?),
+                _ => Scalar::Bool(y.item::<bool>()?),
+            };
+            super::cast::check_scalar_fits("pow", "exponent", e, dtype)?;
+        }
+    }
+    Ok(out)
 }
 
 fn pow_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {

@@ -20,11 +20,7 @@ fn clamp_tensor_meta(a: Args) -> Result<Vec<OutSpec>> {
     let (x, lo, hi) = (a.tensor(0)?, a.tensor(1)?, a.tensor(2)?);
     let shape = broadcast_shapes("clamp_tensor", x.shape(), lo.shape())?;
     let shape = broadcast_shapes("clamp_tensor", &shape, hi.shape())?;
-    let dtype = super::binary::result_type(x, lo);
-    let dtype = match (lo.is_wrapped_number(), hi.is_wrapped_number()) {
-        (_, true) => DType::promote_with_scalar(dtype, hi.dtype().category()),
-        _ => DType::promote(dtype, hi.dtype()),
-    };
+    let dtype = super::binary::result_type_of(&[x, lo, hi]);
     if dtype == DType::Bool {
         return Err(Error::dtype(
             "clamp_tensor",

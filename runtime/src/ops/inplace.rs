@@ -163,7 +163,7 @@ pub static FILL_: OpDef = OpDef {
         check: |a| {
             let t = a.tensor(0)?;
             check_writable(a.op, t)?;
-            a.scalar(1).map(|_| ())
+            super::cast::check_scalar_fits(a.op, "value", a.scalar(1)?, t.dtype())
         },
         fill: |a| fill_scalar(a.op, a.tensor(0)?, a.scalar(1)?),
     },
@@ -179,6 +179,7 @@ pub static OPS: &[&OpDef] = &[&ADD_, &SUB_, &MUL_, &DIV_, &COPY_, &FILL_];
 
 /// Writes `value` (cast to the tensor's dtype) into every element of `t`.
 pub(crate) fn fill_scalar(op: &str, t: &Tensor, value: Scalar) -> Result<()> {
+    super::cast::check_scalar_fits(op, "value", value, t.dtype())?;
     let v = Tensor::wrapped_scalar(value);
     super::cast::copy_convert(op, t, &v)
 }

@@ -330,8 +330,11 @@ fn matmul_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     match out.dtype() {
         DType::F32 => gemm_matmul::<f32>(a.op, x, y, out, &p),
         DType::F64 => gemm_matmul::<f64>(a.op, x, y, out, &p),
-        DType::F16 => gemm_matmul::<gemm::f16>(a.op, x, y, out, &p),
-        DType::BF16 => {
+        // gemm's f16 kernels accumulate in f32 for matrix products but not for the vector
+        // shapes (a 1-D operand makes `m` or `n` 1): those go through f32 like bf16, so every
+        // shape accumulates in f32 and rounds once (PyTorch's rule).
+        DType::F16 if x.rank() > 1 && y.rank() > 1 => gemm_matmul::<gemm::f16>(a.op, x, y, out, &p),
+        DType::F16 | DType::BF16 => {
             let (x32, y32) = (x.to_dtype(DType::F32)?, y.to_dtype(DType::F32)?);
             let tmp = Tensor::empty(out.shape(), DType::F32);
             gemm_matmul::<f32>(a.op, &x32, &y32, &tmp, &p)?;

@@ -263,17 +263,19 @@ unary_op! {
 
 unary_op! {
     SIGN, Sign, "sign", sign, int = Map, bool = AsInt,
-    f32 = |x: f32| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x },
-    f64 = |x: f64| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x },
+    // `x + 0.0` turns -0.0 into 0.0 (PyTorch: sign(-0.0) = 0.0) and keeps NaN (a documented
+    // deviation: PyTorch returns 0, which hides the NaN).
+    f32 = |x: f32| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x + 0.0 },
+    f64 = |x: f64| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x + 0.0 },
     int_fn = i64::signum,
     grad = Some(zero_grad), saved = Nothing
 }
 
 unary_op! {
     RELU, Relu, "relu", relu, int = Map, bool = Reject,
-    // NaN propagates (PyTorch: relu(nan) = nan); -0.0 maps to 0.0.
-    f32 = |x: f32| if x > 0.0 || x.is_nan() { x } else { 0.0 },
-    f64 = |x: f64| if x > 0.0 || x.is_nan() { x } else { 0.0 },
+    // PyTorch's `clamp_min(x, 0)`: NaN propagates and -0.0 stays -0.0 (only x < 0 becomes 0).
+    f32 = |x: f32| if x < 0.0 { 0.0 } else { x },
+    f64 = |x: f64| if x < 0.0 { 0.0 } else { x },
     int_fn = |x: i64| x.max(0),
     grad = Some(|c| {
         let g = c.grad(0)?;
@@ -522,6 +524,16 @@ const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 /// (8 terms reach 3e-19), with `x^2` exact in two parts and `exp` scaled by 2^64 so subnormal
 /// results round once (`0.5 x erfc(..)` rounds erfc to a subnormal first, ~10 ulps off there).
 fn gelu_erf_far_tail(x: f64) -> f64 {
+    if x < -40.0 {
+        // Below -38.6 the result is under half the smallest subnormal: -0.0 (as PyTorch gives
+        // for huge negative x), and NaN for -inf (x * erfc(inf) = -inf * 0, as PyTorch). The
+        // series below would square x into inf and give NaN for any x under -1.3e154.
+        return if x == f64::NEG_INFINITY {
+            f64::NAN
+        } else {
+            -0.0
+        };
+    }
     let h = x * x;
     let l = x.mul_add(x, -h);
     let w = 1.0 / h;
@@ -529,28 +541,66 @@ fn gelu_erf_far_tail(x: f64) -> f64 {
     for k in (1..8).rev() {
         s = 1.0 - (2 * k - 1) as f64 * w * s;
     }
-    // -inf: h = inf, l = NaN, so NaN (as eager's erfc form gives).
     -(exp_scaled(-0.5 * h, -0.5 * l) * s * FRAC_1_SQRT_2PI) * TWO_M64
 }
 
+/// The rounding error of [`GELU_K`] (`sqrt(2 / pi) - GELU_K`).
+const GELU_K_LO: f64 = -4.984_654_404_555_46e-17;
+/// The rounding error of [`GELU_C`] (`0.044715 - GELU_C`).
+const GELU_C_LO: f64 = 2.196_021_142_708_559_5e-18;
+
+/// `2u = 2 sqrt(2/pi) (x + 0.044715 x^3)` as an unevaluated sum `hi + lo` (double-double): the
+/// exp in gelu-tanh amplifies the relative error of `u` about `2|u|` times (5 ulps from one
+/// rounding near x = -2.3), so `u` is carried to about 2^-100, constants included.
+#[inline(always)]
+fn gelu_tanh_2u(x: f64) -> (f64, f64) {
+    let x2 = x * x;
+    let x3 = x2 * x;
+    let c3 = GELU_C * x3;
+    let s = x + c3;
+    let u = GELU_K * s;
+    if !(x.abs() < 1e100) {
+        // Far out the result is ±0, ±inf, x itself or NaN: the low part does not matter.
+        return (2.0 * u, 0.0);
+    }
+    let x2l = x.mul_add(x, -x2);
+    let x3l = x2.mul_add(x, -x3) + x2l * x;
+    let c3l = GELU_C.mul_add(x3, -c3) + GELU_C * x3l + GELU_C_LO * x3;
+    // Two-sum of x + c3.
+    let b = s - x;
+    let sl = (x - (s - b)) + (c3 - b) + c3l;
+    let ul = GELU_K.mul_add(s, -u) + GELU_K * sl + GELU_K_LO * s;
+    (2.0 * u, 2.0 * ul)
+}
+
 /// Tanh-approximated gelu in f64: `0.5 * x * (1 + tanh(u)) == x * sigmoid(2u) == x / (1 +
-/// exp(-2u))`, with no cancellation for negative x. Where `exp(-2u)` overflows (x below about
+/// exp(-2u))`, with no cancellation for negative x and `2u` in double-double
+/// ([`gelu_tanh_2u`]), so f64 results are within 4 ulp of the exact function (2 or less near
+/// x = -2, where one rounding of `u` alone cost 5). Where `exp(-2u)` overflows (x below about
 /// -21.1) the quotient would be -0.0 although the result is still about 1e-307: it is
 /// `x * exp(2u)` there.
 #[inline(always)]
 fn gelu_tanh(x: f64) -> f64 {
-    let u = GELU_K * (x + GELU_C * x * x * x);
-    let d = 1.0 + (-2.0 * u).exp();
-    let y = 2.0 * u;
+    let (y, yl) = gelu_tanh_2u(x);
+    let e = (-y).exp();
+    // exp(-y - yl) = e (1 - yl) to first order (|yl| < 2^-50 |y|).
+    let d = 1.0 + e.mul_add(-yl, e);
     if d.is_finite() {
         x / d
     } else if y >= -1024.0 {
         // exp(y) is subnormal or nearly: scaled until the last multiply, to round once.
-        x * exp_scaled(y, 0.0) * TWO_M64
+        x * exp_scaled(y, yl) * TWO_M64
     } else {
         // -0.0, or NaN for x = -inf.
         x * y.exp()
     }
+}
+
+/// Eager's f64 gelu-tanh, shared with the compiler's f64 shim so compiled code agrees bit for
+/// bit.
+#[doc(hidden)]
+pub fn gelu_tanh_f64(x: f64) -> f64 {
+    gelu_tanh(x)
 }
 
 // Both gelu forms evaluate f32 (and f16/bf16) inputs in f64: erfc and exp are steep far out, so
@@ -777,6 +827,33 @@ mod tests {
         assert!(ulps(gelu_erf(-38.25), -7.9548e-319) <= 1.0);
         assert!(gelu_erf(f64::NEG_INFINITY).is_nan());
         assert_eq!(gelu_erf(-40.0).to_bits(), (-0.0f64).to_bits());
+        // Huge negative inputs: -0.0, not the NaN of squaring x into inf (PyTorch gives -0.0).
+        for x in [-1e300, -f64::MAX, -1.5e154, -1e10, -41.0] {
+            assert_eq!(gelu_erf(x).to_bits(), (-0.0f64).to_bits(), "gelu_erf({x})");
+            assert_eq!(
+                gelu_tanh(x).to_bits(),
+                (-0.0f64).to_bits(),
+                "gelu_tanh({x})"
+            );
+        }
+    }
+
+    #[test]
+    fn gelu_tanh_is_within_4_ulp_near_minus_2() {
+        // Reference values from mpmath at 50 digits (exact sqrt(2/pi) and 0.044715).
+        for (x, want) in [
+            (-2.49, f64::from_bits(0xbf8fad7b889bb679)),
+            (-2.47, f64::from_bits(0xbf90a5d2ab646ddc)),
+            (-2.5, f64::from_bits(0xbf8ee47fec535d83)),
+            (-2.0, f64::from_bits(0xbfa73ef8961cab36)),
+            (-1.95, f64::from_bits(0xbfa984dfe78c9689)),
+        ] {
+            assert!(
+                ulps(gelu_tanh(x), want) <= 4.0,
+                "gelu_tanh({x}) = {:e}",
+                gelu_tanh(x)
+            );
+        }
     }
 
     #[test]

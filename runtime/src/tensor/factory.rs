@@ -272,7 +272,9 @@ impl Tensor {
         Ok(t)
     }
 
-    /// `start, start + step, ...` up to (excluding) `end`.
+    /// `start, start + step, ...` up to (excluding) `end`. Float values are `start + i·step`
+    /// rounded once (an fma in f64, then converted to `dtype`); integer dtypes count `ceil((end - start) / step)`
+    /// elements but step by the arguments truncated to integers, as PyTorch does.
     ///
     /// ```
     /// use tensorplay_runtime::{Tensor, DType};
@@ -308,13 +310,31 @@ impl Tensor {
             ));
         }
         let n = len.max(0.0) as usize;
+        if dtype.is_int() {
+            // PyTorch: the length comes from the float arguments, the values from the arguments
+            // converted to the integer type (truncated): `arange(0, 5, 0.5)` as i32 is ten 0s,
+            // `arange(-2.5, 2.5, 0.7)` as i64 is eight -2s.
+            let (s0, st) = (start as i64, step as i64);
+            let values = Tensor::try_empty_with("arange", &[n], DType::I64, Device::Cpu, false)?;
+            let ptr = values.data_ptr("arange")?.cast::<i64>();
+            for i in 0..n {
+                // SAFETY: `values` is a fresh contiguous i64 tensor of `n` elements that nothing
+                // else can reach; writing (not reading) its uninitialised slots is fine.
+                unsafe {
+                    ptr.add(i)
+                        .write(s0.wrapping_add((i as i64).wrapping_mul(st)))
+                };
+            }
+            return values.to_dtype(dtype);
+        }
         let values = Tensor::try_empty_with("arange", &[n], DType::F64, Device::Cpu, false)?;
         let ptr = values.data_ptr("arange")?.cast::<f64>();
         // Each value is computed from its index (not accumulated), so no error builds up.
         for i in 0..n {
             // SAFETY: `values` is a fresh contiguous f64 tensor of `n` elements that nothing else
             // can reach; writing (not reading) its uninitialised slots is fine.
-            unsafe { ptr.add(i).write(start + i as f64 * step) };
+            // One rounding of the exact `start + i·step` (fma): correctly rounded.
+            unsafe { ptr.add(i).write((i as f64).mul_add(step, start)) };
         }
         values.to_dtype(dtype)
     }

@@ -905,9 +905,12 @@ impl<'a, 'b> Emitter<'a, 'b> {
             Mul => self.fb.ins().fmul(a[0], a[1]),
             Div => self.fb.ins().fdiv(a[0], a[1]),
             Relu => {
-                // x if x > 0 or x is NaN, else +0.
+                // x if x >= 0 (so -0.0 stays -0.0) or x is NaN, else +0 (PyTorch's relu).
                 let zero = self.fconst(ty, 0.0);
-                let keep = self.fb.ins().fcmp(FloatCC::UnorderedOrGreaterThan, x, zero);
+                let keep = self
+                    .fb
+                    .ins()
+                    .fcmp(FloatCC::UnorderedOrGreaterThanOrEqual, x, zero);
                 if ty.is_vector() {
                     let m = self.bitcast(ty, keep);
                     self.fb.ins().band(x, m)
@@ -921,7 +924,9 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 let minus = self.fconst(ty, -1.0);
                 let gt = self.fb.ins().fcmp(FloatCC::GreaterThan, x, zero);
                 let lt = self.fb.ins().fcmp(FloatCC::LessThan, x, zero);
-                let s = self.select(gt, one, x);
+                // x + 0.0: -0.0 becomes 0.0 (PyTorch), NaN stays NaN (eager's rule).
+                let z = self.fb.ins().fadd(x, zero);
+                let s = self.select(gt, one, z);
                 self.select(lt, minus, s)
             }
             Floor => self.fb.ins().floor(x),

@@ -143,9 +143,9 @@ TP_FN long long tp_wrap(unsigned long long v) { return (long long)v; }
   TP_FN T tp_sub(T a, T b) { return a - b; }                                                     \
   TP_FN T tp_mul(T a, T b) { return a * b; }                                                     \
   TP_FN T tp_div(T a, T b) { return a / b; }                                                     \
-  TP_FN T tp_relu(T x) { return (x > (T)0 || x != x) ? x : (T)0; }                               \
+  TP_FN T tp_relu(T x) { return x < (T)0 ? (T)0 : x; }                                           \
   TP_FN T tp_sign(T x) {                                                                         \
-    T s = x > (T)0 ? (T)1 : x;                                                                   \
+    T s = x > (T)0 ? (T)1 : x + (T)0;                                                            \
     return x < (T)0 ? (T)-1 : s;                                                                 \
   }                                                                                              \
   TP_FN T tp_floor(T x) { return floor(x); }                                                     \

@@ -164,6 +164,16 @@ fn exp_scaled(y: f64, t: f64) -> f64 {
 /// and `exp` scaled by 2^64 so subnormal results round once. Eager computes
 /// the same way there.
 fn gelu_erf_far_tail(x: f64) -> f64 {
+    if x < -40.0 {
+        // Below -38.6 the result is under half the smallest subnormal: -0.0 (as PyTorch gives
+        // for huge negative x), and NaN for -inf (x * erfc(inf) = -inf * 0, as PyTorch). The
+        // series below would square x into inf and give NaN for any x under -1.3e154.
+        return if x == f64::NEG_INFINITY {
+            f64::NAN
+        } else {
+            -0.0
+        };
+    }
     let h = x * x;
     let l = x.mul_add(x, -h);
     let w = 1.0 / h;
@@ -171,7 +181,6 @@ fn gelu_erf_far_tail(x: f64) -> f64 {
     for k in (1..8).rev() {
         s = 1.0 - (2 * k - 1) as f64 * w * s;
     }
-    // -inf: h = inf, l = NaN, so NaN.
     -(exp_scaled(-0.5 * h, -0.5 * l) * s * FRAC_1_SQRT_2PI) * TWO_M64
 }
 
@@ -202,8 +211,6 @@ pub fn gelu_erf_f64(x: f64) -> f64 {
 
 /// `sqrt(2 / pi)` to f64 precision, as eager's tanh-gelu uses it (the f32
 /// kernels' truncated 0.7978845608 is ~4e-12 off: invisible in f32, ~1e-8
-/// relative in f64 where `exp` amplifies it).
-const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 
 /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, evaluated as the equal
 /// `x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3))` (no cancellation for
@@ -211,12 +218,8 @@ const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 /// Below s = -708, where `e^s` is subnormal, `x e^s` is formed scaled by 2^64
 /// so the result rounds once (eager does the same).
 pub fn gelu_tanh_f64(x: f64) -> f64 {
-    let s = 2.0 * SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
-    if (-1024.0..-708.0).contains(&s) {
-        x * exp_scaled(s, 0.0) * TWO_M64
-    } else {
-        x * sigmoid_f64(s)
-    }
+    // Eager's function (double-double `u`, within 4 ulp of the exact gelu-tanh).
+    tensorplay_runtime::ops::unary::gelu_tanh_f64(x)
 }
 
 macro_rules! shims {
