@@ -348,10 +348,10 @@ fn unary_edge_cases() {
         v(f(&[0.0, -0.0, INF, -4.0]).reciprocal().unwrap()),
         vec![INF, -INF, 0.0, -0.25]
     );
-    // relu
+    // relu: PyTorch's clamp_min(x, 0) keeps -0.0 (and NaN)
     let r = v(f(&[NAN, -0.0, -2.0, 3.0]).relu().unwrap());
     assert!(r[0].is_nan());
-    assert!(r[1] == 0.0 && r[1].is_sign_positive());
+    assert!(r[1] == 0.0 && r[1].is_sign_negative());
     assert_eq!(&r[2..], &[0.0, 3.0]);
     // sigmoid saturates without NaN, in every float dtype
     for dtype in FLOATS {

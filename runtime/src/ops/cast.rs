@@ -99,8 +99,9 @@ fn float_max(dtype: DType) -> f64 {
 
 /// PyTorch's checked scalar conversion (`Scalar::to<T>()`): a Rust scalar that `dtype` cannot
 /// hold is an argument error of `op`'s `arg`, not a silent inf, saturation or wrap. Floats
-/// accept every finite value within their range (rounding is fine: `65519.0` becomes f16
-/// 65504, `65520.0` is an error), and ±inf and NaN; integers accept integers within their range
+/// accept ±inf, NaN and every value whose magnitude is at most their largest finite value
+/// (`65504.0` for f16: `65505.0` is an error, as in PyTorch, although it would round to
+/// 65504); integers accept integers within their range
 /// and finite floats whose value lies within it (`1.5` truncates to 1); NaN and ±inf are errors
 /// for integers; bool accepts everything (nonzero is true).
 ///

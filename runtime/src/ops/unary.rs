@@ -559,7 +559,7 @@ fn gelu_tanh_2u(x: f64) -> (f64, f64) {
     let c3 = GELU_C * x3;
     let s = x + c3;
     let u = GELU_K * s;
-    if !(x.abs() < 1e100) {
+    if x.abs() >= 1e100 || x.is_nan() {
         // Far out the result is ±0, ±inf, x itself or NaN: the low part does not matter.
         return (2.0 * u, 0.0);
     }
