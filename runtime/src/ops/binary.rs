@@ -4,13 +4,16 @@
 use half::{bf16, f16};
 use tensorplay_ir::shape::broadcast_shapes;
 use tensorplay_ir::{DType, Error, OpClass, Result};
+use tensorplay_math::arith::S32;
+use tensorplay_math::bulk::{self, BulkOp};
+use tensorplay_math::pow;
 
 use super::lowering::expr;
 use super::{
     AutocastPolicy, DTypeRule, GradCtx, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule,
 };
 use crate::dispatch::call1;
-use crate::kernels::map::map2;
+use crate::kernels::map::{map2, map2_buffered};
 use crate::tensor::Tensor;
 use crate::value::{Args, Scalar};
 
@@ -29,6 +32,9 @@ pub trait BinaryMath: 'static {
     const OUT: BinaryOut;
     /// Whether two bool operands are accepted (computed by [`BinaryMath::bool`]).
     const BOOL_OK: bool;
+    /// The math-library kernel this op's f32 form is (its `f32` must give the same bits): f32,
+    /// f16 and bf16 tensors then run the library's vectorized buffer kernel.
+    const BULK: Option<BulkOp> = None;
     fn f32(a: f32, b: f32) -> f32;
     fn f64(a: f64, b: f64) -> f64;
     /// Integer semantics (wrapping); i32 computes through i64 and truncates.
@@ -80,6 +86,16 @@ pub fn binary_fill<M: BinaryMath>(a: Args, outs: &[Tensor]) -> Result<()> {
     let x = as_dtype(a.tensor(0)?, out.dtype())?;
     let y = as_dtype(a.tensor(1)?, out.dtype())?;
     let op = a.op;
+    if let Some(k) = M::BULK.and_then(bulk::eager_binary) {
+        match out.dtype() {
+            DType::F32 => return map2_buffered::<f32>(op, out, &x, &y, k, |v| v, |v| v),
+            DType::F16 => return map2_buffered(op, out, &x, &y, k, f16::to_f32, f16::from_f32),
+            DType::BF16 => {
+                return map2_buffered(op, out, &x, &y, k, bf16::to_f32, bf16::from_f32);
+            }
+            _ => {}
+        }
+    }
     match out.dtype() {
         DType::F32 => map2::<f32, f32, f32>(op, out, &x, &y, M::f32),
         DType::F64 => map2::<f64, f64, f64>(op, out, &x, &y, M::f64),
@@ -116,12 +132,23 @@ macro_rules! binary_autocast {
     };
 }
 
+/// `None`, or the library kernel (`BulkOp` variant) a binary op's f32 form is.
+macro_rules! binary_bulk {
+    () => {
+        None
+    };
+    ($k:ident) => {
+        Some(BulkOp::$k)
+    };
+}
+
 /// Declares a binary op: its math type and its `OpDef` static. `meta = f` overrides the shared
 /// meta rule (for ops with extra argument checks, such as `pow`).
 macro_rules! binary_op {
     ($STATIC:ident, $Math:ident, $name:literal, out = $out:ident, bool_ok = $bool_ok:expr,
      f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
-     grad = $grad:expr, saved = $saved:ident, lower = $lower:path $(, autocast = $ac:ident)?) => {
+     grad = $grad:expr, saved = $saved:ident, lower = $lower:path $(, autocast = $ac:ident)?
+     $(, bulk = $bulk:ident)?) => {
         binary_op!(
             $STATIC,
             $Math,
@@ -137,18 +164,20 @@ macro_rules! binary_op {
             meta = binary_meta::<$Math>,
             lower = $lower
             $(, autocast = $ac)?
+            $(, bulk = $bulk)?
         );
     };
     ($STATIC:ident, $Math:ident, $name:literal, out = $out:ident, bool_ok = $bool_ok:expr,
      f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
      grad = $grad:expr, saved = $saved:ident, meta = $meta:expr, lower = $lower:path
-     $(, autocast = $ac:ident)?) => {
+     $(, autocast = $ac:ident)? $(, bulk = $bulk:ident)?) => {
         #[doc = concat!("Scalar definition of `", $name, "`.")]
         pub struct $Math;
         impl BinaryMath for $Math {
             const NAME: &'static str = $name;
             const OUT: BinaryOut = BinaryOut::$out;
             const BOOL_OK: bool = $bool_ok;
+            const BULK: Option<BulkOp> = binary_bulk!($($bulk)?);
             #[inline(always)]
             fn f32(a: f32, b: f32) -> f32 {
                 ($f32)(a, b)
@@ -369,8 +398,10 @@ fn extremum_grad(c: &GradCtx, larger: bool) -> Result<Vec<Option<Tensor>>> {
 
 binary_op! {
     POW, Pow, "pow", out = Promote, bool_ok = false,
-    f32 = f32::powf, f64 = f64::powf, int = int_pow, bool = no_bool,
-    grad = Some(pow_grad), saved = All, meta = pow_meta, lower = expr::pow, autocast = F32
+    // f32: the math library's pow (≤ 0.51 ulp; C99 special cases), the compiler's bits too.
+    f32 = |a: f32, b: f32| pow::pow_f32(&mut S32, a, b), f64 = f64::powf, int = int_pow,
+    bool = no_bool, grad = Some(pow_grad), saved = All, meta = pow_meta, lower = expr::pow,
+    autocast = F32, bulk = Pow
 }
 
 binary_op! {

@@ -77,7 +77,7 @@ fn erf_taylor(a: f64) -> f64 {
 /// The error function in `f64` (within 3 ulps of the correctly rounded value).
 ///
 /// ```
-/// use tensorplay_compiler::codegen::cpu::math::erf_f64;
+/// use tensorplay_math::shims::erf_f64;
 /// assert!((erf_f64(1.0) - 0.842_700_792_949_714_9).abs() < 1e-15);
 /// assert_eq!(erf_f64(-0.0).to_bits(), (-0.0f64).to_bits());
 /// assert_eq!(erf_f64(f64::INFINITY), 1.0);
@@ -102,7 +102,7 @@ pub fn erf_f64(x: f64) -> f64 {
 /// far tail as well (relative error ~1e-14 down to the subnormal range).
 ///
 /// ```
-/// use tensorplay_compiler::codegen::cpu::math::erfc_f64;
+/// use tensorplay_math::shims::erfc_f64;
 /// let v = erfc_f64(10.0); // 2.088487583762545e-45
 /// assert!((v / 2.088_487_583_762_545e-45 - 1.0).abs() < 1e-13);
 /// assert_eq!(erfc_f64(f64::NEG_INFINITY), 2.0);
