@@ -190,8 +190,9 @@ fn pow_is_the_library_pow_for_tensor_and_scalar_exponents() {
             "pow({a:e}, {b:e}) = {g:e}, f64 {want:e}"
         );
     }
-    // A Rust scalar exponent broadcasts (a stride-0 operand: the tiled path).
-    for e in [3.0f32, 0.5, -1.0, 2.5] {
+    // A Rust scalar exponent without a cheaper form broadcasts (a stride-0 operand: the tiled
+    // path) through the library pow.
+    for e in [2.5f32, -0.75, 7.0] {
         let got = tx.pow_scalar(e as f64).unwrap().to_vec::<f32>().unwrap();
         for (&a, &g) in x.iter().zip(&got) {
             assert!(same(g, pow_f32(&mut S32, a, e)), "pow({a:e}, {e}) = {g:e}");
@@ -204,4 +205,64 @@ fn pow_is_the_library_pow_for_tensor_and_scalar_exponents() {
         s.pow(&e).unwrap().to_vec::<f32>().unwrap(),
         vec![1.0, 1.0, 1.0, f32::INFINITY]
     );
+}
+
+#[test]
+fn small_scalar_exponents_are_the_compilers_products_bit_for_bit() {
+    // The compiler lowers these exponents to products / a division / a patched sqrt (PowBy);
+    // eager computes exactly the same expressions, as PyTorch's eager kernel special-cases them.
+    let x = inputs();
+    let t = Tensor::from_vec(x.clone(), &[x.len()]).unwrap();
+    type Want = fn(f32) -> f32;
+    let cases: [(f64, Want); 7] = [
+        (0.0, |_| 1.0),
+        (1.0, |v| v),
+        (2.0, |v| v * v),
+        (3.0, |v| (v * v) * v),
+        (4.0, |v| (v * v) * (v * v)),
+        (-1.0, |v| 1.0 / v),
+        (0.5, |v| {
+            let s = v.sqrt();
+            let m = if s > 0.0 || s.is_nan() { s } else { 0.0 };
+            if v == f32::NEG_INFINITY {
+                f32::INFINITY
+            } else {
+                m
+            }
+        }),
+    ];
+    for (e, want) in cases {
+        let got = t.pow_scalar(e).unwrap().to_vec::<f32>().unwrap();
+        for (&v, &g) in x.iter().zip(&got) {
+            assert!(
+                same(g, want(v)),
+                "pow({v:e}, {e}) = {g:e}, want {:e}",
+                want(v)
+            );
+        }
+    }
+    // pow's special values hold for the replacements: pow(NaN, 0) = 1, pow(-0, 0.5) = +0,
+    // pow(-inf, 0.5) = +inf, pow(-0, -1) = -inf.
+    let s = Tensor::from_vec(vec![f32::NAN, -0.0, f32::NEG_INFINITY], &[3]).unwrap();
+    assert_eq!(
+        s.pow_scalar(0.0).unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0; 3]
+    );
+    let h = s.pow_scalar(0.5).unwrap().to_vec::<f32>().unwrap();
+    assert!(h[0].is_nan() && h[1].to_bits() == 0 && h[2] == f32::INFINITY);
+    let r = s.pow_scalar(-1.0).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(r[1], f32::NEG_INFINITY);
+    // Integers: wrapping products, as the general integer pow.
+    let i = Tensor::from_vec(vec![3i32, -2, 46341], &[3]).unwrap();
+    assert_eq!(
+        i.pow_scalar(2).unwrap().to_vec::<i32>().unwrap(),
+        vec![9, 4, 46341i32.wrapping_mul(46341)]
+    );
+    // f16 rounds the f32 product once.
+    let hx = Tensor::from_vec(vec![f16::from_f32(1.1), f16::from_f32(-3.3)], &[2]).unwrap();
+    let got = hx.pow_scalar(3.0).unwrap().to_vec::<f16>().unwrap();
+    for (v, g) in [1.1f32, -3.3].into_iter().zip(got) {
+        let v = f16::from_f32(v).to_f32();
+        assert_eq!(g, f16::from_f32((v * v) * v));
+    }
 }

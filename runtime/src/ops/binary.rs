@@ -13,7 +13,7 @@ use super::{
     AutocastPolicy, DTypeRule, GradCtx, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule,
 };
 use crate::dispatch::call1;
-use crate::kernels::map::{map2, map2_buffered};
+use crate::kernels::map::{map1, map2, map2_buffered};
 use crate::tensor::Tensor;
 use crate::value::{Args, Scalar};
 
@@ -142,8 +142,8 @@ macro_rules! binary_bulk {
     };
 }
 
-/// Declares a binary op: its math type and its `OpDef` static. `meta = f` overrides the shared
-/// meta rule (for ops with extra argument checks, such as `pow`).
+/// Declares a binary op: its math type and its `OpDef` static. `meta = f, fill = g` override the
+/// shared meta rule and fill (for ops with extra argument checks or fast paths, such as `pow`).
 macro_rules! binary_op {
     ($STATIC:ident, $Math:ident, $name:literal, out = $out:ident, bool_ok = $bool_ok:expr,
      f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
@@ -162,6 +162,7 @@ macro_rules! binary_op {
             grad = $grad,
             saved = $saved,
             meta = binary_meta::<$Math>,
+            fill = binary_fill::<$Math>,
             lower = $lower
             $(, autocast = $ac)?
             $(, bulk = $bulk)?
@@ -169,8 +170,8 @@ macro_rules! binary_op {
     };
     ($STATIC:ident, $Math:ident, $name:literal, out = $out:ident, bool_ok = $bool_ok:expr,
      f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
-     grad = $grad:expr, saved = $saved:ident, meta = $meta:expr, lower = $lower:path
-     $(, autocast = $ac:ident)? $(, bulk = $bulk:ident)?) => {
+     grad = $grad:expr, saved = $saved:ident, meta = $meta:expr, fill = $fill:expr,
+     lower = $lower:path $(, autocast = $ac:ident)? $(, bulk = $bulk:ident)?) => {
         #[doc = concat!("Scalar definition of `", $name, "`.")]
         pub struct $Math;
         impl BinaryMath for $Math {
@@ -202,7 +203,7 @@ macro_rules! binary_op {
             class: OpClass::Elementwise,
             kernel: Kernel::Compute {
                 meta: $meta,
-                fill: binary_fill::<$Math>,
+                fill: $fill,
             },
             derivative: $grad,
             saved: Saved::$saved,
@@ -400,8 +401,152 @@ binary_op! {
     POW, Pow, "pow", out = Promote, bool_ok = false,
     // f32: the math library's pow (≤ 0.51 ulp; C99 special cases), the compiler's bits too.
     f32 = |a: f32, b: f32| pow::pow_f32(&mut S32, a, b), f64 = f64::powf, int = int_pow,
-    bool = no_bool, grad = Some(pow_grad), saved = All, meta = pow_meta, lower = expr::pow,
-    autocast = F32, bulk = Pow
+    bool = no_bool, grad = Some(pow_grad), saved = All, meta = pow_meta, fill = pow_fill,
+    lower = expr::pow, autocast = F32, bulk = Pow
+}
+
+/// A `pow` by a Rust-scalar exponent that eager kernels and compiled code both replace by
+/// cheaper code (PyTorch's eager kernel special-cases the same exponents): the general `pow` costs
+/// several times a multiplication chain. One table for both sides ([`PowBy::of_float`],
+/// [`PowBy::of_int`]; the compiler's lowering reads it), so both compute the same bits.
+///
+/// Only exponents whose replacement matches `pow` within its contract for every input qualify.
+/// Integers: 0..=4, whose wrapping products equal `int_pow`'s wrapping repeated squaring
+/// (multiplication modulo 2^bits is associative; i32 `int_pow` computes in i64 and truncates,
+/// which is the same residue); negative integer exponents keep the general code. Floats: 0..=4
+/// as products, with at most two extra roundings (the sign and infinity/zero/NaN cases of `pow`
+/// by an integer are exactly those of the product), `-1` as a correctly rounded division
+/// (`pow(±0, -1) = ±inf`, `pow(±inf, -1) = ±0`, like `1 / x`), `0.5` as
+/// `where(x == -inf, +inf, maximum(sqrt(x), +0))` (`sqrt` alone differs at `-0` and `-inf`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowBy {
+    /// `x^0 = 1` for every `x`, NaN included (C's `pow`, `int_pow`).
+    Zero,
+    /// `x^1 = x`.
+    One,
+    /// `x * x`.
+    Two,
+    /// `(x * x) * x`.
+    Three,
+    /// `(x * x) * (x * x)`.
+    Four,
+    /// `1 / x` (floats only).
+    MinusOne,
+    /// `sqrt(x)`, patched for `-0` and `-inf` (floats only).
+    Half,
+}
+
+impl PowBy {
+    /// The replacement for a float exponent `y` (already rounded to the compute dtype), if any.
+    /// `-0.0` selects `Zero` as `0.0` does.
+    ///
+    /// ```
+    /// use tensorplay_runtime::ops::binary::PowBy;
+    /// assert_eq!(PowBy::of_float(3.0), Some(PowBy::Three));
+    /// assert_eq!(PowBy::of_float(0.5), Some(PowBy::Half));
+    /// assert_eq!(PowBy::of_float(2.5), None);
+    /// ```
+    pub fn of_float(y: f64) -> Option<PowBy> {
+        Some(match y {
+            0.0 => PowBy::Zero,
+            1.0 => PowBy::One,
+            2.0 => PowBy::Two,
+            3.0 => PowBy::Three,
+            4.0 => PowBy::Four,
+            -1.0 => PowBy::MinusOne,
+            0.5 => PowBy::Half,
+            _ => return None,
+        })
+    }
+
+    /// The replacement for an integer exponent (integer compute dtypes), if any: 0..=4.
+    pub fn of_int(y: i64) -> Option<PowBy> {
+        Some(match y {
+            0 => PowBy::Zero,
+            1 => PowBy::One,
+            2 => PowBy::Two,
+            3 => PowBy::Three,
+            4 => PowBy::Four,
+            _ => return None,
+        })
+    }
+}
+
+/// `x^y` by the float replacement `by` (f32 for f32/f16/bf16, f64 for f64).
+macro_rules! pow_by_float {
+    ($by:expr, $x:expr, $inf:expr) => {{
+        let (by, x) = ($by, $x);
+        match by {
+            PowBy::Zero => 1.0,
+            PowBy::One => x,
+            PowBy::Two => x * x,
+            PowBy::Three => (x * x) * x,
+            PowBy::Four => (x * x) * (x * x),
+            PowBy::MinusOne => 1.0 / x,
+            PowBy::Half => {
+                let s = x.sqrt();
+                // `maximum(s, +0)`: NaN-propagating, and `-0` becomes `+0`.
+                let m = if s > 0.0 || s.is_nan() { s } else { 0.0 };
+                if x == -$inf { $inf } else { m }
+            }
+        }
+    }};
+}
+
+/// `x^y` by the integer replacement `by` (wrapping products; `MinusOne`/`Half` never reach it).
+fn pow_by_int(by: PowBy, x: i64) -> i64 {
+    match by {
+        PowBy::Zero => 1,
+        PowBy::One => x,
+        PowBy::Two => x.wrapping_mul(x),
+        PowBy::Three => x.wrapping_mul(x).wrapping_mul(x),
+        PowBy::Four | PowBy::MinusOne | PowBy::Half => {
+            let x2 = x.wrapping_mul(x);
+            x2.wrapping_mul(x2)
+        }
+    }
+}
+
+/// `pow`'s fill: a Rust-scalar exponent with a [`PowBy`] replacement runs that (the compiled
+/// kernels' strength reduction, so eager and compiled `x.pow_scalar(3.0)` agree bit for bit);
+/// everything else is the general elementwise `pow`.
+fn pow_fill(a: Args, outs: &[Tensor]) -> Result<()> {
+    let (out, y) = (&outs[0], a.tensor(1)?);
+    let by = if y.is_wrapped_number() && !y.is_fake() {
+        // The exponent in the compute dtype (f32 for the half types, as the compiler sees it).
+        let compute = match out.dtype() {
+            DType::F16 | DType::BF16 => DType::F32,
+            d => d,
+        };
+        let e = as_dtype(y, compute)?;
+        match out.dtype() {
+            DType::F32 | DType::F16 | DType::BF16 => PowBy::of_float(e.item::<f32>()? as f64),
+            DType::F64 => PowBy::of_float(e.item::<f64>()?),
+            DType::I32 => PowBy::of_int(e.item::<i32>()? as i64),
+            DType::I64 => PowBy::of_int(e.item::<i64>()?),
+            DType::Bool => None,
+        }
+    } else {
+        None
+    };
+    let Some(by) = by else {
+        return binary_fill::<Pow>(a, outs);
+    };
+    let x = as_dtype(a.tensor(0)?, out.dtype())?;
+    let op = a.op;
+    match out.dtype() {
+        DType::F32 => map1::<f32, f32>(op, out, &x, |v| pow_by_float!(by, v, f32::INFINITY)),
+        DType::F64 => map1::<f64, f64>(op, out, &x, |v| pow_by_float!(by, v, f64::INFINITY)),
+        DType::F16 => map1::<f16, f16>(op, out, &x, |v| {
+            f16::from_f32(pow_by_float!(by, v.to_f32(), f32::INFINITY))
+        }),
+        DType::BF16 => map1::<bf16, bf16>(op, out, &x, |v| {
+            bf16::from_f32(pow_by_float!(by, v.to_f32(), f32::INFINITY))
+        }),
+        DType::I32 => map1::<i32, i32>(op, out, &x, |v| pow_by_int(by, v as i64) as i32),
+        DType::I64 => map1::<i64, i64>(op, out, &x, |v| pow_by_int(by, v)),
+        DType::Bool => binary_fill::<Pow>(a, outs),
+    }
 }
 
 binary_op! {
