@@ -472,23 +472,38 @@ impl PowBy {
     }
 }
 
-/// `x^y` by the float replacement `by` (f32 for f32/f16/bf16, f64 for f64).
-macro_rules! pow_by_float {
-    ($by:expr, $x:expr, $inf:expr) => {{
-        let (by, x) = ($by, $x);
-        match by {
-            PowBy::Zero => 1.0,
-            PowBy::One => x,
-            PowBy::Two => x * x,
-            PowBy::Three => (x * x) * x,
-            PowBy::Four => (x * x) * (x * x),
-            PowBy::MinusOne => 1.0 / x,
-            PowBy::Half => {
-                let s = x.sqrt();
+/// `map1` of `x^y` by the float replacement `by`, with `by` matched outside the loop (so each
+/// arm's loop vectorizes): `$T` the element type, `$C` the compute type (f32 for f32/f16/bf16,
+/// f64 for f64), `$load`/`$store` the conversions.
+macro_rules! pow_by_float_map {
+    ($op:expr, $out:expr, $x:expr, $by:expr, $T:ty, $C:ty, $load:expr, $store:expr) => {{
+        let (load, store) = ($load, $store);
+        // One monomorphized loop per arm: the body is a closure literal, not a function pointer.
+        macro_rules! each {
+            (|$v:ident| $body:expr) => {
+                map1::<$T, $T>($op, $out, $x, move |e| {
+                    let $v: $C = load(e);
+                    store($body)
+                })
+            };
+        }
+        match $by {
+            PowBy::Zero => each!(|_v| 1.0),
+            PowBy::One => each!(|v| v),
+            PowBy::Two => each!(|v| v * v),
+            PowBy::Three => each!(|v| (v * v) * v),
+            PowBy::Four => each!(|v| (v * v) * (v * v)),
+            PowBy::MinusOne => each!(|v| 1.0 / v),
+            PowBy::Half => each!(|v| {
+                let s = v.sqrt();
                 // `maximum(s, +0)`: NaN-propagating, and `-0` becomes `+0`.
                 let m = if s > 0.0 || s.is_nan() { s } else { 0.0 };
-                if x == -$inf { $inf } else { m }
-            }
+                if v == <$C>::NEG_INFINITY {
+                    <$C>::INFINITY
+                } else {
+                    m
+                }
+            }),
         }
     }};
 }
@@ -535,14 +550,12 @@ fn pow_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     let x = as_dtype(a.tensor(0)?, out.dtype())?;
     let op = a.op;
     match out.dtype() {
-        DType::F32 => map1::<f32, f32>(op, out, &x, |v| pow_by_float!(by, v, f32::INFINITY)),
-        DType::F64 => map1::<f64, f64>(op, out, &x, |v| pow_by_float!(by, v, f64::INFINITY)),
-        DType::F16 => map1::<f16, f16>(op, out, &x, |v| {
-            f16::from_f32(pow_by_float!(by, v.to_f32(), f32::INFINITY))
-        }),
-        DType::BF16 => map1::<bf16, bf16>(op, out, &x, |v| {
-            bf16::from_f32(pow_by_float!(by, v.to_f32(), f32::INFINITY))
-        }),
+        DType::F32 => pow_by_float_map!(op, out, &x, by, f32, f32, |v: f32| v, |v: f32| v),
+        DType::F64 => pow_by_float_map!(op, out, &x, by, f64, f64, |v: f64| v, |v: f64| v),
+        DType::F16 => pow_by_float_map!(op, out, &x, by, f16, f32, f16::to_f32, f16::from_f32),
+        DType::BF16 => {
+            pow_by_float_map!(op, out, &x, by, bf16, f32, bf16::to_f32, bf16::from_f32)
+        }
         DType::I32 => map1::<i32, i32>(op, out, &x, |v| pow_by_int(by, v as i64) as i32),
         DType::I64 => map1::<i64, i64>(op, out, &x, |v| pow_by_int(by, v)),
         DType::Bool => binary_fill::<Pow>(a, outs),
