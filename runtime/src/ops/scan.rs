@@ -12,6 +12,7 @@ use tensorplay_ir::{DType, OpClass, Result};
 use super::{AutocastPolicy, GradCtx, Kernel, Lower, OpDef, OutSpec, Saved, VmapRule};
 use crate::dispatch::call1;
 use crate::element::Element;
+use crate::symint::SymInt;
 use crate::tensor::Tensor;
 use crate::value::{Args, Value};
 use crate::with_dtype;
@@ -176,7 +177,7 @@ fn cumprod_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
         return Ok(vec![Some(g.to_dtype(x.dtype())?)]);
     }
     if x.numel() == 0 {
-        return Ok(vec![Some(Tensor::zeros_like(x))]);
+        return Ok(vec![Some(Tensor::zeros_sym(&x.sym_shape(), x.dtype())?)]);
     }
     let d = normalize_dim(c.args.op, dim, x.rank())? as i64;
     let xs = x.to_dtype(g.dtype())?.transpose(d, -1)?;
@@ -188,9 +189,12 @@ fn cumprod_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let partial = after.cumprod(-1, None)?; // [.., j, i]: prod(x[j+1..=i]), 1 for i <= j
     let upper = Tensor::where_tensor_scalar(&diff.ge_scalar(0)?, &partial, 0)?;
     let suffix = upper.mul(&gs.unsqueeze(-2)?)?.sum(&[-1], false)?;
+    // A symbolic factory (not `ones_like`), so capture records it as part of the graph.
+    let mut first = xs.sym_shape();
+    *first.last_mut().expect("rank >= 1") = SymInt::Lit(1);
     let shifted = Tensor::cat(
         &[
-            Tensor::ones_like(&xs.narrow(-1, 0, 1)?),
+            Tensor::ones_sym(&first, xs.dtype())?,
             xs.narrow(-1, 0, n - 1)?,
         ],
         -1,
