@@ -576,7 +576,7 @@ pub fn cross_entropy_weighted(
         }
         let smooth = logp
             .mul(&weight.reshape(&at)?)?
-            .sum(&[class_dim as i64], false)?
+            .sum(&[class_dim], false)?
             .neg()?;
         let zero = Tensor::try_full(&[], 0.0, smooth.dtype())?;
         let smooth = Tensor::where_cond(&valid, &smooth, &zero)?;
