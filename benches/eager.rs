@@ -2,12 +2,18 @@
 //! reduction throughput next to plain-Rust bandwidth references measured in the same run.
 //!
 //! Run: `cargo bench --bench eager`. Ratios (eager / reference) go into docs/PERFORMANCE.md.
+//! `eager_math_2^20` (the anchor workloads W1 and W2 as eager op chains, and single
+//! transcendental ops, next to the compiled W1/W2 of the same run) is the one to run on one
+//! thread: `TP_NUM_THREADS=1 cargo bench --bench eager -- eager_math`; `TP_BULK_ISA=avx2` runs
+//! the AVX2 kernels on an AVX-512 host.
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use rayon::prelude::*;
-use tensorplay::{DType, Tensor};
+use tensorplay::compiler::codegen::cpu::math::bulk;
+use tensorplay::compiler::compile;
+use tensorplay::{DType, Result, Tensor};
 
 const LARGE: usize = 1 << 24;
 
@@ -139,5 +145,72 @@ fn throughput(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, dispatch_overhead, throughput);
+/// W1: `0.5*x*(1+tanh(0.7978845608*(x+0.044715*x^3)))`, as in `benches/fusion.rs`.
+fn w1(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let x = &xs[0];
+    let inner = x
+        .add(&x.pow_scalar(3.0)?.mul_scalar(0.044715)?)?
+        .mul_scalar(0.7978845608)?;
+    Ok(vec![
+        x.mul_scalar(0.5)?.mul(&inner.tanh()?.add_scalar(1.0)?)?,
+    ])
+}
+
+/// W2: `a*sigmoid(a)*b`.
+fn w2(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    Ok(vec![xs[0].mul(&xs[0].sigmoid()?)?.mul(&xs[1])?])
+}
+
+/// Eager transcendental math at 2^20 f32 (L2/L3-resident): the anchor workloads W1 and W2 as
+/// eager op chains (bytes as the anchors count them: 8N and 12N) next to their compiled forms,
+/// and single ops (8N bytes).
+fn eager_math(c: &mut Criterion) {
+    const N: usize = 1 << 20;
+    let threads = tensorplay::parallel::num_threads();
+    println!(
+        "eager math bench: eager kernels at {:?}, TP_BULK_ISA cap {:?}, {threads} thread(s)",
+        bulk::eager_level(),
+        bulk::level_cap()
+    );
+    let x = Tensor::randn_seeded(&[N], DType::F32, 1).unwrap();
+    let b = Tensor::randn_seeded(&[N], DType::F32, 2).unwrap();
+    let mut g = c.benchmark_group("eager_math_2^20");
+    g.sample_size(30);
+    type Workload = fn(&[Tensor]) -> Result<Vec<Tensor>>;
+    let workloads: [(&str, Workload, Vec<Tensor>, u64); 2] = [
+        ("W1_gelu_tanh", w1, vec![x.clone()], 8),
+        ("W2_silu_mul", w2, vec![x.clone(), b.clone()], 12),
+    ];
+    for (name, f, inputs, bytes) in workloads {
+        g.throughput(Throughput::Bytes(bytes * N as u64));
+        g.bench_function(
+            BenchmarkId::new(format!("eager_{name}"), threads),
+            |bench| bench.iter(|| black_box(f(&inputs).unwrap())),
+        );
+        let compiled = compile(f);
+        compiled.call(&inputs).unwrap();
+        g.bench_function(
+            BenchmarkId::new(format!("compiled_{name}"), threads),
+            |bench| bench.iter(|| black_box(compiled.call(&inputs).unwrap())),
+        );
+    }
+    g.throughput(Throughput::Bytes(8 * N as u64));
+    type Op = fn(&Tensor) -> Result<Tensor>;
+    let ops: [(&str, Op); 5] = [
+        ("exp", Tensor::exp),
+        ("tanh", Tensor::tanh),
+        ("sigmoid", Tensor::sigmoid),
+        ("gelu_tanh", |t| t.gelu("tanh")),
+        ("pow_3", |t| t.pow_scalar(3.0)),
+    ];
+    for (name, op) in ops {
+        g.bench_function(
+            BenchmarkId::new(format!("eager_{name}"), threads),
+            |bench| bench.iter(|| black_box(op(&x).unwrap())),
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(benches, dispatch_overhead, throughput, eager_math);
 criterion_main!(benches);

@@ -139,3 +139,71 @@ fn causal_and_triangular_masks_follow_the_sequence_length_without_recompiling() 
     assert_eq!(f.num_compiled(), 1, "recompiled for another length");
     Ok(())
 }
+
+/// Issue 12's second batch under compile: `cumprod` (a barrier with its reason), `diagonal`
+/// (a view, also of a computed tensor), `nansum`, `embedding_padded` and the class-weighted
+/// cross-entropy — forward values and gradients through compiled training equal eager's; the
+/// elementwise ops around them still fuse.
+#[test]
+fn cumprod_diagonal_nansum_and_weighted_losses_compile_like_eager() -> Result<()> {
+    let program = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        let (x, table, w, ids, t) = (&xs[0], &xs[1], &xs[2], &xs[3], &xs[4]);
+        let scan = x.mul_scalar(0.5)?.cumprod(1, None)?.tanh()?; // [4, 5]
+        let diag = x.matmul(&x.t()?)?.diagonal(1, 0, 1)?.exp()?; // [3]
+        let nan = x.div(&x.gt_scalar(0.0)?.to_dtype(DType::F64)?)?; // inf and NaN (0/0)
+        let masked = nan.masked_fill(&nan.isinf()?, 0.0)?.nansum(&[0], false)?; // [5]
+        let e = nn::embedding_padded(ids, table, Some(0))?.sum(&[-1], false)?; // [4]
+        let ce = nn::cross_entropy_weighted(&scan, t, Some(w), -100, 0.1, Reduction::Mean)?;
+        Ok(vec![
+            ce.add(&diag.sum_all()?)?
+                .add(&masked.mul(&scan.select(0, 1)?)?.sum_all()?)?
+                .add(&e.mul(&scan.select(1, 2)?)?.sum_all()?)?,
+        ])
+    };
+    let xs = vec![
+        // A zero in the data: cumprod's gradient must be exact there.
+        Tensor::randn_seeded(&[4, 5], DType::F64, 21)?
+            .masked_fill(
+                &Tensor::from_vec(vec![false, false, true, false, false], &[5])?,
+                0.0,
+            )?
+            .requires_grad_(true)?,
+        Tensor::randn_seeded(&[3, 2], DType::F64, 22)?.requires_grad_(true)?,
+        Tensor::from_vec(vec![0.5, 2.0, 1.0, 1.5, 0.25], &[5])?.requires_grad_(true)?,
+        Tensor::from_vec(vec![0i64, 2, 1, 0], &[4])?,
+        Tensor::from_vec(vec![4i64, 0, 2, 1], &[4])?,
+    ];
+    let inputs = &xs[..3];
+    let want = program(&xs)?.remove(0);
+    let grads = autograd::grad(std::slice::from_ref(&want), inputs, &[None], false)?;
+    let f = compile(program);
+    let got = f.call(&xs)?.remove(0);
+    assert!(
+        f.training_fallbacks().is_empty(),
+        "{:?}",
+        f.training_fallbacks()
+    );
+    assert_eq!(got.grad_fn_name(), Some("compiled_backward"));
+    assert!(close(&got, &want, 1e-12)?, "{got:?} vs {want:?}");
+    let cgrads = autograd::grad(std::slice::from_ref(&got), inputs, &[None], false)?;
+    for (i, (c, e)) in cgrads.iter().zip(&grads).enumerate() {
+        let (c, e) = (c.as_ref().unwrap(), e.as_ref().unwrap());
+        assert!(close(c, e, 1e-12)?, "gradient {i}: {c:?} vs {e:?}");
+    }
+    assert!(
+        f.training_fallbacks().is_empty(),
+        "{:?}",
+        f.training_fallbacks()
+    );
+    let text = f.latest_training().unwrap().explain();
+    assert!(
+        text.contains("tp::cumprod has no scalar lowering"),
+        "cumprod's barrier reason missing from:\n{text}"
+    );
+    // Inference too, with a second batch of the same shapes.
+    let g = compile(program);
+    let detached: Vec<Tensor> = xs.iter().map(|t| t.detach()).collect();
+    let a = g.call(&detached)?.remove(0);
+    assert!(close(&a, &program(&detached)?.remove(0), 1e-12)?);
+    Ok(())
+}

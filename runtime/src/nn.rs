@@ -1,6 +1,7 @@
-//! Neural-network functions (PyTorch's `torch.nn.functional`): `linear`, `embedding`,
-//! `layer_norm`, `rms_norm`, `dropout`, `mse_loss`, `nll_loss`, `cross_entropy` and
-//! `scaled_dot_product_attention`.
+//! Neural-network functions (PyTorch's `torch.nn.functional`): `linear`, `embedding` (and
+//! `embedding_padded`), `layer_norm`, `rms_norm`, `dropout`, `mse_loss`, `nll_loss`,
+//! `cross_entropy` (and their class-`weight` forms `nll_loss_weighted`,
+//! `cross_entropy_weighted`) and `scaled_dot_product_attention`.
 //!
 //! Each is a composite of op-table ops, as PyTorch decomposes them: there is no kernel here, so
 //! autograd differentiates the ops they are made of, vmap batches them, and the compiler fuses
@@ -81,6 +82,47 @@ pub fn embedding(input: &Tensor, weight: &Tensor) -> Result<Tensor> {
     weight
         .index_select(0, &ids.reshape(&[ids.numel()])?)?
         .reshape(&shape)
+}
+
+/// [`embedding`] with PyTorch's `padding_idx`: rows picked at `padding_idx` (negative counts
+/// from `num_embeddings`) still read `weight`'s row, but send no gradient to it. `None` is plain
+/// [`embedding`]. A `padding_idx` outside `[-num_embeddings, num_embeddings)` is an argument
+/// error.
+///
+/// ```
+/// use tensorplay_runtime::{nn, DType, Tensor};
+/// let w = Tensor::ones(&[3, 2], DType::F32).requires_grad_(true)?;
+/// let ids = Tensor::from_vec(vec![0i64, 1, 1, 2], &[4])?;
+/// let e = nn::embedding_padded(&ids, &w, Some(1))?;
+/// assert_eq!(e.to_vec::<f32>()?, vec![1.0; 8]);
+/// e.sum_all()?.backward()?;
+/// assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![1.0, 1.0, 0.0, 0.0, 1.0, 1.0]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn embedding_padded(
+    input: &Tensor,
+    weight: &Tensor,
+    padding_idx: Option<i64>,
+) -> Result<Tensor> {
+    const OP: &str = "embedding";
+    let out = embedding(input, weight)?;
+    let Some(pad) = padding_idx else {
+        return Ok(out);
+    };
+    let num = weight.shape()[0] as i64;
+    if !(-num..num).contains(&pad) {
+        return Err(Error::argument(
+            OP,
+            "padding_idx",
+            format!("an index in [-{num}, {num}) (num_embeddings = {num})"),
+            pad.to_string(),
+        ));
+    }
+    let pad = if pad < 0 { pad + num } else { pad };
+    let is_pad = int_index(OP, "input", input)?
+        .eq_scalar(pad)?
+        .unsqueeze(-1)?;
+    Tensor::where_cond(&is_pad, &out.detach(), &out)
 }
 
 /// The trailing dims `normalized_shape` of `x`, as dims to reduce over.
@@ -357,6 +399,85 @@ pub fn nll_loss(
     masked_reduce(loss, &valid, reduction)
 }
 
+/// The class weights of `nll_loss_weighted`/`cross_entropy_weighted`: a floating 1-D tensor with
+/// one entry per class of `input`, in `input`'s dtype.
+fn class_weight(op: &str, input: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    let classes = input.shape()[if input.rank() == 1 { 0 } else { 1 }];
+    if weight.shape() != [classes] {
+        return Err(Error::argument(
+            op,
+            "weight",
+            format!(
+                "shape [{classes}] (one weight per class of input of shape {})",
+                fmt_shape(input.shape())
+            ),
+            format!("shape {}", fmt_shape(weight.shape())),
+        ));
+    }
+    if !weight.dtype().is_float() {
+        return Err(Error::argument(
+            op,
+            "weight",
+            "a floating tensor",
+            format!("dtype {}", weight.dtype()),
+        ));
+    }
+    weight.to_dtype(input.dtype())
+}
+
+/// `weight[target]` per target, 0 where the target is ignored (so it also counts nothing in
+/// the mean's denominator).
+fn picked_weight(weight: &Tensor, target: &Tensor, valid: &Tensor) -> Result<Tensor> {
+    let safe = target.masked_fill(&valid.logical_not()?, 0)?;
+    let w = weight
+        .index_select(0, &safe.reshape(&[safe.numel()])?)?
+        .reshape(safe.shape())?;
+    let zero = Tensor::try_full(&[], 0.0, w.dtype())?;
+    Tensor::where_cond(valid, &w, &zero)
+}
+
+/// The weighted reduction: `Mean` divides by the summed weights of the not-ignored targets
+/// (NaN when they sum to 0, as in PyTorch).
+fn weighted_reduce(loss: Tensor, picked_w: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    match reduction {
+        Reduction::None => Ok(loss),
+        Reduction::Sum => loss.sum_all(),
+        Reduction::Mean => loss.sum_all()?.div(&picked_w.sum_all()?),
+    }
+}
+
+/// [`nll_loss`] with a per-class `weight` (`[C]`, floating; PyTorch's `weight=`): each loss is
+/// `-weight[t] * input[n, t]`, and the mean divides by the sum of `weight[t]` over the targets
+/// that are not ignored. `None` is plain [`nll_loss`].
+///
+/// ```
+/// use tensorplay_runtime::{nn, Tensor};
+/// let logp = Tensor::from_vec(vec![-1.0f32, -2.0, -3.0, -4.0], &[2, 2])?;
+/// let t = Tensor::from_vec(vec![1i64, 0], &[2])?;
+/// let w = Tensor::from_vec(vec![1.0f32, 3.0], &[2])?;
+/// // (3·2 + 1·3) / (3 + 1)
+/// let l = nn::nll_loss_weighted(&logp, &t, Some(&w), -100, nn::Reduction::Mean)?;
+/// assert_eq!(l.item::<f32>()?, 2.25);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn nll_loss_weighted(
+    input: &Tensor,
+    target: &Tensor,
+    weight: Option<&Tensor>,
+    ignore_index: i64,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    const OP: &str = "nll_loss";
+    let Some(weight) = weight else {
+        return nll_loss(input, target, ignore_index, reduction);
+    };
+    let target = class_target(OP, input, target)?;
+    let weight = class_weight(OP, input, weight)?;
+    let (loss, valid) = picked_nll(input, &target, ignore_index)?;
+    let w = picked_weight(&weight, &target, &valid)?;
+    weighted_reduce(loss.mul(&w)?, &w, reduction)
+}
+
 /// Cross-entropy of logits `input` (`[N, C]`, `[N, C, d1…]` or `[C]`) against class-index
 /// targets: `nll_loss(log_softmax(input))`. With `label_smoothing = ε`, the target distribution
 /// is `(1 - ε)` on the target class plus `ε / C` on every class, so each loss is
@@ -400,6 +521,71 @@ pub fn cross_entropy(
         nll
     };
     masked_reduce(loss, &valid, reduction)
+}
+
+/// [`cross_entropy`] with a per-class `weight` (`[C]`, floating; PyTorch's `weight=`):
+/// `nll_loss_weighted(log_softmax(input))`. With `label_smoothing = ε` each loss is
+/// `(1 - ε) * weight[t] * nll + ε / C * sum_c(weight[c] * -log_softmax_c)`, and the mean divides
+/// the summed losses by the sum of `weight[t]` over the targets that are not ignored (PyTorch's
+/// semantics). `None` is plain [`cross_entropy`].
+///
+/// ```
+/// use tensorplay_runtime::{nn, Tensor};
+/// let logits = Tensor::from_vec(vec![0.0f64, 0.0, 0.0, 0.0], &[2, 2])?;
+/// let t = Tensor::from_vec(vec![0i64, 1], &[2])?;
+/// let w = Tensor::from_vec(vec![1.0f64, 3.0], &[2])?;
+/// let l = nn::cross_entropy_weighted(&logits, &t, Some(&w), -100, 0.0, nn::Reduction::Mean)?;
+/// assert!((l.item::<f64>()? - std::f64::consts::LN_2).abs() < 1e-15);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn cross_entropy_weighted(
+    input: &Tensor,
+    target: &Tensor,
+    weight: Option<&Tensor>,
+    ignore_index: i64,
+    label_smoothing: f64,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    const OP: &str = "cross_entropy";
+    let Some(weight) = weight else {
+        return cross_entropy(input, target, ignore_index, label_smoothing, reduction);
+    };
+    if !(0.0..=1.0).contains(&label_smoothing) {
+        return Err(Error::argument(
+            OP,
+            "label_smoothing",
+            "a value in [0, 1]",
+            label_smoothing.to_string(),
+        ));
+    }
+    let target = class_target(OP, input, target)?;
+    let weight = class_weight(OP, input, weight)?;
+    let class_dim = if input.rank() == 1 { 0 } else { 1 };
+    let logp = input.log_softmax(class_dim)?;
+    let (nll, valid) = picked_nll(&logp, &target, ignore_index)?;
+    let w = picked_weight(&weight, &target, &valid)?;
+    let nll = nll.mul(&w)?;
+    let loss = if label_smoothing > 0.0 {
+        let classes = weight.numel();
+        // The weights along the class dim: [C] for a [C] input, [C, 1, …] otherwise.
+        let mut at = vec![1usize; input.rank().saturating_sub(1)];
+        if input.rank() == 1 {
+            at = vec![classes];
+        } else {
+            at[0] = classes;
+        }
+        let smooth = logp
+            .mul(&weight.reshape(&at)?)?
+            .sum(&[class_dim], false)?
+            .neg()?;
+        let zero = Tensor::try_full(&[], 0.0, smooth.dtype())?;
+        let smooth = Tensor::where_cond(&valid, &smooth, &zero)?;
+        nll.mul_scalar(1.0 - label_smoothing)?
+            .add(&smooth.mul_scalar(label_smoothing / classes as f64)?)?
+    } else {
+        nll
+    };
+    weighted_reduce(loss, &w, reduction)
 }
 
 /// Attention `softmax(q @ k^T * scale + mask) @ v` over the last two dims (`q: [..., L, E]`,

@@ -60,6 +60,7 @@ use tensorplay_ir::graph::{Arg, Attr, Constant, Graph, NodeKind, ValueRef};
 use tensorplay_ir::{
     Category, DType, Error, LibmFn, LibmFn2, NodeId, ReduceOp, Result, ScalarExpr, ScalarOp,
 };
+use tensorplay_runtime::ops::binary::PowBy;
 use tensorplay_runtime::ops::lowering::{DTypeRule, pointwise};
 
 use crate::passes::region::{Region, RegionKind};
@@ -1532,57 +1533,18 @@ fn lower_expr(
     })
 }
 
-/// A `pow` exponent that lowering replaces by cheaper exact-enough code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PowBy {
-    /// `x^0 = 1` for every `x`, NaN included (C's `pow`, eager's `int_pow`).
-    Zero,
-    /// `x^1 = x`.
-    One,
-    /// `x * x`.
-    Two,
-    /// `(x * x) * x`.
-    Three,
-    /// `(x * x) * (x * x)`.
-    Four,
-    /// `1 / x` (floats only).
-    MinusOne,
-    /// `sqrt(x)`, patched for `-0` and `-inf` (floats only).
-    Half,
-}
-
-/// Which [`PowBy`] an exponent of value `y` (already in the compute dtype) selects, if any.
-///
-/// Only exponents whose replacement matches eager's `pow` for every input qualify. Integer
-/// compute dtypes: 0..=4, whose wrapping products equal `int_pow`'s wrapping repeated squaring
-/// (multiplication modulo 2^bits is associative; i32 `int_pow` computes in i64 and truncates,
-/// which is the same residue). Negative integer exponents keep the general code (`int_pow`'s
-/// rule for them is not a product). Floats: 0..=4 as products, with at most two extra roundings
-/// (within `pow`'s ulp contract; the sign and infinity/zero/NaN cases of `pow` by an integer are
-/// exactly those of the product), `-1` as a correctly rounded division (`pow(±0, -1) = ±inf`,
-/// `pow(±inf, -1) = ±0`, like `1 / x`), `0.5` as `sqrt` (see [`lower_pow_by_constant`]).
+/// Which [`PowBy`] replacement (the table eager's `pow` uses too) an exponent of value `y`
+/// (already in the compute dtype) selects, if any.
 fn pow_by(y: Lit) -> Option<PowBy> {
-    let by = match y {
-        Lit::Int(0) => PowBy::Zero,
-        Lit::Int(1) => PowBy::One,
-        Lit::Int(2) => PowBy::Two,
-        Lit::Int(3) => PowBy::Three,
-        Lit::Int(4) => PowBy::Four,
-        // Float patterns compare with `==`, so this also takes -0 (pow(x, -0) is 1 as well).
-        Lit::Float(0.0) => PowBy::Zero,
-        Lit::Float(1.0) => PowBy::One,
-        Lit::Float(2.0) => PowBy::Two,
-        Lit::Float(3.0) => PowBy::Three,
-        Lit::Float(4.0) => PowBy::Four,
-        Lit::Float(-1.0) => PowBy::MinusOne,
-        Lit::Float(0.5) => PowBy::Half,
-        _ => return None,
-    };
-    Some(by)
+    match y {
+        Lit::Int(v) => PowBy::of_int(v),
+        Lit::Float(v) => PowBy::of_float(v),
+        Lit::Bool(_) => None,
+    }
 }
 
 /// Strength reduction of `pow(x, y)` when `y` is a scalar constant with one of the values of
-/// [`pow_by`]: the general `pow` costs several times a multiplication chain (and most of a
+/// [`PowBy`]: the general `pow` costs several times a multiplication chain (and most of a
 /// kernel's compile time). Computes in `compute`, the dtype the `pow` would compute in, so
 /// f16/bf16 still round once at the store and integers wrap as eager's `int_pow` does. Returns
 /// `None` (lower the general `pow`) for any other exponent.

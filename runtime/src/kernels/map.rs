@@ -4,6 +4,7 @@
 
 use tensorplay_ir::Result;
 use tensorplay_ir::shape::broadcast_strides;
+use tensorplay_math::bulk::{BinaryFn, UnaryFn};
 
 use super::iter::Nest;
 use super::raw::{self, Operand, SendPtr};
@@ -57,18 +58,22 @@ fn flat_run(out: &Tensor, operands: &[&Tensor]) -> Option<usize> {
     .then_some(n)
 }
 
-/// `out[i] = f(a[i])` with `a` broadcast to `out`'s shape. Dtypes must match `A` and `O`.
-pub(crate) fn map1<A: Element, O: Element>(
+/// Calls `run` on every run of `out` paired with the same elements of `a` (broadcast to `out`'s
+/// shape), splitting the output across the pool as [`Nest::run`] does, or as one run on this
+/// thread when [`flat_run`] allows. Each run satisfies the `# Safety` conditions of the `raw`
+/// loops (see the comment above `map1`).
+fn each_run1<A: Element, O: Element>(
     op: &str,
     out: &Tensor,
     a: &Tensor,
-    f: impl Fn(A) -> O + Sync,
+    run: impl Fn(Operand<O>, Operand<A>, usize) + Sync,
 ) -> Result<()> {
     if let Some(n) = flat_run(out, &[a]) {
         let (po, pa) = (base::<O>(op, out)?, base::<A>(op, a)?);
         if n > 0 {
             // SAFETY: see the comment above `map1`; one run of all `n` contiguous elements.
-            unsafe { raw::run1(operand(po, 0, 1), operand(pa, 0, 1), n, &f) }
+            let (o, a) = unsafe { (operand(po, 0, 1), operand(pa, 0, 1)) };
+            run(o, a, n);
         }
         return Ok(());
     }
@@ -78,7 +83,76 @@ pub(crate) fn map1<A: Element, O: Element>(
     let [io, ia] = nest.inner_strides();
     nest.run(|[oo, oa], len| {
         // SAFETY: see the comment above `map1`.
-        unsafe { raw::run1(operand(po, oo, io), operand(pa, oa, ia), len, &f) }
+        let (o, a) = unsafe { (operand(po, oo, io), operand(pa, oa, ia)) };
+        run(o, a, len);
+    });
+    Ok(())
+}
+
+/// `out[i] = f(a[i])` with `a` broadcast to `out`'s shape. Dtypes must match `A` and `O`.
+pub(crate) fn map1<A: Element, O: Element>(
+    op: &str,
+    out: &Tensor,
+    a: &Tensor,
+    f: impl Fn(A) -> O + Sync,
+) -> Result<()> {
+    each_run1(op, out, a, |o, a, len| {
+        // SAFETY: `each_run1` hands out runs that meet `run1`'s conditions.
+        unsafe { raw::run1(o, a, len, &f) }
+    })
+}
+
+/// `out[i] = store(k(load(a[i])))` with `a` broadcast to `out`'s shape, where `k` is a
+/// math-library buffer kernel over f32 (see [`raw::run1_buffered`]). Dtypes must match `A` and
+/// `O`.
+pub(crate) fn map1_buffered<A: Element, O: Element>(
+    op: &str,
+    out: &Tensor,
+    a: &Tensor,
+    k: UnaryFn,
+    load: impl Fn(A) -> f32 + Sync,
+    store: impl Fn(f32) -> O + Sync,
+) -> Result<()> {
+    each_run1(op, out, a, |o, a, len| {
+        // SAFETY: `each_run1` hands out runs that meet `run1_buffered`'s conditions; `k` is a
+        // library kernel.
+        unsafe { raw::run1_buffered(o, a, len, k, &load, &store) }
+    })
+}
+
+/// The binary counterpart of [`each_run1`]: every run of `out` with the same elements of `a`
+/// and `b` (broadcast to `out`'s shape).
+fn each_run2<A: Element, B: Element, O: Element>(
+    op: &str,
+    out: &Tensor,
+    a: &Tensor,
+    b: &Tensor,
+    run: impl Fn(Operand<O>, Operand<A>, Operand<B>, usize) + Sync,
+) -> Result<()> {
+    if let Some(n) = flat_run(out, &[a, b]) {
+        let (po, pa, pb) = (base::<O>(op, out)?, base::<A>(op, a)?, base::<B>(op, b)?);
+        if n > 0 {
+            // SAFETY: see the comment above `map1`; one run of all `n` contiguous elements.
+            let (o, a, b) = unsafe { (operand(po, 0, 1), operand(pa, 0, 1), operand(pb, 0, 1)) };
+            run(o, a, b, n);
+        }
+        return Ok(());
+    }
+    let sa = strides_for(op, a, out)?;
+    let sb = strides_for(op, b, out)?;
+    let (po, pa, pb) = (base::<O>(op, out)?, base::<A>(op, a)?, base::<B>(op, b)?);
+    let nest = Nest::<3>::new(out.shape(), [out.strides(), &sa, &sb]);
+    let [io, ia, ib] = nest.inner_strides();
+    nest.run(|[oo, oa, ob], len| {
+        // SAFETY: see the comment above `map1`.
+        let (o, a, b) = unsafe {
+            (
+                operand(po, oo, io),
+                operand(pa, oa, ia),
+                operand(pb, ob, ib),
+            )
+        };
+        run(o, a, b, len);
     });
     Ok(())
 }
@@ -91,40 +165,29 @@ pub(crate) fn map2<A: Element, B: Element, O: Element>(
     b: &Tensor,
     f: impl Fn(A, B) -> O + Sync,
 ) -> Result<()> {
-    if let Some(n) = flat_run(out, &[a, b]) {
-        let (po, pa, pb) = (base::<O>(op, out)?, base::<A>(op, a)?, base::<B>(op, b)?);
-        if n > 0 {
-            // SAFETY: see the comment above `map1`; one run of all `n` contiguous elements.
-            unsafe {
-                raw::run2(
-                    operand(po, 0, 1),
-                    operand(pa, 0, 1),
-                    operand(pb, 0, 1),
-                    n,
-                    &f,
-                )
-            }
-        }
-        return Ok(());
-    }
-    let sa = strides_for(op, a, out)?;
-    let sb = strides_for(op, b, out)?;
-    let (po, pa, pb) = (base::<O>(op, out)?, base::<A>(op, a)?, base::<B>(op, b)?);
-    let nest = Nest::<3>::new(out.shape(), [out.strides(), &sa, &sb]);
-    let [io, ia, ib] = nest.inner_strides();
-    nest.run(|[oo, oa, ob], len| {
-        // SAFETY: see the comment above `map1`.
-        unsafe {
-            raw::run2(
-                operand(po, oo, io),
-                operand(pa, oa, ia),
-                operand(pb, ob, ib),
-                len,
-                &f,
-            )
-        }
-    });
-    Ok(())
+    each_run2(op, out, a, b, |o, a, b, len| {
+        // SAFETY: `each_run2` hands out runs that meet `run2`'s conditions.
+        unsafe { raw::run2(o, a, b, len, &f) }
+    })
+}
+
+/// `out[i] = k(a[i], b[i])` over f32 values with broadcasting, where `k` is a math-library
+/// buffer kernel (see [`raw::run2_buffered`]); `load`/`store` convert from and to the tensors'
+/// element type. `out` may be `a` itself.
+pub(crate) fn map2_buffered<T: Element>(
+    op: &str,
+    out: &Tensor,
+    a: &Tensor,
+    b: &Tensor,
+    k: BinaryFn,
+    load: impl Fn(T) -> f32 + Sync,
+    store: impl Fn(f32) -> T + Sync,
+) -> Result<()> {
+    each_run2(op, out, a, b, |o, a, b, len| {
+        // SAFETY: `each_run2` hands out runs that meet `run2_buffered`'s conditions; `k` is a
+        // library kernel.
+        unsafe { raw::run2_buffered(o, a, b, len, k, &load, &load, &store) }
+    })
 }
 
 /// `out[i] = f(a[i], b[i], c[i])` with broadcasting (used by `where`).

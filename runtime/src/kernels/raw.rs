@@ -19,6 +19,9 @@
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
+use tensorplay_ir::DType;
+use tensorplay_math::bulk::{BinaryFn, UnaryFn};
+
 use crate::element::Element;
 
 /// A tensor address that pool threads may share. It is only an address: every dereference is an
@@ -288,6 +291,128 @@ pub(crate) unsafe fn run3<A: Element, B: Element, C: Element, O: Element>(
             let z = c.ptr.offset(i * c.stride).read();
             o.ptr.offset(i * o.stride).write(f(x, y, z));
         }
+    }
+}
+
+/// Elements per stack tile of [`run1_buffered`]: 2 KiB of f32, L1-resident.
+const TILE: usize = 512;
+
+/// `out[i] = store(k(load(a[i])))` over one run of `len` elements, where `k` is a buffer kernel
+/// over f32 values (a math-library kernel, `tensorplay_math::bulk`): the eager form of ops whose
+/// f32 definition is such a kernel. A unit-stride f32 run that is its input itself or disjoint
+/// from it goes to `k` directly (the kernel allows exactly those two cases); every other run —
+/// strided, broadcast, overlapping, or of another dtype — goes through a stack tile that is read
+/// completely, computed in place and written back. Both give the same values.
+///
+/// # Safety
+/// As for [`run1`]; `k` must be a kernel with the [`UnaryFn`] contract.
+#[inline(always)]
+pub(crate) unsafe fn run1_buffered<A: Element, O: Element>(
+    o: Operand<O>,
+    a: Operand<A>,
+    len: usize,
+    k: UnaryFn,
+    load: &impl Fn(A) -> f32,
+    store: &impl Fn(f32) -> O,
+) {
+    let both_f32 = A::DTYPE == DType::F32 && O::DTYPE == DType::F32;
+    let same = std::ptr::eq(o.ptr.cast::<u8>(), a.ptr.cast::<u8>());
+    if both_f32 && o.stride == 1 && a.stride == 1 && (same || disjoint(&o, &a, len)) {
+        // SAFETY: both runs hold `len` f32 values (the dtypes are f32, so `A` and `O` are f32)
+        // at unit stride inside live allocations, the input initialised (caller); they are the
+        // same run or disjoint, which is what the kernel accepts.
+        unsafe { k(a.ptr.cast::<f32>(), o.ptr.cast::<f32>(), len) };
+        return;
+    }
+    let mut tile = [0.0f32; TILE];
+    let mut start = 0;
+    while start < len {
+        let n = TILE.min(len - start);
+        for (j, t) in tile[..n].iter_mut().enumerate() {
+            // SAFETY: element `start + j < len` of the input is in bounds and initialised
+            // (caller).
+            *t = load(unsafe { a.ptr.offset((start + j) as isize * a.stride).read() });
+        }
+        let p = tile.as_mut_ptr();
+        // SAFETY: the tile holds `n <= TILE` initialised f32 values; computing in place (same
+        // pointer for input and output) is allowed by the kernel contract.
+        unsafe { k(p, p, n) };
+        for (j, &t) in tile[..n].iter().enumerate() {
+            // SAFETY: element `start + j < len` of the output is in bounds (caller); its inputs
+            // were all read into the tile before this write.
+            unsafe {
+                o.ptr
+                    .offset((start + j) as isize * o.stride)
+                    .write(store(t))
+            };
+        }
+        start += n;
+    }
+}
+
+/// `out[i] = store(k(load_a(a[i]), load_b(b[i])))` over one run of `len` elements: the binary
+/// counterpart of [`run1_buffered`]. Unit-stride f32 runs where the output is disjoint from
+/// both inputs or is one of them go to `k` directly; every other run (a broadcast exponent,
+/// strides, other dtypes) goes through stack tiles.
+///
+/// # Safety
+/// As for [`run2`]; `k` must be a kernel with the [`BinaryFn`] contract.
+#[inline(always)]
+pub(crate) unsafe fn run2_buffered<A: Element, B: Element, O: Element>(
+    o: Operand<O>,
+    a: Operand<A>,
+    b: Operand<B>,
+    len: usize,
+    k: BinaryFn,
+    load_a: &impl Fn(A) -> f32,
+    load_b: &impl Fn(B) -> f32,
+    store: &impl Fn(f32) -> O,
+) {
+    let all_f32 = A::DTYPE == DType::F32 && B::DTYPE == DType::F32 && O::DTYPE == DType::F32;
+    let same = |p: *const u8| std::ptr::eq(o.ptr.cast::<u8>().cast_const(), p);
+    let fits_a = a.stride == 1 && (same(a.ptr.cast::<u8>()) || disjoint(&o, &a, len));
+    let fits_b = b.stride == 1 && (same(b.ptr.cast::<u8>()) || disjoint(&o, &b, len));
+    if all_f32 && o.stride == 1 && fits_a && fits_b {
+        // SAFETY: three f32 runs (the dtypes are f32) of `len` elements at unit stride inside
+        // live allocations, the inputs initialised (caller); the output is each input itself or
+        // disjoint from it, which the kernel accepts.
+        unsafe {
+            k(
+                a.ptr.cast::<f32>(),
+                b.ptr.cast::<f32>(),
+                o.ptr.cast::<f32>(),
+                len,
+            )
+        };
+        return;
+    }
+    let (mut ta, mut tb) = ([0.0f32; TILE], [0.0f32; TILE]);
+    let mut start = 0;
+    while start < len {
+        let n = TILE.min(len - start);
+        for j in 0..n {
+            let i = (start + j) as isize;
+            // SAFETY: element `start + j < len` of each input is in bounds and initialised
+            // (caller).
+            unsafe {
+                ta[j] = load_a(a.ptr.offset(i * a.stride).read());
+                tb[j] = load_b(b.ptr.offset(i * b.stride).read());
+            }
+        }
+        let pa = ta.as_mut_ptr();
+        // SAFETY: both tiles hold `n <= TILE` initialised f32 values; writing the result over
+        // the first operand is allowed by the kernel contract.
+        unsafe { k(pa, tb.as_ptr(), pa, n) };
+        for (j, &t) in ta[..n].iter().enumerate() {
+            // SAFETY: element `start + j < len` of the output is in bounds (caller); its inputs
+            // were read into the tiles before this write.
+            unsafe {
+                o.ptr
+                    .offset((start + j) as isize * o.stride)
+                    .write(store(t))
+            };
+        }
+        start += n;
     }
 }
 

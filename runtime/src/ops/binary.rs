@@ -5,13 +5,16 @@ use half::{bf16, f16};
 use tensorplay_ir::dtype::Tier;
 use tensorplay_ir::shape::broadcast_shapes;
 use tensorplay_ir::{DType, Error, OpClass, Result};
+use tensorplay_math::arith::S32;
+use tensorplay_math::bulk::{self, BulkOp};
+use tensorplay_math::pow;
 
 use super::lowering::expr;
 use super::{
     AutocastPolicy, DTypeRule, GradCtx, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule,
 };
 use crate::dispatch::call1;
-use crate::kernels::map::{map1, map2};
+use crate::kernels::map::{map1, map2, map2_buffered};
 use crate::tensor::Tensor;
 use crate::value::{Args, Scalar};
 
@@ -30,6 +33,9 @@ pub trait BinaryMath: 'static {
     const OUT: BinaryOut;
     /// Whether two bool operands are accepted (computed by [`BinaryMath::bool`]).
     const BOOL_OK: bool;
+    /// The math-library kernel this op's f32 form is (its `f32` must give the same bits): f32,
+    /// f16 and bf16 tensors then run the library's vectorized buffer kernel.
+    const BULK: Option<BulkOp> = None;
     fn f32(a: f32, b: f32) -> f32;
     fn f64(a: f64, b: f64) -> f64;
     /// Integer semantics (wrapping); i32 computes through i64 and truncates.
@@ -102,6 +108,16 @@ pub fn binary_fill<M: BinaryMath>(a: Args, outs: &[Tensor]) -> Result<()> {
     let x = as_dtype(a.tensor(0)?, out.dtype())?;
     let y = as_dtype(a.tensor(1)?, out.dtype())?;
     let op = a.op;
+    if let Some(k) = M::BULK.and_then(bulk::eager_binary) {
+        match out.dtype() {
+            DType::F32 => return map2_buffered::<f32>(op, out, &x, &y, k, |v| v, |v| v),
+            DType::F16 => return map2_buffered(op, out, &x, &y, k, f16::to_f32, f16::from_f32),
+            DType::BF16 => {
+                return map2_buffered(op, out, &x, &y, k, bf16::to_f32, bf16::from_f32);
+            }
+            _ => {}
+        }
+    }
     match out.dtype() {
         DType::F32 => map2::<f32, f32, f32>(op, out, &x, &y, M::f32),
         DType::F64 => map2::<f64, f64, f64>(op, out, &x, &y, M::f64),
@@ -156,12 +172,23 @@ macro_rules! binary_autocast {
     };
 }
 
-/// Declares a binary op: its math type and its `OpDef` static. `meta = f` overrides the shared
-/// meta rule (for ops with extra argument checks, such as `pow`).
+/// `None`, or the library kernel (`BulkOp` variant) a binary op's f32 form is.
+macro_rules! binary_bulk {
+    () => {
+        None
+    };
+    ($k:ident) => {
+        Some(BulkOp::$k)
+    };
+}
+
+/// Declares a binary op: its math type and its `OpDef` static. `meta = f, fill = g` override the
+/// shared meta rule and fill (for ops with extra argument checks or fast paths, such as `pow`).
 macro_rules! binary_op {
     ($STATIC:ident, $Math:ident, $name:literal, out = $out:ident, bool_ok = $bool_ok:expr,
      f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
-     grad = $grad:expr, saved = $saved:ident, lower = $lower:path $(, autocast = $ac:ident)?) => {
+     grad = $grad:expr, saved = $saved:ident, lower = $lower:path $(, autocast = $ac:ident)?
+     $(, bulk = $bulk:ident)?) => {
         binary_op!(
             $STATIC,
             $Math,
@@ -175,20 +202,23 @@ macro_rules! binary_op {
             grad = $grad,
             saved = $saved,
             meta = binary_meta::<$Math>,
+            fill = binary_fill::<$Math>,
             lower = $lower
             $(, autocast = $ac)?
+            $(, bulk = $bulk)?
         );
     };
     ($STATIC:ident, $Math:ident, $name:literal, out = $out:ident, bool_ok = $bool_ok:expr,
      f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
-     grad = $grad:expr, saved = $saved:ident, meta = $meta:expr, lower = $lower:path
-     $(, autocast = $ac:ident)?) => {
+     grad = $grad:expr, saved = $saved:ident, meta = $meta:expr, fill = $fill:expr,
+     lower = $lower:path $(, autocast = $ac:ident)? $(, bulk = $bulk:ident)?) => {
         #[doc = concat!("Scalar definition of `", $name, "`.")]
         pub struct $Math;
         impl BinaryMath for $Math {
             const NAME: &'static str = $name;
             const OUT: BinaryOut = BinaryOut::$out;
             const BOOL_OK: bool = $bool_ok;
+            const BULK: Option<BulkOp> = binary_bulk!($($bulk)?);
             #[inline(always)]
             fn f32(a: f32, b: f32) -> f32 {
                 ($f32)(a, b)
@@ -213,7 +243,7 @@ macro_rules! binary_op {
             class: OpClass::Elementwise,
             kernel: Kernel::Compute {
                 meta: $meta,
-                fill: binary_fill::<$Math>,
+                fill: $fill,
             },
             derivative: $grad,
             saved: Saved::$saved,
@@ -423,8 +453,167 @@ fn extremum_grad(c: &GradCtx, larger: bool) -> Result<Vec<Option<Tensor>>> {
 
 binary_op! {
     POW, Pow, "pow", out = Promote, bool_ok = false,
-    f32 = f32::powf, f64 = f64::powf, int = int_pow, bool = no_bool,
-    grad = Some(pow_grad), saved = All, meta = pow_meta, lower = expr::pow, autocast = F32
+    // f32: the math library's pow (≤ 0.51 ulp; C99 special cases), the compiler's bits too.
+    f32 = |a: f32, b: f32| pow::pow_f32(&mut S32, a, b), f64 = f64::powf, int = int_pow,
+    bool = no_bool, grad = Some(pow_grad), saved = All, meta = pow_meta, fill = pow_fill,
+    lower = expr::pow, autocast = F32, bulk = Pow
+}
+
+/// A `pow` by a Rust-scalar exponent that eager kernels and compiled code both replace by
+/// cheaper code (PyTorch's eager kernel special-cases the same exponents): the general `pow` costs
+/// several times a multiplication chain. One table for both sides ([`PowBy::of_float`],
+/// [`PowBy::of_int`]; the compiler's lowering reads it), so both compute the same bits.
+///
+/// Only exponents whose replacement matches `pow` within its contract for every input qualify.
+/// Integers: 0..=4, whose wrapping products equal `int_pow`'s wrapping repeated squaring
+/// (multiplication modulo 2^bits is associative; i32 `int_pow` computes in i64 and truncates,
+/// which is the same residue); negative integer exponents keep the general code. Floats: 0..=4
+/// as products, with at most two extra roundings (the sign and infinity/zero/NaN cases of `pow`
+/// by an integer are exactly those of the product), `-1` as a correctly rounded division
+/// (`pow(±0, -1) = ±inf`, `pow(±inf, -1) = ±0`, like `1 / x`), `0.5` as
+/// `where(x == -inf, +inf, maximum(sqrt(x), +0))` (`sqrt` alone differs at `-0` and `-inf`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowBy {
+    /// `x^0 = 1` for every `x`, NaN included (C's `pow`, `int_pow`).
+    Zero,
+    /// `x^1 = x`.
+    One,
+    /// `x * x`.
+    Two,
+    /// `(x * x) * x`.
+    Three,
+    /// `(x * x) * (x * x)`.
+    Four,
+    /// `1 / x` (floats only).
+    MinusOne,
+    /// `sqrt(x)`, patched for `-0` and `-inf` (floats only).
+    Half,
+}
+
+impl PowBy {
+    /// The replacement for a float exponent `y` (already rounded to the compute dtype), if any.
+    /// `-0.0` selects `Zero` as `0.0` does.
+    ///
+    /// ```
+    /// use tensorplay_runtime::ops::binary::PowBy;
+    /// assert_eq!(PowBy::of_float(3.0), Some(PowBy::Three));
+    /// assert_eq!(PowBy::of_float(0.5), Some(PowBy::Half));
+    /// assert_eq!(PowBy::of_float(2.5), None);
+    /// ```
+    pub fn of_float(y: f64) -> Option<PowBy> {
+        Some(match y {
+            0.0 => PowBy::Zero,
+            1.0 => PowBy::One,
+            2.0 => PowBy::Two,
+            3.0 => PowBy::Three,
+            4.0 => PowBy::Four,
+            -1.0 => PowBy::MinusOne,
+            0.5 => PowBy::Half,
+            _ => return None,
+        })
+    }
+
+    /// The replacement for an integer exponent (integer compute dtypes), if any: 0..=4.
+    pub fn of_int(y: i64) -> Option<PowBy> {
+        Some(match y {
+            0 => PowBy::Zero,
+            1 => PowBy::One,
+            2 => PowBy::Two,
+            3 => PowBy::Three,
+            4 => PowBy::Four,
+            _ => return None,
+        })
+    }
+}
+
+/// `map1` of `x^y` by the float replacement `by`, with `by` matched outside the loop (so each
+/// arm's loop vectorizes): `$T` the element type, `$C` the compute type (f32 for f32/f16/bf16,
+/// f64 for f64), `$load`/`$store` the conversions.
+macro_rules! pow_by_float_map {
+    ($op:expr, $out:expr, $x:expr, $by:expr, $T:ty, $C:ty, $load:expr, $store:expr) => {{
+        let (load, store) = ($load, $store);
+        // One monomorphized loop per arm: the body is a closure literal, not a function pointer.
+        macro_rules! each {
+            (|$v:ident| $body:expr) => {
+                map1::<$T, $T>($op, $out, $x, move |e| {
+                    let $v: $C = load(e);
+                    store($body)
+                })
+            };
+        }
+        match $by {
+            PowBy::Zero => each!(|_v| 1.0),
+            PowBy::One => each!(|v| v),
+            PowBy::Two => each!(|v| v * v),
+            PowBy::Three => each!(|v| (v * v) * v),
+            PowBy::Four => each!(|v| (v * v) * (v * v)),
+            PowBy::MinusOne => each!(|v| 1.0 / v),
+            PowBy::Half => each!(|v| {
+                let s = v.sqrt();
+                // `maximum(s, +0)`: NaN-propagating, and `-0` becomes `+0`.
+                let m = if s > 0.0 || s.is_nan() { s } else { 0.0 };
+                if v == <$C>::NEG_INFINITY {
+                    <$C>::INFINITY
+                } else {
+                    m
+                }
+            }),
+        }
+    }};
+}
+
+/// `x^y` by the integer replacement `by` (wrapping products; `MinusOne`/`Half` never reach it).
+fn pow_by_int(by: PowBy, x: i64) -> i64 {
+    match by {
+        PowBy::Zero => 1,
+        PowBy::One => x,
+        PowBy::Two => x.wrapping_mul(x),
+        PowBy::Three => x.wrapping_mul(x).wrapping_mul(x),
+        PowBy::Four | PowBy::MinusOne | PowBy::Half => {
+            let x2 = x.wrapping_mul(x);
+            x2.wrapping_mul(x2)
+        }
+    }
+}
+
+/// `pow`'s fill: a Rust-scalar exponent with a [`PowBy`] replacement runs that (the compiled
+/// kernels' strength reduction, so eager and compiled `x.pow_scalar(3.0)` agree bit for bit);
+/// everything else is the general elementwise `pow`.
+fn pow_fill(a: Args, outs: &[Tensor]) -> Result<()> {
+    let (out, y) = (&outs[0], a.tensor(1)?);
+    let by = if y.is_wrapped_number() && !y.is_fake() {
+        // The exponent in the compute dtype (f32 for the half types, as the compiler sees it).
+        let compute = match out.dtype() {
+            DType::F16 | DType::BF16 => DType::F32,
+            d => d,
+        };
+        let e = as_dtype(y, compute)?;
+        match out.dtype() {
+            DType::F32 | DType::F16 | DType::BF16 => PowBy::of_float(e.item::<f32>()? as f64),
+            DType::F64 => PowBy::of_float(e.item::<f64>()?),
+            DType::I32 => PowBy::of_int(e.item::<i32>()? as i64),
+            DType::I64 => PowBy::of_int(e.item::<i64>()?),
+            DType::Bool => None,
+        }
+    } else {
+        None
+    };
+    let Some(by) = by else {
+        return binary_fill::<Pow>(a, outs);
+    };
+    let x = as_dtype(a.tensor(0)?, out.dtype())?;
+    let op = a.op;
+    match out.dtype() {
+        DType::F32 => pow_by_float_map!(op, out, &x, by, f32, f32, |v: f32| v, |v: f32| v),
+        DType::F64 => pow_by_float_map!(op, out, &x, by, f64, f64, |v: f64| v, |v: f64| v),
+        DType::F16 => pow_by_float_map!(op, out, &x, by, f16, f32, f16::to_f32, f16::from_f32),
+        DType::BF16 => {
+            pow_by_float_map!(op, out, &x, by, bf16, f32, bf16::to_f32, bf16::from_f32)
+        }
+        DType::I32 => map1::<i32, i32>(op, out, &x, |v| pow_by_int(by, v as i64) as i32),
+        DType::I64 => map1::<i64, i64>(op, out, &x, |v| pow_by_int(by, v)),
+        DType::Bool => binary_fill::<Pow>(a, outs),
+    }
 }
 
 binary_op! {

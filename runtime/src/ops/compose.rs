@@ -436,6 +436,47 @@ impl Tensor {
         self.to_dtype(dtype)?.sum(dims, keepdim)?.to_dtype(dtype)
     }
 
+    /// [`Tensor::sum`] with NaN counted as 0 (`torch.nansum`): over `dims` (empty = all),
+    /// keeping reduced dims under `keepdim`. The gradient is 0 at NaN positions and 1 elsewhere;
+    /// integer and bool inputs (which hold no NaN) sum as in [`Tensor::sum`]. `±inf` still
+    /// propagates (`inf + -inf` → NaN).
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, f32::NAN, 3.0, f32::NAN], &[2, 2])?;
+    /// assert_eq!(x.nansum(&[], false)?.item::<f32>()?, 4.0);
+    /// assert_eq!(x.nansum(&[1], false)?.to_vec::<f32>()?, vec![1.0, 3.0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn nansum(&self, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+        if !self.dtype().is_float() {
+            return self.sum(dims, keepdim);
+        }
+        Tensor::where_scalar_tensor(&self.isnan()?, 0, self)?.sum(dims, keepdim)
+    }
+
+    /// [`Tensor::nansum`] computed and returned in `dtype` (like [`Tensor::sum_dtype`]: the input
+    /// is converted first, so NaN positions are found in `dtype`; a float input with an integer
+    /// `dtype` is an argument error, since NaN has no integer value).
+    ///
+    /// ```
+    /// use tensorplay_runtime::{DType, Tensor};
+    /// let x = Tensor::from_vec(vec![1.5f32, f32::NAN, 2.25], &[3])?;
+    /// assert_eq!(x.nansum_dtype(&[], false, DType::F64)?.item::<f64>()?, 3.75);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn nansum_dtype(&self, dims: &[i64], keepdim: bool, dtype: DType) -> Result<Tensor> {
+        if self.dtype().is_float() && !dtype.is_float() {
+            return Err(Error::argument(
+                "nansum",
+                "dtype",
+                format!("a floating dtype for the {} input", self.dtype()),
+                dtype.to_string(),
+            ));
+        }
+        self.to_dtype(dtype)?.nansum(dims, keepdim)?.to_dtype(dtype)
+    }
+
     /// [`Tensor::mean`] computed and returned in `dtype` (floating).
     pub fn mean_dtype(&self, dims: &[i64], keepdim: bool, dtype: DType) -> Result<Tensor> {
         if !dtype.is_float() {

@@ -10,7 +10,7 @@
 //! `clamp_tensor` (clamp with tensor bounds),
 //! `reduce`, `softmax`,
 //! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`, `index`
-//! (gather, scatter, scatter_add, flip), `scan` (cumsum), `sort`. `compose` holds composite
+//! (gather, scatter, scatter_add, flip), `scan` (cumsum, cumprod), `sort`. `compose` holds composite
 //! methods (index_select, masked_fill, tril, logsumexp, norm…) written over these ops, with no
 //! `OpDef` of their own.
 
@@ -129,6 +129,8 @@ pub enum VmapRule {
     Cat,
     /// `stack(tensors, dim)`.
     Stack,
+    /// `diagonal(self, offset, dim1, dim2)`.
+    Diagonal,
     /// A reduction whose absent `dim` means the flattened tensor (argmax, argmin).
     ReduceFlattened,
 }

@@ -143,8 +143,63 @@ pub static SLICE_BACKWARD: OpDef = OpDef {
     vmap: VmapRule::SliceBackward,
 };
 
+/// `diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a)`: the diagonal
+/// of the `(dim1, dim2)` planes as a strided view; both dims are removed and the diagonal is
+/// appended as the last dim. `offset > 0` is above the main diagonal, `< 0` below.
+pub static DIAGONAL: OpDef = OpDef {
+    name: "diagonal",
+    schema: "diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a)",
+    class: OpClass::View,
+    kernel: Kernel::View(diagonal_kernel),
+    derivative: Some(|c| {
+        let x = c.args.tensor(0)?;
+        let (offset, dim1, dim2) = diagonal_args(c.args)?;
+        let args = [
+            Value::Tensor(c.grad(0)?),
+            Value::IntList(x.shape().iter().map(|&s| s as i64).collect()),
+            Value::Int(offset),
+            Value::Int(dim1),
+            Value::Int(dim2),
+        ];
+        Ok(vec![Some(call1(&DIAGONAL_BACKWARD, &args)?)])
+    }),
+    saved: Saved::Nothing,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Diagonal,
+};
+
+/// `diagonal_backward(Tensor grad, SymInt[] input_sizes, int offset, int dim1, int dim2) ->
+/// Tensor`: zeros of `input_sizes` with `grad` written into the diagonal.
+pub static DIAGONAL_BACKWARD: OpDef = OpDef {
+    name: "diagonal_backward",
+    schema: "diagonal_backward(Tensor grad, SymInt[] input_sizes, int offset, int dim1, int dim2) -> Tensor",
+    class: OpClass::Opaque,
+    kernel: Kernel::Compute {
+        meta: diagonal_backward_meta,
+        fill: diagonal_backward_fill,
+    },
+    derivative: Some(|c| {
+        let g = c.grad(0)?;
+        let (offset, dim1, dim2) = (c.args.int(2)?, c.args.int(3)?, c.args.int(4)?);
+        Ok(vec![Some(g.diagonal(offset, dim1, dim2)?)])
+    }),
+    saved: Saved::Nothing,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
+};
+
 /// Every view op.
-pub static OPS: &[&OpDef] = &[&VIEW, &PERMUTE, &EXPAND, &SLICE, &SLICE_BACKWARD];
+pub static OPS: &[&OpDef] = &[
+    &VIEW,
+    &PERMUTE,
+    &EXPAND,
+    &SLICE,
+    &SLICE_BACKWARD,
+    &DIAGONAL,
+    &DIAGONAL_BACKWARD,
+];
 
 fn to_usizes(op: &str, arg: &str, v: &[i64]) -> Result<Shape> {
     v.iter()
@@ -411,7 +466,140 @@ fn slice_backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     super::cast::copy_convert(a.op, &window, a.tensor(0)?)
 }
 
+/// `(offset, dim1, dim2)` of a `diagonal` call, with the schema's defaults.
+fn diagonal_args(a: Args) -> Result<(i64, i64, i64)> {
+    let at = |i: usize, default: i64| match a.values.get(i) {
+        None => Ok(default),
+        Some(_) => a.int(i),
+    };
+    Ok((at(1, 0)?, at(2, 0)?, at(3, 1)?))
+}
+
+/// The diagonal's layout in a tensor of `shape`/`strides`: the two normalised dims, its length
+/// and the element offset of its first entry (relative to the tensor's own offset).
+fn diagonal_layout(
+    op: &str,
+    shape: &[usize],
+    offset: i64,
+    dim1: i64,
+    dim2: i64,
+) -> Result<(usize, usize, usize)> {
+    if shape.len() < 2 {
+        return Err(Error::argument(
+            op,
+            "self",
+            "a tensor with at least 2 dims",
+            format!("shape {}", fmt_shape(shape)),
+        ));
+    }
+    let d1 = normalize_dim(op, dim1, shape.len())?;
+    let d2 = normalize_dim(op, dim2, shape.len())?;
+    if d1 == d2 {
+        return Err(Error::argument(
+            op,
+            "dim2",
+            format!("a dim other than dim1 ({dim1})"),
+            dim2.to_string(),
+        ));
+    }
+    let (n1, n2) = (shape[d1] as i64, shape[d2] as i64);
+    // Saturating: an offset far outside the plane gives an empty diagonal.
+    let len = if offset >= 0 {
+        n1.min(n2.saturating_sub(offset))
+    } else {
+        n1.saturating_add(offset).min(n2)
+    };
+    Ok((d1, d2, len.max(0) as usize))
+}
+
+fn diagonal_kernel(a: Args) -> Result<Vec<Tensor>> {
+    let x = a.tensor(0)?;
+    let (offset, dim1, dim2) = diagonal_args(a)?;
+    let (d1, d2, len) = diagonal_layout(a.op, x.shape(), offset, dim1, dim2)?;
+    let (s1, s2) = (x.strides()[d1], x.strides()[d2]);
+    let mut shape: Shape = SmallVec::new();
+    let mut strides: Strides = SmallVec::new();
+    for (i, (&n, &st)) in x.shape().iter().zip(x.strides()).enumerate() {
+        if i != d1 && i != d2 {
+            shape.push(n);
+            strides.push(st);
+        }
+    }
+    shape.push(len);
+    strides.push(s1 + s2);
+    // An empty diagonal keeps the base offset (the start may lie outside the plane).
+    let start = if len == 0 || x.numel() == 0 {
+        x.storage_offset()
+    } else if offset >= 0 {
+        (x.storage_offset() as isize + offset as isize * s2) as usize
+    } else {
+        (x.storage_offset() as isize - offset as isize * s1) as usize
+    };
+    Ok(vec![x.alias_with(shape, strides, start)])
+}
+
+fn diagonal_backward_meta(a: Args) -> Result<Vec<OutSpec>> {
+    let g = a.tensor(0)?;
+    let shape = to_usizes(a.op, "input_sizes", a.ints(1)?)?;
+    checked_nbytes(a.op, &shape, g.dtype())?;
+    let (offset, dim1, dim2) = (a.int(2)?, a.int(3)?, a.int(4)?);
+    let (d1, d2, len) = diagonal_layout(a.op, &shape, offset, dim1, dim2)?;
+    let mut want: Shape = shape
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != d1 && i != d2)
+        .map(|(_, &n)| n)
+        .collect();
+    want.push(len);
+    if g.shape() != want.as_slice() {
+        return Err(Error::shape(
+            a.op,
+            format!(
+                "grad has shape {}, but the diagonal of input_sizes {} has shape {}",
+                fmt_shape(g.shape()),
+                fmt_shape(&shape),
+                fmt_shape(&want)
+            ),
+        ));
+    }
+    Ok(vec![OutSpec::new(&shape, g.dtype())])
+}
+
+fn diagonal_backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
+    let out = &outs[0];
+    super::inplace::fill_scalar(a.op, out, crate::value::Scalar::Int(0))?;
+    let args = [
+        Value::Tensor(out.clone()),
+        Value::Int(a.int(2)?),
+        Value::Int(a.int(3)?),
+        Value::Int(a.int(4)?),
+    ];
+    let window = diagonal_kernel(Args::new(a.op, &args))?.remove(0);
+    window.expect_shape(a.op, "grad", a.tensor(0)?.shape())?;
+    super::cast::copy_convert(a.op, &window, a.tensor(0)?)
+}
+
 impl Tensor {
+    /// The diagonal of the `(dim1, dim2)` planes as a view (`torch.diagonal`): `dim1` and `dim2`
+    /// are removed and the diagonal becomes the last dim. `offset > 0` picks a diagonal above
+    /// the main one, `offset < 0` one below; an offset past the plane gives an empty diagonal.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0], &[2, 3])?;
+    /// assert_eq!(x.diagonal(0, 0, 1)?.to_vec::<f32>()?, vec![0.0, 4.0]);
+    /// assert_eq!(x.diagonal(1, 0, 1)?.to_vec::<f32>()?, vec![1.0, 5.0]);
+    /// assert_eq!(x.diagonal(-1, 0, 1)?.to_vec::<f32>()?, vec![3.0]);
+    /// assert_eq!(x.diagonal(0, 1, 0)?.to_vec::<f32>()?, vec![0.0, 4.0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn diagonal(&self, offset: i64, dim1: i64, dim2: i64) -> Result<Tensor> {
+        call1(
+            &DIAGONAL,
+            &[self.into(), offset.into(), dim1.into(), dim2.into()],
+        )
+    }
+
     /// A view with a new shape; errors when the strides do not allow one (see [`Tensor::reshape`]).
     pub fn view(&self, shape: &[usize]) -> Result<Tensor> {
         self.view_sym(&sym_list("view", shape)?)

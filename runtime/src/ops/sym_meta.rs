@@ -5,7 +5,7 @@
 //! A rule exists for elementwise ops (from their class: broadcasting), the ops that take sizes
 //! (`view`, `expand`, `slice`, `permute`), reductions (a `dim` list or a single `dim`, with
 //! `keepdim`), softmax, matmul, `cat`/`stack`, and the ops whose result has an argument's shape
-//! (`cumsum`, `flip`, `sort`, `scatter`/`scatter_add`: `self`'s; `gather`: the index's); any
+//! (`cumsum`, `cumprod`, `flip`, `sort`, `scatter`/`scatter_add`: `self`'s; `gather`: the index's); any
 //! other op's results have no symbolic shape,
 //! so code reading their sizes gets guarded plain integers. Rules are selected by `OpDef`
 //! identity, never by name. Correctness never rests on a rule: the caller checks every result
@@ -23,7 +23,7 @@ use super::linalg::MATMUL;
 use super::reduce::{
     AMAX, AMIN, ARGMAX, ARGMIN, MAX, MAX_DIM, MEAN, MIN, MIN_DIM, PROD, STD, SUM, VAR,
 };
-use super::scan::CUMSUM;
+use super::scan::{CUMPROD, CUMSUM};
 use super::shape::{EXPAND, PERMUTE, SLICE, VIEW};
 use super::softmax::{LOG_SOFTMAX, SOFTMAX};
 use super::sort::SORT;
@@ -254,7 +254,7 @@ pub fn sym_meta(
         }
         return Some(vec![out]);
     }
-    if is(&CUMSUM) || is(&FLIP) || is(&SCATTER) || is(&SCATTER_ADD) {
+    if is(&CUMSUM) || is(&CUMPROD) || is(&FLIP) || is(&SCATTER) || is(&SCATTER_ADD) {
         return Some(vec![tensor(args, 0)?.to_vec()]);
     }
     if is(&SORT) {

@@ -379,6 +379,136 @@ impl Tensor {
         values.to_dtype(dtype)
     }
 
+    /// Integers drawn uniformly from `[low, high)` (`torch.randint`) from an explicit seed (same
+    /// seed, same values), stored in `dtype` (PyTorch's default is i64). `low >= high` is an
+    /// argument error, as is a range `dtype` cannot hold (bool holds `[0, 2)`, i32 its range;
+    /// floating dtypes take any range, rounding values above their exact-integer range).
+    ///
+    /// Each value is `low + ((u * (high - low)) >> 64)` for a 64-bit draw `u`, so for ranges far
+    /// below 2^64 the bias is below 2^-32 per value.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{DType, Tensor};
+    /// let x = Tensor::randint_seeded(-3, 4, &[1000], DType::I64, 7)?;
+    /// let v = x.to_vec::<i64>()?;
+    /// assert!(v.iter().all(|&k| (-3..4).contains(&k)));
+    /// assert_eq!(v, Tensor::randint_seeded(-3, 4, &[1000], DType::I64, 7)?.to_vec::<i64>()?);
+    /// assert!(Tensor::randint_seeded(2, 2, &[3], DType::I64, 0).is_err());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn randint_seeded(
+        low: i64,
+        high: i64,
+        shape: &[usize],
+        dtype: DType,
+        seed: u64,
+    ) -> Result<Tensor> {
+        const OP: &str = "randint";
+        if low >= high {
+            return Err(Error::argument(
+                OP,
+                "high",
+                format!("a value above low ({low})"),
+                high.to_string(),
+            ));
+        }
+        let range: Option<(i64, i64)> = match dtype {
+            DType::Bool => Some((0, 1)),
+            DType::I32 => Some((i32::MIN as i64, i32::MAX as i64)),
+            _ => None,
+        };
+        if let Some((lo, hi)) = range
+            && (low < lo || high - 1 > hi)
+        {
+            return Err(Error::argument(
+                OP,
+                "high",
+                format!(
+                    "a range [low, high) inside [{lo}, {}] for dtype {dtype}",
+                    hi + 1
+                ),
+                format!("[{low}, {high})"),
+            ));
+        }
+        checked_nbytes(OP, shape, DType::I64)?;
+        let n = if shape.contains(&0) { 0 } else { numel(shape) };
+        let width = high.wrapping_sub(low) as u64 as u128;
+        let mut g = SplitMix64(seed);
+        let values: Vec<i64> = (0..n)
+            .map(|_| {
+                let k = ((g.next_u64() as u128 * width) >> 64) as u64;
+                low.wrapping_add(k as i64)
+            })
+            .collect();
+        Tensor::from_vec(values, shape)?.to_dtype(dtype)
+    }
+
+    /// Bernoulli draws (`torch.bernoulli`) with the probabilities in `self` (floating, each in
+    /// `[0, 1]`): 1 where a uniform draw from `seed` falls below `self`'s value, else 0, in
+    /// `self`'s dtype and shape. Not differentiable (like PyTorch's). A probability outside
+    /// `[0, 1]` (or NaN) is an argument error; it is checked on real data only (not while
+    /// capturing, where values are unknown).
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let p = Tensor::from_vec(vec![0.0f32, 1.0, 0.0, 1.0], &[2, 2])?;
+    /// assert_eq!(p.bernoulli_seeded(3)?.to_vec::<f32>()?, vec![0.0, 1.0, 0.0, 1.0]);
+    /// assert!(Tensor::from_vec(vec![1.5f32], &[1])?.bernoulli_seeded(3).is_err());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn bernoulli_seeded(&self, seed: u64) -> Result<Tensor> {
+        const OP: &str = "bernoulli";
+        if !self.dtype().is_float() {
+            return Err(Error::argument(
+                OP,
+                "p",
+                "a floating tensor of probabilities",
+                format!("dtype {}", self.dtype()),
+            ));
+        }
+        if !self.is_fake()
+            && let Some(bad) = self
+                .to_vec_f64()?
+                .into_iter()
+                .find(|v| !(0.0..=1.0).contains(v))
+        {
+            return Err(Error::argument(
+                OP,
+                "p",
+                "probabilities in [0, 1]",
+                format!("a value {bad}"),
+            ));
+        }
+        let u = Tensor::rand_seeded(self.shape(), DType::F64, seed)?;
+        u.lt(&self.detach().to_dtype(DType::F64)?)?
+            .to_dtype(self.dtype())
+    }
+
+    /// Bernoulli draws of one probability `p` (in `[0, 1]`) for every element of a new tensor
+    /// of `shape` and `dtype` (`torch.empty(shape).bernoulli_(p)`), from an explicit seed.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{DType, Tensor};
+    /// let x = Tensor::bernoulli_p_seeded(&[4000], 0.25, DType::F32, 1)?;
+    /// let ones = x.sum_all()?.item::<f32>()?;
+    /// assert!((900.0..1100.0).contains(&ones), "{ones}");
+    /// assert!(Tensor::bernoulli_p_seeded(&[2], -0.5, DType::F32, 1).is_err());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn bernoulli_p_seeded(shape: &[usize], p: f64, dtype: DType, seed: u64) -> Result<Tensor> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(Error::argument(
+                "bernoulli",
+                "p",
+                "a probability in [0, 1]",
+                p.to_string(),
+            ));
+        }
+        Tensor::rand_seeded(shape, DType::F64, seed)?
+            .lt_scalar(p)?
+            .to_dtype(dtype)
+    }
+
     /// Standard normal values (Box–Muller) from an explicit seed.
     pub fn randn_seeded(shape: &[usize], dtype: DType, seed: u64) -> Result<Tensor> {
         if !dtype.is_float() {

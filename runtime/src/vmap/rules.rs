@@ -179,6 +179,7 @@ enum RuleKind {
     Expand,
     Slice,
     SliceBackward,
+    Diagonal,
     Matmul,
     Cat,
     Stack,
@@ -228,6 +229,9 @@ fn classify(op: &OpDef) -> RuleKind {
             if tensor_at(0) && int_list_at(1) && int_at(2) && tensor_count == 1 =>
         {
             Some(RuleKind::SliceBackward)
+        }
+        VmapRule::Diagonal if tensor_at(0) && tensor_count == 1 && p.len() == 4 => {
+            Some(RuleKind::Diagonal)
         }
         VmapRule::Matmul if tensor_at(0) && tensor_at(1) && p.len() == 2 => Some(RuleKind::Matmul),
         VmapRule::Cat | VmapRule::Stack
@@ -363,6 +367,7 @@ pub(crate) fn dispatch_builtin(op: &'static OpDef, args: &[Value]) -> Result<Vec
         RuleKind::Expand => expand(op, &u, level),
         RuleKind::Slice => slice(op, &u, level),
         RuleKind::SliceBackward => slice_backward(op, &u, level),
+        RuleKind::Diagonal => diagonal(op, &u, level),
         RuleKind::Matmul => matmul(op, &u, level),
         RuleKind::Cat | RuleKind::Stack => join(op, &u, level, kind == RuleKind::Stack),
         RuleKind::InPlace | RuleKind::Fallback => Ok(None),
@@ -601,6 +606,33 @@ fn slice(op: &'static OpDef, u: &Unwrapped, level: Level) -> Result<Option<Vec<T
     } else {
         values[1] = phys;
     }
+    call_batched(op, &values, level).map(Some)
+}
+
+/// `diagonal(self, offset, dim1, dim2)`: both dims shift behind the batch dim (which stays the
+/// first dim of the result, since only `dim1` and `dim2` are removed).
+fn diagonal(op: &'static OpDef, u: &Unwrapped, level: Level) -> Result<Option<Vec<Tensor>>> {
+    let Some((x, rank)) = self_front(u)? else {
+        return Ok(None);
+    };
+    if rank < 2 {
+        return Ok(None);
+    }
+    let at = |i: usize, default: i64| match u.values.get(i) {
+        None => Some(default),
+        Some(_) => u.int(i),
+    };
+    let (Some(offset), Some(dim1), Some(dim2)) = (at(1, 0), at(2, 0), at(3, 1)) else {
+        return Ok(None);
+    };
+    let phys =
+        |d: i64| -> Result<Value> { Ok(Value::Int(normalize_dim(op.name, d, rank)? as i64 + 1)) };
+    let values = vec![
+        Value::Tensor(x),
+        Value::Int(offset),
+        phys(dim1)?,
+        phys(dim2)?,
+    ];
     call_batched(op, &values, level).map(Some)
 }
 

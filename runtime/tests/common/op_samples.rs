@@ -94,6 +94,21 @@ pub fn sample(op: &OpDef) -> Option<Vec<Arg>> {
         ],
         "flip" => vec![t(&[2, 3]), v(Value::IntList(vec![0, -1]))],
         "cumsum" => vec![t(&[2, 3]), v(Value::Int(1))],
+        // A 3-long scan, so the gradient's exclusive products cover more than one step.
+        "cumprod" => vec![t(&[2, 3]), v(Value::Int(1))],
+        "diagonal" => vec![
+            t(&[2, 3]),
+            v(Value::Int(1)),
+            v(Value::Int(1)),
+            v(Value::Int(0)),
+        ],
+        "diagonal_backward" => vec![
+            t(&[2]),
+            v(Value::IntList(vec![3, 2])),
+            v(Value::Int(-1)),
+            v(Value::Int(0)),
+            v(Value::Int(1)),
+        ],
         "cat" | "stack" => vec![List(vec![vec![2, 3], vec![2, 3]])],
         _ => {
             // Tensors, then defaults: fine for elementwise and reduction ops.

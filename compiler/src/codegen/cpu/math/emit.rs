@@ -13,8 +13,8 @@ use cranelift_codegen::ir::types::F32;
 use cranelift_codegen::ir::{ConstantData, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::arith::Arith;
 use super::wide;
+use tensorplay_math::arith::{Arith, Cmp};
 
 /// The result of a comparison: a scalar truth value or a vector lane mask.
 #[derive(Clone, Copy, Debug)]
@@ -142,8 +142,8 @@ impl<'a, 'f> Arith for Em<'a, 'f> {
     fn xor(&mut self, a: Value, b: Value) -> Value {
         self.fb.ins().bxor(a, b)
     }
-    fn cmp(&mut self, cc: FloatCC, a: Value, b: Value) -> Mask {
-        Mask(self.fb.ins().fcmp(cc, a, b))
+    fn cmp(&mut self, cc: Cmp, a: Value, b: Value) -> Mask {
+        Mask(self.fb.ins().fcmp(float_cc(cc), a, b))
     }
     fn mand(&mut self, a: Mask, b: Mask) -> Mask {
         Mask(self.fb.ins().band(a.0, b.0))
@@ -179,5 +179,25 @@ impl<'a, 'f> Arith for Em<'a, 'f> {
         let results: Vec<Value> = parts.into_iter().map(|p| body(self, p)).collect();
         self.ty = ty;
         wide::demote(self.fb, ty, &results)
+    }
+}
+
+/// The CLIF condition code of a [`Cmp`] (same name, same meaning).
+fn float_cc(cc: Cmp) -> FloatCC {
+    match cc {
+        Cmp::Ordered => FloatCC::Ordered,
+        Cmp::Unordered => FloatCC::Unordered,
+        Cmp::Equal => FloatCC::Equal,
+        Cmp::NotEqual => FloatCC::NotEqual,
+        Cmp::OrderedNotEqual => FloatCC::OrderedNotEqual,
+        Cmp::UnorderedOrEqual => FloatCC::UnorderedOrEqual,
+        Cmp::LessThan => FloatCC::LessThan,
+        Cmp::LessThanOrEqual => FloatCC::LessThanOrEqual,
+        Cmp::GreaterThan => FloatCC::GreaterThan,
+        Cmp::GreaterThanOrEqual => FloatCC::GreaterThanOrEqual,
+        Cmp::UnorderedOrLessThan => FloatCC::UnorderedOrLessThan,
+        Cmp::UnorderedOrLessThanOrEqual => FloatCC::UnorderedOrLessThanOrEqual,
+        Cmp::UnorderedOrGreaterThan => FloatCC::UnorderedOrGreaterThan,
+        Cmp::UnorderedOrGreaterThanOrEqual => FloatCC::UnorderedOrGreaterThanOrEqual,
     }
 }

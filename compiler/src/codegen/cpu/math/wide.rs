@@ -6,31 +6,6 @@ use cranelift_codegen::ir::types::{F32, F32X4, F64, F64X2, I8X16};
 use cranelift_codegen::ir::{ConstantData, Endianness, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::arith::Arith;
-use super::coeffs::POW_EXP2;
-
-/// 1.5 * 2^52: adding it rounds an f64 of magnitude < 2^51 to an integer.
-const MAGIC52: f64 = 6_755_399_441_055_744.0;
-const ONE_BITS: i64 = 0x3FF0_0000_0000_0000;
-
-/// `2^z` in f64 lanes for `z` in [-1000, 1000] (NaN propagates), relative
-/// error ~2^-34: `n = round(z)`, `r = z - n` exact, degree-7 polynomial,
-/// exponent add.
-#[inline(always)]
-pub(super) fn exp2_core64<A: Arith>(em: &mut A, z: A::V) -> A::V {
-    let magic = em.f(MAGIC52);
-    let t = em.add(z, magic);
-    let nf = em.sub(t, magic);
-    let r = em.sub(z, nf);
-    let p = em.horner(r, &POW_EXP2);
-    let tb = em.bits(t);
-    // (bits(MAGIC52) + n) << 52 == n << 52: the low 12 bits of bits(MAGIC52) are 0.
-    let sc = em.shl(tb, 52);
-    let sc = em.iaddk(sc, ONE_BITS);
-    let sc = em.float(sc);
-    em.mul(p, sc)
-}
-
 fn le() -> MemFlagsData {
     MemFlagsData::new().with_endianness(Endianness::Little)
 }

@@ -1,11 +1,10 @@
-//! The inline `f32` / `f32x4` approximations. Every function here is
-//! straight-line CLIF (compute everything, then select), written once against
-//! [`Em`] and therefore identical for the scalar and the vector form.
+//! The f32 approximations. Every function here is straight-line code (compute everything,
+//! then select), written once against [`Arith`]: instantiated for the compiler's CLIF emitter
+//! it is the inline code of fused kernels (identical for the scalar and the vector form);
+//! instantiated for [`S32`](crate::arith::S32) it is the lane of the bulk and eager kernels.
 
-use cranelift_codegen::ir::condcodes::FloatCC;
-
-use super::arith::Arith;
-use super::coeffs::{
+use crate::arith::{Arith, Cmp};
+use crate::coeffs::{
     ERF_C0_HI, ERF_C0_LO, ERF_LOGC, ERF_SMALL, EXP_Q, GELU_SMALL, GELU_TAIL, LOG_P8,
 };
 
@@ -96,7 +95,7 @@ fn exp_neg<A: Arith>(em: &mut A, w: A::V, lo: Option<A::V>) -> (A::V, A::V) {
 /// two exact steps (2^floor(n/2) then 2^ceil(n/2)) so that both overflow and
 /// subnormal results come out correctly rounded from the scaled mantissa.
 #[inline(always)]
-pub(super) fn exp<A: Arith>(em: &mut A, x: A::V) -> A::V {
+pub fn exp<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let x = em.clamp_lo(x, -104.0);
     let x = em.clamp_hi(x, 89.0);
     let (r, t) = exp_reduce(em, x);
@@ -119,8 +118,8 @@ pub(super) fn exp<A: Arith>(em: &mut A, x: A::V) -> A::V {
 /// [sqrt(1/2), sqrt(2)); `log(m) = f + f^2 P(f)`, f = m - 1 (exact);
 /// `k ln2` added with a Cody-Waite split. Specials by selects.
 #[inline(always)]
-pub(super) fn log<A: Arith>(em: &mut A, x: A::V) -> A::V {
-    let den = em.cmpk(FloatCC::LessThan, x, f32::MIN_POSITIVE as f64);
+pub fn log<A: Arith>(em: &mut A, x: A::V) -> A::V {
+    let den = em.cmpk(Cmp::LessThan, x, f32::MIN_POSITIVE as f64);
     let xs = em.mulk(x, 8_388_608.0); // 2^23
     let xs = em.sel(den, xs, x);
     let ix = em.bits(xs);
@@ -149,12 +148,12 @@ pub(super) fn log<A: Arith>(em: &mut A, x: A::V) -> A::V {
     // x < 0 or NaN -> NaN; x == ±0 -> -inf; x == +inf -> +inf.
     let nan = em.fbits(NAN_BITS);
     let zero = em.f(0.0);
-    let bad = em.cmp(FloatCC::UnorderedOrLessThan, x, zero);
+    let bad = em.cmp(Cmp::UnorderedOrLessThan, x, zero);
     let res = em.sel(bad, nan, res);
-    let is0 = em.cmp(FloatCC::Equal, x, zero);
+    let is0 = em.cmp(Cmp::Equal, x, zero);
     let res = em.selk(is0, f64::NEG_INFINITY, res);
     let inf = em.fbits(INF_BITS);
-    let isinf = em.cmp(FloatCC::Equal, x, inf);
+    let isinf = em.cmp(Cmp::Equal, x, inf);
     em.sel(isinf, inf, res)
 }
 
@@ -162,7 +161,7 @@ pub(super) fn log<A: Arith>(em: &mut A, x: A::V) -> A::V {
 /// `2^n (p - 1) + (2^n - 1)`, which is accurate for all |x| (no cancellation
 /// for small |x|, em1 -> -1 for large |x|).
 #[inline(always)]
-pub(super) fn tanh<A: Arith>(em: &mut A, x: A::V) -> A::V {
+pub fn tanh<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let a = em.abs(x);
     let sgn = em.xor(x, a);
     let y = em.mulk(a, -2.0);
@@ -188,13 +187,13 @@ pub(super) fn tanh<A: Arith>(em: &mut A, x: A::V) -> A::V {
 /// large part of the function's time. For x < -87, `1 + e` rounds to 1 and
 /// the result is `e`, rounded once into the subnormal range by [`exp_neg`].
 #[inline(always)]
-pub(super) fn sigmoid<A: Arith>(em: &mut A, x: A::V) -> A::V {
+pub fn sigmoid<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let sm = em.sign_mask();
     let w = em.or(x, sm);
     let w = em.clamp_lo(w, -120.0);
     let (_, e) = exp_neg(em, w, None);
     let zero = em.f(0.0);
-    let neg = em.cmp(FloatCC::LessThan, x, zero);
+    let neg = em.cmp(Cmp::LessThan, x, zero);
     let one = em.f(1.0);
     let num = em.sel(neg, e, one);
     let den = em.addk(e, 1.0);
@@ -227,13 +226,13 @@ fn div_one_plus<A: Arith>(em: &mut A, nh: A::V, nl: Option<A::V>, e: A::V) -> A:
 /// 2^64 until the last multiply so subnormal results round once.
 /// silu(-inf) = NaN (as `x * sigmoid(x)` gives in f64 and in eager).
 #[inline(always)]
-pub(super) fn silu<A: Arith>(em: &mut A, x: A::V) -> A::V {
+pub fn silu<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let sm = em.sign_mask();
     let w = em.or(x, sm);
     let w = em.clamp_lo(w, -120.0);
     let (mant, e) = exp_neg(em, w, None);
     let zero = em.f(0.0);
-    let neg = em.cmp(FloatCC::LessThan, x, zero);
+    let neg = em.cmp(Cmp::LessThan, x, zero);
     let one = em.f(1.0);
     let xv = em.sel(neg, w, x);
     let fac = em.sel(neg, mant, one);
@@ -249,7 +248,7 @@ pub(super) fn silu<A: Arith>(em: &mut A, x: A::V) -> A::V {
 #[inline(always)]
 fn fix_neg_inf_nan<A: Arith>(em: &mut A, x: A::V, res: A::V) -> A::V {
     let ninf = em.f(f64::NEG_INFINITY);
-    let isninf = em.cmp(FloatCC::Equal, x, ninf);
+    let isninf = em.cmp(Cmp::Equal, x, ninf);
     let nan = em.fbits(NAN_BITS);
     em.sel(isninf, nan, res)
 }
@@ -264,7 +263,7 @@ fn fix_x_times<A: Arith>(em: &mut A, x: A::V, res: A::V, big: f64) -> A::V {
     let sm = em.sign_mask();
     let sx = em.and(x, sm);
     let res = em.or(res, sx);
-    let isbig = em.cmpk(FloatCC::GreaterThan, x, big);
+    let isbig = em.cmpk(Cmp::GreaterThan, x, big);
     let res = em.sel(isbig, x, res);
     fix_neg_inf_nan(em, x, res)
 }
@@ -274,7 +273,7 @@ fn fix_x_times<A: Arith>(em: &mut A, x: A::V, res: A::V, big: f64) -> A::V {
 /// double-f32 (hi + lo) because e^(2u) amplifies the error of 2u by |2u|.
 /// The exponent is computed for -|x| (2u is odd in x), so it is always <= 0.
 #[inline(always)]
-pub(super) fn gelu_tanh<A: Arith>(em: &mut A, x: A::V) -> A::V {
+pub fn gelu_tanh<A: Arith>(em: &mut A, x: A::V) -> A::V {
     const A: f64 = 2.0 * 0.797_884_560_8;
     const B: f64 = 2.0 * 0.797_884_560_8 * 0.044_715;
     let a_hi = A as f32 as f64;
@@ -305,7 +304,7 @@ pub(super) fn gelu_tanh<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let wl = em.fma(xn, tl, ew);
     let (mant, e) = exp_neg(em, w, Some(wl));
     let zero = em.f(0.0);
-    let neg = em.cmp(FloatCC::LessThan, x, zero);
+    let neg = em.cmp(Cmp::LessThan, x, zero);
     let one = em.f(1.0);
     let fac = em.sel(neg, mant, one);
     let (nh, nl) = em.two_prod(xv, fac);
@@ -319,7 +318,7 @@ pub(super) fn gelu_tanh<A: Arith>(em: &mut A, x: A::V) -> A::V {
 /// erf(x): |x| < 1: x P(x^2); 1 <= |x|: sign(x) (1 - exp(Q(|x| - 2.5))) with
 /// Q ~ log(erfc), |x| clamped to 3.95 (erf rounds to ±1 beyond).
 #[inline(always)]
-pub(super) fn erf<A: Arith>(em: &mut A, x: A::V) -> A::V {
+pub fn erf<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let a = em.abs(x);
     let sgn = em.xor(x, a);
     let x2 = em.mul(x, x);
@@ -341,7 +340,7 @@ pub(super) fn erf<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let one = em.f(1.0);
     let big = em.sub(one, e);
     let big = em.or(big, sgn);
-    let is_small = em.cmp(FloatCC::LessThan, a, one);
+    let is_small = em.cmp(Cmp::LessThan, a, one);
     em.sel(is_small, small, big)
 }
 
@@ -351,7 +350,7 @@ pub(super) fn erf<A: Arith>(em: &mut A, x: A::V) -> A::V {
 /// Phi(a) = 1 - Phi(-a), multiplied by x (by -a for x < 0) before the single
 /// rounding to f32. gelu_erf(-inf) = NaN (as in eager).
 #[inline(always)]
-pub(super) fn gelu_erf<A: Arith>(em: &mut A, x: A::V) -> A::V {
+pub fn gelu_erf<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let a = em.abs(x);
     // small
     let x2 = em.mul(x, x);
@@ -361,7 +360,7 @@ pub(super) fn gelu_erf<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let rs = em.mul(x, phi_s);
     // tail, in f64 lanes
     let tail = em.widen([x], |w, v| gelu_erf_tail64(w, v[0]));
-    let small_m = em.cmpk(FloatCC::LessThan, a, 0.75);
+    let small_m = em.cmpk(Cmp::LessThan, a, 0.75);
     let res = em.sel(small_m, rs, tail);
     fix_neg_inf_nan(em, x, res)
 }
@@ -378,7 +377,7 @@ fn gelu_erf_tail64<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let h = em.mul(ac, ac); // exact in f64
     let arg = em.fmak(h, -0.5, q);
     let y = em.mulk(arg, LOG2E);
-    let e = super::wide::exp2_core64(em, y);
+    let e = crate::pow::exp2_core64(em, y);
     let t4 = em.mulk(t, 0.25);
     let phin = em.mul(t4, e);
     let nac = em.neg(ac);
@@ -386,7 +385,7 @@ fn gelu_erf_tail64<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let phip = em.sub(one, phin);
     let rp = em.mul(x, phip);
     let zero = em.f(0.0);
-    let neg = em.cmp(FloatCC::LessThan, x, zero);
+    let neg = em.cmp(Cmp::LessThan, x, zero);
     em.sel(neg, rn, rp)
 }
 
@@ -395,17 +394,17 @@ fn gelu_erf_tail64<A: Arith>(em: &mut A, x: A::V) -> A::V {
 /// precision. `u == 1` (|x| below half an ulp of 1, zeros included) gives `x`; `+inf` gives
 /// `+inf`; `-1` gives `-inf` and `x < -1` NaN (through `log`).
 #[inline(always)]
-pub(super) fn log1p<A: Arith>(em: &mut A, x: A::V) -> A::V {
+pub fn log1p<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let u = em.addk(x, 1.0);
     let d = em.addk(u, -1.0);
     let lu = log(em, u);
     let q = em.div(x, d);
     let res = em.mul(lu, q);
     let zero = em.f(0.0);
-    let exact = em.cmp(FloatCC::Equal, d, zero);
+    let exact = em.cmp(Cmp::Equal, d, zero);
     let res = em.sel(exact, x, res);
     let inf = em.fbits(INF_BITS);
-    let isinf = em.cmp(FloatCC::Equal, x, inf);
+    let isinf = em.cmp(Cmp::Equal, x, inf);
     em.sel(isinf, inf, res)
 }
 
@@ -415,7 +414,7 @@ pub(super) fn log1p<A: Arith>(em: &mut A, x: A::V) -> A::V {
 /// x < -18 rounds to -1; |x| < 2^-25 returns x (zeros and subnormals keep their sign and
 /// bits).
 #[inline(always)]
-pub(super) fn expm1<A: Arith>(em: &mut A, x: A::V) -> A::V {
+pub fn expm1<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let y = em.clamp_lo(x, -18.0);
     let y = em.clamp_hi(y, 89.0);
     let (r, t) = exp_reduce(em, y);
@@ -425,6 +424,6 @@ pub(super) fn expm1<A: Arith>(em: &mut A, x: A::V) -> A::V {
     let h = em.fma(sh, pm1, shm);
     let res = em.add(h, h);
     let a = em.abs(x);
-    let tiny = em.cmpk(FloatCC::LessThan, a, 2.980_232_238_769_531_2e-8); // 2^-25
+    let tiny = em.cmpk(Cmp::LessThan, a, 2.980_232_238_769_531_2e-8); // 2^-25
     em.sel(tiny, x, res)
 }

@@ -77,7 +77,7 @@ fn erf_taylor(a: f64) -> f64 {
 /// The error function in `f64` (within 3 ulps of the correctly rounded value).
 ///
 /// ```
-/// use tensorplay_compiler::codegen::cpu::math::erf_f64;
+/// use tensorplay_math::shims::erf_f64;
 /// assert!((erf_f64(1.0) - 0.842_700_792_949_714_9).abs() < 1e-15);
 /// assert_eq!(erf_f64(-0.0).to_bits(), (-0.0f64).to_bits());
 /// assert_eq!(erf_f64(f64::INFINITY), 1.0);
@@ -102,7 +102,7 @@ pub fn erf_f64(x: f64) -> f64 {
 /// far tail as well (relative error ~1e-14 down to the subnormal range).
 ///
 /// ```
-/// use tensorplay_compiler::codegen::cpu::math::erfc_f64;
+/// use tensorplay_math::shims::erfc_f64;
 /// let v = erfc_f64(10.0); // 2.088487583762545e-45
 /// assert!((v / 2.088_487_583_762_545e-45 - 1.0).abs() < 1e-13);
 /// assert_eq!(erfc_f64(f64::NEG_INFINITY), 2.0);
@@ -209,17 +209,61 @@ pub fn gelu_erf_f64(x: f64) -> f64 {
     x * phi
 }
 
-/// `sqrt(2 / pi)` to f64 precision, as eager's tanh-gelu uses it (the f32
-/// kernels' truncated 0.7978845608 is ~4e-12 off: invisible in f32, ~1e-8
+/// `sqrt(2 / pi)` rounded to f64 (the f32 kernels' truncated 0.7978845608 is ~4e-12 off:
+/// invisible in f32, ~1e-8 relative in f64 where `exp` amplifies it).
+const GELU_K: f64 = 0.797_884_560_802_865_4;
+/// The rounding error of [`GELU_K`] (`sqrt(2 / pi) - GELU_K`).
+const GELU_K_LO: f64 = -4.984_654_404_555_46e-17;
+/// The cubic coefficient of the tanh approximation of gelu, rounded to f64.
+const GELU_C: f64 = 0.044_715;
+/// The rounding error of [`GELU_C`] (`0.044715 - GELU_C`).
+const GELU_C_LO: f64 = 2.196_021_142_708_559_5e-18;
 
-/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, evaluated as the equal
-/// `x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3))` (no cancellation for
-/// negative x); `gelu_tanh(-inf)` is NaN.
-/// Below s = -708, where `e^s` is subnormal, `x e^s` is formed scaled by 2^64
-/// so the result rounds once (eager does the same).
+/// `2u = 2 sqrt(2/pi) (x + 0.044715 x^3)` as an unevaluated sum `hi + lo` (double-double): the
+/// exp in gelu-tanh amplifies the relative error of `u` about `2|u|` times (5 ulps from one
+/// rounding near x = -2.3), so `u` is carried to about 2^-100, constants included.
+#[inline(always)]
+fn gelu_tanh_2u(x: f64) -> (f64, f64) {
+    let x2 = x * x;
+    let x3 = x2 * x;
+    let c3 = GELU_C * x3;
+    let s = x + c3;
+    let u = GELU_K * s;
+    if x.abs() >= 1e100 || x.is_nan() {
+        // Far out the result is ±0, ±inf, x itself or NaN: the low part does not matter.
+        return (2.0 * u, 0.0);
+    }
+    let x2l = x.mul_add(x, -x2);
+    let x3l = x2.mul_add(x, -x3) + x2l * x;
+    let c3l = GELU_C.mul_add(x3, -c3) + GELU_C * x3l + GELU_C_LO * x3;
+    // Two-sum of x + c3.
+    let b = s - x;
+    let sl = (x - (s - b)) + (c3 - b) + c3l;
+    let ul = GELU_K.mul_add(s, -u) + GELU_K * sl + GELU_K_LO * s;
+    (2.0 * u, 2.0 * ul)
+}
+
+/// Tanh-approximated gelu in f64 (eager's f64 `gelu(approximate="tanh")` and the compiler's f64
+/// shim): `0.5 x (1 + tanh(u)) == x sigmoid(2u) == x / (1 + exp(-2u))`, with no cancellation for
+/// negative x and `2u` in double-double ([`gelu_tanh_2u`]), so results are within 4 ulp of the
+/// exact function (2 or less near x = -2, where one rounding of `u` alone cost 5). Where
+/// `exp(-2u)` overflows (x below about -21.1) the quotient would be -0.0 although the result is
+/// still about 1e-307: it is `x exp(2u)` there, scaled by 2^64 so it rounds once.
+/// `gelu_tanh(-inf)` is NaN.
 pub fn gelu_tanh_f64(x: f64) -> f64 {
-    // Eager's function (double-double `u`, within 4 ulp of the exact gelu-tanh).
-    tensorplay_runtime::ops::unary::gelu_tanh_f64(x)
+    let (y, yl) = gelu_tanh_2u(x);
+    let e = (-y).exp();
+    // exp(-y - yl) = e (1 - yl) to first order (|yl| < 2^-50 |y|).
+    let d = 1.0 + e.mul_add(-yl, e);
+    if d.is_finite() {
+        x / d
+    } else if y >= -1024.0 {
+        // exp(y) is subnormal or nearly: scaled until the last multiply, to round once.
+        x * exp_scaled(y, yl) * TWO_M64
+    } else {
+        // -0.0, or NaN for x = -inf.
+        x * y.exp()
+    }
 }
 
 macro_rules! shims {

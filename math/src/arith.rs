@@ -2,10 +2,11 @@
 //! written in, so that one generic definition of each algorithm serves two
 //! back ends:
 //!
-//! - [`Em`](super::emit::Em) emits the operations as CLIF (scalar `f32` /
-//!   `f64` or vector `f32x4` / `f64x2` values) for the inline kernel code;
+//! - the compiler's CLIF emitter (`tensorplay_compiler::codegen::cpu::math`) emits the
+//!   operations as CLIF (scalar `f32` / `f64` or vector `f32x4` / `f64x2` values) for the
+//!   inline code of fused kernels;
 //! - [`S32`] / [`S64`] evaluate them directly on one Rust `f32` / `f64` lane,
-//!   which the bulk kernels ([`super::bulk`]) run in lane loops that LLVM
+//!   which the bulk kernels ([`crate::bulk`]) run in lane loops that LLVM
 //!   vectorizes to AVX-512 / AVX2.
 //!
 //! Both back ends perform the same IEEE operations in the same order (every
@@ -15,12 +16,45 @@
 //! `#[inline(always)]`: the algorithms must dissolve into the vectorized
 //! loop of the caller.
 
-use cranelift_codegen::ir::condcodes::FloatCC;
+/// A float comparison. Each variant means what Cranelift's `Cmp` of the same name means
+/// (the CLIF back end maps one onto the other), so the algorithms can be written without
+/// depending on Cranelift.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Cmp {
+    /// Neither operand is NaN.
+    Ordered,
+    /// Either operand is NaN.
+    Unordered,
+    /// `a == b`.
+    Equal,
+    /// `a != b` (true when either is NaN).
+    NotEqual,
+    /// Neither is NaN and `a != b`.
+    OrderedNotEqual,
+    /// Either is NaN or `a == b`.
+    UnorderedOrEqual,
+    /// `a < b`.
+    LessThan,
+    /// `a <= b`.
+    LessThanOrEqual,
+    /// `a > b`.
+    GreaterThan,
+    /// `a >= b`.
+    GreaterThanOrEqual,
+    /// Either is NaN or `a < b`.
+    UnorderedOrLessThan,
+    /// Either is NaN or `a <= b`.
+    UnorderedOrLessThanOrEqual,
+    /// Either is NaN or `a > b`.
+    UnorderedOrGreaterThan,
+    /// Either is NaN or `a >= b`.
+    UnorderedOrGreaterThanOrEqual,
+}
 
 /// A back end for the approximations: float values `V`, integer values `I`
 /// of the same lane layout (i32 for f32 lanes, i64 for f64 lanes), and
 /// comparison results `M`.
-pub(crate) trait Arith {
+pub trait Arith {
     /// A float value.
     type V: Copy;
     /// An integer value with the same layout as [`Arith::V`].
@@ -76,7 +110,7 @@ pub(crate) trait Arith {
     fn xor(&mut self, a: Self::V, b: Self::V) -> Self::V;
 
     /// IEEE comparison with Cranelift's condition-code semantics.
-    fn cmp(&mut self, cc: FloatCC, a: Self::V, b: Self::V) -> Self::M;
+    fn cmp(&mut self, cc: Cmp, a: Self::V, b: Self::V) -> Self::M;
     fn mand(&mut self, a: Self::M, b: Self::M) -> Self::M;
     fn mor(&mut self, a: Self::M, b: Self::M) -> Self::M;
     /// `m ? a : b`, lane-wise.
@@ -220,7 +254,7 @@ pub(crate) trait Arith {
     }
     /// Comparison against a constant.
     #[inline(always)]
-    fn cmpk(&mut self, cc: FloatCC, a: Self::V, k: f64) -> Self::M {
+    fn cmpk(&mut self, cc: Cmp, a: Self::V, k: f64) -> Self::M {
         let k = self.f(k);
         self.cmp(cc, a, k)
     }
@@ -234,14 +268,14 @@ pub(crate) trait Arith {
     #[inline(always)]
     fn clamp_lo(&mut self, x: Self::V, lo: f64) -> Self::V {
         let k = self.f(lo);
-        let m = self.cmp(FloatCC::LessThan, x, k);
+        let m = self.cmp(Cmp::LessThan, x, k);
         self.sel(m, k, x)
     }
     /// `min(x, hi)` that keeps NaN (lowers to `minps` for CLIF vectors).
     #[inline(always)]
     fn clamp_hi(&mut self, x: Self::V, hi: f64) -> Self::V {
         let k = self.f(hi);
-        let m = self.cmp(FloatCC::LessThan, k, x);
+        let m = self.cmp(Cmp::LessThan, k, x);
         self.sel(m, k, x)
     }
     /// The sign bit of the lane type as a float constant (`-0.0`).
@@ -251,26 +285,26 @@ pub(crate) trait Arith {
     }
 }
 
-/// Evaluates a Cranelift float condition code on two Rust floats.
+/// Evaluates a [`Cmp`] on two Rust floats.
 macro_rules! float_cc {
     ($cc:expr, $a:expr, $b:expr) => {{
         let (a, b) = ($a, $b);
         let uno = a.is_nan() | b.is_nan();
         match $cc {
-            FloatCC::Ordered => !uno,
-            FloatCC::Unordered => uno,
-            FloatCC::Equal => a == b,
-            FloatCC::NotEqual => a != b,
-            FloatCC::OrderedNotEqual => !uno & (a != b),
-            FloatCC::UnorderedOrEqual => uno | (a == b),
-            FloatCC::LessThan => a < b,
-            FloatCC::LessThanOrEqual => a <= b,
-            FloatCC::GreaterThan => a > b,
-            FloatCC::GreaterThanOrEqual => a >= b,
-            FloatCC::UnorderedOrLessThan => uno | (a < b),
-            FloatCC::UnorderedOrLessThanOrEqual => uno | (a <= b),
-            FloatCC::UnorderedOrGreaterThan => uno | (a > b),
-            FloatCC::UnorderedOrGreaterThanOrEqual => uno | (a >= b),
+            Cmp::Ordered => !uno,
+            Cmp::Unordered => uno,
+            Cmp::Equal => a == b,
+            Cmp::NotEqual => a != b,
+            Cmp::OrderedNotEqual => !uno & (a != b),
+            Cmp::UnorderedOrEqual => uno | (a == b),
+            Cmp::LessThan => a < b,
+            Cmp::LessThanOrEqual => a <= b,
+            Cmp::GreaterThan => a > b,
+            Cmp::GreaterThanOrEqual => a >= b,
+            Cmp::UnorderedOrLessThan => uno | (a < b),
+            Cmp::UnorderedOrLessThanOrEqual => uno | (a <= b),
+            Cmp::UnorderedOrGreaterThan => uno | (a > b),
+            Cmp::UnorderedOrGreaterThanOrEqual => uno | (a >= b),
         }
     }};
 }
@@ -280,7 +314,7 @@ macro_rules! lane_backend {
     ($name:ident, $f:ty, $i:ty, $u:ty, $is_f32:expr, $wide:ty, $doc:literal) => {
         #[doc = $doc]
         #[derive(Clone, Copy, Debug, Default)]
-        pub(crate) struct $name;
+        pub struct $name;
 
         impl Arith for $name {
             type V = $f;
@@ -381,7 +415,7 @@ macro_rules! lane_backend {
                 <$f>::from_bits(a.to_bits() ^ b.to_bits())
             }
             #[inline(always)]
-            fn cmp(&mut self, cc: FloatCC, a: $f, b: $f) -> bool {
+            fn cmp(&mut self, cc: Cmp, a: $f, b: $f) -> bool {
                 float_cc!(cc, a, b)
             }
             #[inline(always)]
