@@ -220,13 +220,37 @@ TP_FN double tp_gelu_erf_f64(double x) {
   return 0.5 * x * e;
 }
 #define TP_GELU_K 0.7978845608028654
+#define TP_GELU_K_LO (-4.98465440455546e-17)
 #define TP_GELU_C 0.044715
+#define TP_GELU_C_LO 2.1960211427085595e-18
+// 2u = 2 sqrt(2/pi) (x + 0.044715 x^3) as hi (returned) + *lo: exp amplifies
+// the relative error of u about 2|u| times, so u is carried to about 2^-100 as eager does.
+TP_FN double tp_gelu_tanh_2u(double x, double* lo) {
+  double x2 = x * x;
+  double x3 = x2 * x;
+  double c3 = TP_GELU_C * x3;
+  double s = x + c3;
+  double u = TP_GELU_K * s;
+  if (fabs(x) >= 1e100 || x != x) {
+    *lo = 0.0;
+    return 2.0 * u;
+  }
+  double x2l = fma(x, x, -x2);
+  double x3l = fma(x2, x, -x3) + x2l * x;
+  double c3l = fma(TP_GELU_C, x3, -c3) + TP_GELU_C * x3l + TP_GELU_C_LO * x3;
+  double b = s - x;
+  double sl = (x - (s - b)) + (c3 - b) + c3l;
+  double ul = fma(TP_GELU_K, s, -u) + TP_GELU_K * sl + TP_GELU_K_LO * s;
+  *lo = 2.0 * ul;
+  return 2.0 * u;
+}
 TP_FN double tp_gelu_tanh_f64(double x) {
-  double u = TP_GELU_K * (x + TP_GELU_C * x * x * x);
-  double d = 1.0 + exp(-2.0 * u);
-  double y = 2.0 * u;
+  double yl;
+  double y = tp_gelu_tanh_2u(x, &yl);
+  double e = exp(-y);
+  double d = 1.0 + fma(e, -yl, e);
   if (tp_isfinite(d)) return x / d;
-  if (y >= -1024.0) return x * tp_exp_scaled(y, 0.0) * TP_TWO_M64;
+  if (y >= -1024.0) return x * tp_exp_scaled(y, yl) * TP_TWO_M64;
   return x * exp(y);
 }
 
