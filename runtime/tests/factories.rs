@@ -48,8 +48,11 @@ fn constants_have_the_requested_shape_dtype_and_value() -> R {
         Tensor::full(&[1], i64::MAX, DType::I64).to_vec::<i64>()?,
         vec![i64::MAX]
     );
+    // A finite value beyond the dtype's range is an error, as in PyTorch (inf itself is fine).
+    let e = Tensor::try_full(&[1], 70000.0, DType::F16).expect_err("overflows f16");
+    assert!(e.to_string().contains("f16"), "{e}");
     assert_eq!(
-        Tensor::full(&[1], 70000.0, DType::F16).to_vec::<f16>()?,
+        Tensor::full(&[1], f64::INFINITY, DType::F16).to_vec::<f16>()?,
         vec![f16::INFINITY]
     );
     assert!(Tensor::full(&[1], f64::NAN, DType::BF16).to_vec::<bf16>()?[0].is_nan());
@@ -127,9 +130,11 @@ fn arange_covers_float_negative_and_integer_steps() -> R {
         Tensor::arange(-3.0, 0.0, 1.0, DType::I32)?.to_vec::<i32>()?,
         vec![-3, -2, -1]
     );
+    // An integer dtype with a fractional step: the length is ceil(5 / 1.5) = 4, the values step
+    // by the step truncated to the dtype (1), as PyTorch computes them.
     assert_eq!(
         Tensor::arange(0.0, 5.0, 1.5, DType::I64)?.to_vec::<i64>()?,
-        vec![0, 1, 3, 4]
+        vec![0, 1, 2, 3]
     );
     assert_eq!(Tensor::arange(2.0, 2.0, 1.0, DType::F32)?.shape(), &[0]);
     assert_eq!(Tensor::arange(2.0, 2.0, -1.0, DType::F32)?.shape(), &[0]);

@@ -252,10 +252,42 @@ fn gelu_ref(x: f64) -> f64 {
     };
     0.5 * x * (libm::erfc(z) - fix)
 }
+/// `a * b` as an unevaluated sum (Dekker's product, by Veltkamp splitting: no fma).
+fn two_prod(a: f64, b: f64) -> (f64, f64) {
+    let split = |v: f64| {
+        let t = 134_217_729.0 * v; // 2^27 + 1
+        let hi = t - (t - v);
+        (hi, v - hi)
+    };
+    let p = a * b;
+    let ((ah, al), (bh, bl)) = (split(a), split(b));
+    (p, ((ah * bh - p) + ah * bl + al * bh) + al * bl)
+}
 fn gelu_tanh_ref(x: f64) -> f64 {
-    // 0.5 x (1 + tanh u) == x / (1 + exp(-2u)), again the cancellation-free way round.
-    let u = K * (x + 0.044715 * x * x * x);
-    x / (1.0 + (-2.0 * u).exp())
+    // 0.5 x (1 + tanh u) == x / (1 + exp(-2u)), again the cancellation-free way round. exp
+    // amplifies the relative error of u about 2|u| times (a dozen ulps at x = -6.5), so u is
+    // carried with its rounding error: u = K (x + C x^3) in two parts, constants included
+    // (K_LO = sqrt(2/pi) - K, C_LO = 0.044715 - C), and exp(-2u) = exp(-2 u_hi) (1 - 2 u_lo).
+    const K_LO: f64 = -4.984_654_404_555_46e-17;
+    const C: f64 = 0.044715;
+    const C_LO: f64 = 2.196_021_142_708_559_5e-18;
+    if !x.is_finite() || x.abs() > 1e100 {
+        return x / (1.0 + (-2.0 * K * (x + C * x * x * x)).exp());
+    }
+    let (x2, x2l) = two_prod(x, x);
+    let (x3, x3l) = two_prod(x2, x);
+    let x3l = x3l + x2l * x;
+    let (c3, c3l) = two_prod(C, x3);
+    let c3l = c3l + C * x3l + C_LO * x3;
+    let s = x + c3;
+    let sl = if x.abs() > c3.abs() {
+        (x - s) + c3
+    } else {
+        (c3 - s) + x
+    } + c3l;
+    let (u, ul) = two_prod(K, s);
+    let ul = ul + K * sl + K_LO * s;
+    x / (1.0 + (-2.0 * u).exp() * (1.0 - 2.0 * ul))
 }
 
 // ---- unary: values ------------------------------------------------------------------------------

@@ -260,12 +260,21 @@ impl Tensor {
     /// Every element set to `value` (converted to `dtype`).
     ///
     /// # Panics
-    /// When the shape is too large to allocate; [`Tensor::try_full`] returns an error instead.
+    /// When the shape is too large to allocate, or `value` does not fit `dtype` (an integer out
+    /// of range, a finite float beyond a half type's range: PyTorch's checked conversion);
+    /// [`Tensor::try_full`] returns an error instead.
     pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Tensor {
         Tensor::try_full(shape, value, dtype).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Like [`Tensor::full`], with an error when the shape overflows or memory runs out.
+    /// Like [`Tensor::full`], with an error when the shape overflows, memory runs out or
+    /// `value` does not fit `dtype`.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{DType, Tensor};
+    /// assert!(Tensor::try_full(&[2], 70000.0, DType::F16).is_err()); // beyond f16's 65504
+    /// assert!(Tensor::try_full(&[2], f64::INFINITY, DType::F16).is_ok());
+    /// ```
     pub fn try_full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
         let t = Tensor::try_empty_with("full", shape, dtype, Device::Cpu, false)?;
         crate::ops::inplace::fill_scalar("full", &t, value.into())?;
@@ -561,6 +570,9 @@ impl Tensor {
     }
 
     /// `value` everywhere, with this tensor's shape and dtype.
+    ///
+    /// # Panics
+    /// As [`Tensor::full`] does.
     pub fn full_like(t: &Tensor, value: impl Into<Scalar>) -> Tensor {
         if t.is_fake() {
             return Tensor::empty_fake(t.shape(), t.dtype(), t.device());
