@@ -15,6 +15,10 @@ use tensorplay::compiler::codegen::cpu::math::bulk;
 use tensorplay::compiler::compile;
 use tensorplay::{DType, Result, Tensor};
 
+#[path = "common/workloads.rs"]
+mod workloads;
+use workloads::{w1, w2};
+
 const LARGE: usize = 1 << 24;
 
 fn dispatch_overhead(c: &mut Criterion) {
@@ -143,22 +147,6 @@ fn throughput(c: &mut Criterion) {
         bench.iter(|| black_box(pool.install(|| reference_sum(&av, threads))))
     });
     g.finish();
-}
-
-/// W1: `0.5*x*(1+tanh(0.7978845608*(x+0.044715*x^3)))`, as in `benches/fusion.rs`.
-fn w1(xs: &[Tensor]) -> Result<Vec<Tensor>> {
-    let x = &xs[0];
-    let inner = x
-        .add(&x.pow_scalar(3.0)?.mul_scalar(0.044715)?)?
-        .mul_scalar(0.7978845608)?;
-    Ok(vec![
-        x.mul_scalar(0.5)?.mul(&inner.tanh()?.add_scalar(1.0)?)?,
-    ])
-}
-
-/// W2: `a*sigmoid(a)*b`.
-fn w2(xs: &[Tensor]) -> Result<Vec<Tensor>> {
-    Ok(vec![xs[0].mul(&xs[0].sigmoid()?)?.mul(&xs[1])?])
 }
 
 /// Eager transcendental math at 2^20 f32 (L2/L3-resident): the anchor workloads W1 and W2 as

@@ -42,6 +42,10 @@ use tensorplay::compiler::{compile, tp_compile};
 use tensorplay::ir::{Device, TensorMeta};
 use tensorplay::{DType, Result, Tensor};
 
+#[path = "common/workloads.rs"]
+mod workloads;
+use workloads::{w1, w2};
+
 /// Columns of the 2-d workloads (W3, W5).
 const COLS: usize = 1024;
 /// log2 of the sizes every workload runs at.
@@ -49,22 +53,6 @@ const SIZES: [u32; 3] = [16, 20, 24];
 
 // ---------------------------------------------------------------------------------------------
 // The workloads as TensorPlay closures (eager and compiled run the same function).
-
-/// W1: `0.5*x*(1+tanh(0.7978845608*(x+0.044715*x^3)))`.
-fn w1(xs: &[Tensor]) -> Result<Vec<Tensor>> {
-    let x = &xs[0];
-    let inner = x
-        .add(&x.pow_scalar(3.0)?.mul_scalar(0.044715)?)?
-        .mul_scalar(0.7978845608)?;
-    Ok(vec![
-        x.mul_scalar(0.5)?.mul(&inner.tanh()?.add_scalar(1.0)?)?,
-    ])
-}
-
-/// W2: `a*sigmoid(a)*b`.
-fn w2(xs: &[Tensor]) -> Result<Vec<Tensor>> {
-    Ok(vec![xs[0].mul(&xs[0].sigmoid()?)?.mul(&xs[1])?])
-}
 
 /// W3: `relu(x + bias) + r`, bias broadcast over rows.
 fn w3(xs: &[Tensor]) -> Result<Vec<Tensor>> {

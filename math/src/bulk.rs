@@ -242,14 +242,7 @@ pub fn level() -> Option<Level> {
     static LEVEL: OnceLock<Option<Level>> = OnceLock::new();
     *LEVEL.get_or_init(|| {
         let var = std::env::var("TP_BULK_MATH").ok();
-        if !env_enables(var.as_deref()) {
-            return None;
-        }
-        let cap = level_cap();
-        Level::ALL
-            .into_iter()
-            .filter(|&l| cap == Level::Avx512 || l == Level::Avx2)
-            .find(|l| l.is_supported())
+        env_enables(var.as_deref()).then(eager_level).flatten()
     })
 }
 

@@ -114,7 +114,8 @@ fn every_binary_build_returns_the_scalar_definitions_bits() {
     for (i, v) in y.iter_mut().enumerate().step_by(7) {
         *v = (i % 9) as f32 - 4.0;
     }
-    let cases: [(BulkOp, fn(f32, f32) -> f32); 2] = [
+    type Scalar2 = fn(f32, f32) -> f32;
+    let cases: [(BulkOp, Scalar2); 2] = [
         (BulkOp::Pow, |a, b| pow_f32(&mut S32, a, b)),
         (BulkOp::Div, |a, b| a / b),
     ];

@@ -186,7 +186,7 @@ pub(crate) fn map2_buffered<T: Element>(
     each_run2(op, out, a, b, |o, a, b, len| {
         // SAFETY: `each_run2` hands out runs that meet `run2_buffered`'s conditions; `k` is a
         // library kernel.
-        unsafe { raw::run2_buffered(o, a, b, len, k, &load, &load, &store) }
+        unsafe { raw::run2_buffered(o, a, b, len, k, &load, &store) }
     })
 }
 

@@ -350,7 +350,7 @@ pub(crate) unsafe fn run1_buffered<A: Element, O: Element>(
     }
 }
 
-/// `out[i] = store(k(load_a(a[i]), load_b(b[i])))` over one run of `len` elements: the binary
+/// `out[i] = store(k(load(a[i]), load(b[i])))` over one run of `len` elements: the binary
 /// counterpart of [`run1_buffered`]. Unit-stride f32 runs where the output is disjoint from
 /// both inputs or is one of them go to `k` directly; every other run (a broadcast exponent,
 /// strides, other dtypes) goes through stack tiles.
@@ -358,17 +358,16 @@ pub(crate) unsafe fn run1_buffered<A: Element, O: Element>(
 /// # Safety
 /// As for [`run2`]; `k` must be a kernel with the [`BinaryFn`] contract.
 #[inline(always)]
-pub(crate) unsafe fn run2_buffered<A: Element, B: Element, O: Element>(
-    o: Operand<O>,
-    a: Operand<A>,
-    b: Operand<B>,
+pub(crate) unsafe fn run2_buffered<T: Element>(
+    o: Operand<T>,
+    a: Operand<T>,
+    b: Operand<T>,
     len: usize,
     k: BinaryFn,
-    load_a: &impl Fn(A) -> f32,
-    load_b: &impl Fn(B) -> f32,
-    store: &impl Fn(f32) -> O,
+    load: &impl Fn(T) -> f32,
+    store: &impl Fn(f32) -> T,
 ) {
-    let all_f32 = A::DTYPE == DType::F32 && B::DTYPE == DType::F32 && O::DTYPE == DType::F32;
+    let all_f32 = T::DTYPE == DType::F32;
     let same = |p: *const u8| std::ptr::eq(o.ptr.cast::<u8>().cast_const(), p);
     let fits_a = a.stride == 1 && (same(a.ptr.cast::<u8>()) || disjoint(&o, &a, len));
     let fits_b = b.stride == 1 && (same(b.ptr.cast::<u8>()) || disjoint(&o, &b, len));
@@ -395,8 +394,8 @@ pub(crate) unsafe fn run2_buffered<A: Element, B: Element, O: Element>(
             // SAFETY: element `start + j < len` of each input is in bounds and initialised
             // (caller).
             unsafe {
-                ta[j] = load_a(a.ptr.offset(i * a.stride).read());
-                tb[j] = load_b(b.ptr.offset(i * b.stride).read());
+                ta[j] = load(a.ptr.offset(i * a.stride).read());
+                tb[j] = load(b.ptr.offset(i * b.stride).read());
             }
         }
         let pa = ta.as_mut_ptr();

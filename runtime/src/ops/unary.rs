@@ -98,10 +98,17 @@ pub fn unary_fill<M: UnaryMath>(a: Args, outs: &[Tensor]) -> Result<()> {
         x.clone()
     };
     let op = a.op;
-    match out.dtype() {
-        DType::F32 | DType::F16 | DType::BF16 if M::BULK.is_some() => {
-            unary_fill_library::<M>(op, out, &x)
+    // An op whose f32 form is a math-library function runs the library's buffer kernel (in stack
+    // tiles for f16/bf16 and strided runs): the same bits as the per-element `M::f32` below.
+    if let Some(k) = M::BULK.map(BulkOp::Math).and_then(bulk::eager_unary) {
+        match out.dtype() {
+            DType::F32 => return map1_buffered::<f32, f32>(op, out, &x, k, |v| v, |v| v),
+            DType::F16 => return map1_buffered(op, out, &x, k, f16::to_f32, f16::from_f32),
+            DType::BF16 => return map1_buffered(op, out, &x, k, bf16::to_f32, bf16::from_f32),
+            _ => {}
         }
+    }
+    match out.dtype() {
         DType::F32 => map1::<f32, f32>(op, out, &x, M::f32),
         DType::F64 => map1::<f64, f64>(op, out, &x, M::f64),
         DType::F16 => map1::<f16, f16>(op, out, &x, |v| f16::from_f32(M::f32(v.to_f32()))),
@@ -118,24 +125,6 @@ pub fn unary_fill<M: UnaryMath>(a: Args, outs: &[Tensor]) -> Result<()> {
             IntRule::Map => map1::<bool, bool>(op, out, &x, |v| M::int(v as i64) != 0),
             _ => map1::<bool, bool>(op, out, &x, |v| v),
         },
-    }
-}
-
-/// The f32-computed dtypes of an op whose f32 form is a math-library function
-/// ([`UnaryMath::BULK`]): its buffer kernel over the tensor (in stack tiles for f16/bf16 and for
-/// strided runs), falling back to the per-element `f32` (the same bits) only if the library has
-/// no kernel for it.
-fn unary_fill_library<M: UnaryMath>(op: &str, out: &Tensor, x: &Tensor) -> Result<()> {
-    let kernel = M::BULK.map(BulkOp::Math).and_then(bulk::eager_unary);
-    match (out.dtype(), kernel) {
-        (DType::F32, Some(k)) => map1_buffered::<f32, f32>(op, out, x, k, |v| v, |v| v),
-        (DType::F16, Some(k)) => map1_buffered(op, out, x, k, f16::to_f32, f16::from_f32),
-        (DType::BF16, Some(k)) => map1_buffered(op, out, x, k, bf16::to_f32, bf16::from_f32),
-        (DType::F16, None) => map1::<f16, f16>(op, out, x, |v| f16::from_f32(M::f32(v.to_f32()))),
-        (DType::BF16, None) => {
-            map1::<bf16, bf16>(op, out, x, |v| bf16::from_f32(M::f32(v.to_f32())))
-        }
-        _ => map1::<f32, f32>(op, out, x, M::f32),
     }
 }
 
