@@ -32,7 +32,7 @@ use tensorplay_runtime::{Scalar, Tensor, Value};
 
 use crate::codegen::cache;
 use crate::codegen::cpu::{CompiledKernel, LaunchPlan, ScalarArgs, plan as plan_launch};
-use crate::codegen::kernel::{LoweredRegion, lower};
+use crate::codegen::kernel::{KernelSpec, Lit, LoopKind, LoweredRegion, lower};
 use crate::passes::{BufferPlan, FusionPlan, RegionKind, Step, buffer_plan, dce, fusion, logging};
 
 /// Where an op argument comes from at run time.
@@ -174,6 +174,17 @@ impl std::fmt::Display for DimGuard {
             DimGuard::Derived(e) => write!(f, "{e}"),
         }
     }
+}
+
+/// A compiled graph that is one pointwise kernel ([`CompiledGraph::sole_pointwise_kernel`]).
+pub(crate) struct SoleKernel {
+    pub spec: KernelSpec,
+    /// The kernel's scalar arguments.
+    pub params: Vec<Lit>,
+    /// For each kernel input, the graph input it reads.
+    pub inputs: Vec<usize>,
+    /// For each kernel output, the graph output it is.
+    pub outputs: Vec<usize>,
 }
 
 /// A graph compiled by [`tp_compile`](crate::tp_compile).
@@ -1018,6 +1029,52 @@ impl CompiledGraph {
             d.storage().bump_version();
         }
         Ok(())
+    }
+
+    /// The graph as one standalone pointwise kernel: its spec and scalar arguments, which graph
+    /// input each kernel input reads and which graph output each kernel output is. An error
+    /// unless the graph is exactly one pointwise region over its own inputs (no constant
+    /// tensors) computing exactly its (distinct) outputs. For callers that launch the kernel
+    /// themselves on operands the executor cannot express — in place, or over a group of
+    /// operand sets ([`CompiledKernel::launch_group`], the fused optimizers).
+    pub(crate) fn sole_pointwise_kernel(&self) -> Result<SoleKernel> {
+        let err = |msg: &str| {
+            Error::compile(
+                CompileKind::Launch,
+                format!("sole_pointwise_kernel: {msg}:\n{}", self.explain()),
+            )
+        };
+        let [Exec::Region(r)] = self.steps.as_slice() else {
+            return Err(err("the graph is not exactly one fused region"));
+        };
+        if !matches!(r.lowered.spec.kind, LoopKind::Pointwise) {
+            return Err(err("the region is not pointwise"));
+        }
+        let inputs = r
+            .ins
+            .iter()
+            .map(|i| self.input_ids.iter().position(|g| g == i))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| err("a kernel input is not a graph input"))?;
+        let outputs = r
+            .outs
+            .iter()
+            .map(|o| self.output_ids.iter().position(|g| g == o))
+            .collect::<Option<Vec<_>>>()
+            .filter(|outs| outs.len() == self.output_ids.len())
+            .ok_or_else(|| err("the region does not compute exactly the graph's outputs"))?;
+        let mut distinct = outputs.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() != outputs.len() {
+            return Err(err("two graph outputs are one value"));
+        }
+        Ok(SoleKernel {
+            spec: r.lowered.spec.clone(),
+            params: r.lowered.params.clone(),
+            inputs,
+            outputs,
+        })
     }
 
     fn run_region(

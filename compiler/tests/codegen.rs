@@ -1385,6 +1385,7 @@ fn launch_errors_instead_of_undefined_behaviour() -> R<()> {
                 dims: 1,
                 reduced: 0,
                 kept_inner: false,
+                in_place: false,
                 classes: vec![StrideClass::Unit; 3],
             }
         )

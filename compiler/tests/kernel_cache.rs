@@ -97,6 +97,7 @@ fn unit_layout() -> LoopLayout {
         dims: 1,
         reduced: 0,
         kept_inner: false,
+        in_place: false,
         classes: vec![StrideClass::Unit; 2],
     }
 }

@@ -207,3 +207,56 @@ fn optimizers_reject_parameters_they_cannot_update() {
         .to_string();
     assert!(e.contains("params[0]"), "{e}");
 }
+
+/// A parameter listed twice (tied weights: two updates of one storage, one after the other),
+/// a one-element parameter (its own loop layout) and a large one (the group launch splits it
+/// across the pool): the fused in-place step equals the eager one.
+#[test]
+fn tied_one_element_and_large_parameters_update_as_eagerly() -> Result<()> {
+    type Make = fn(Vec<Tensor>) -> Result<Box<dyn Step>>;
+    let makers: [(&str, Make); 2] = [
+        ("sgd", |p| Ok(Box::new(Sgd::new(p, 0.05, 0.9)?))),
+        ("adam", |p| {
+            Ok(Box::new(Adam::new(p, 0.01, (0.9, 0.999), 1e-8)?))
+        }),
+    ];
+    for (name, make) in makers {
+        let fresh = || -> Result<[Tensor; 3]> {
+            Ok([
+                Tensor::randn_seeded(&[6], DType::F32, 7)?.requires_grad_(true)?,
+                Tensor::randn_seeded(&[1], DType::F32, 8)?.requires_grad_(true)?,
+                Tensor::randn_seeded(&[300_000], DType::F32, 9)?.requires_grad_(true)?,
+            ])
+        };
+        let (e, c) = (fresh()?, fresh()?);
+        let list = |p: &[Tensor; 3]| vec![p[0].clone(), p[1].clone(), p[2].clone(), p[0].clone()];
+        let (mut oe, mut oc) = (make(list(&e))?, make(list(&c))?);
+        for step in 0..3 {
+            for (p, opt, fused) in [(&e, &mut oe, false), (&c, &mut oc, true)] {
+                let l = p[0]
+                    .mul(&p[0])?
+                    .sum_all()?
+                    .add(&p[1].mul_scalar(3.0)?.sum_all()?)?
+                    .add(&p[2].sin()?.sum_all()?)?;
+                l.backward()?;
+                if fused {
+                    opt.fused()?
+                } else {
+                    opt.eager()?
+                }
+                opt.zero();
+            }
+            for k in 0..3 {
+                let (a, b) = (
+                    c[k].detach().to_vec::<f32>()?,
+                    e[k].detach().to_vec::<f32>()?,
+                );
+                assert!(
+                    close(&a, &b, 1e-5),
+                    "{name} step {step}: parameter {k} differs"
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -160,7 +160,7 @@ impl Cache {
 ///         Inst::Store { output: 0, value: 1 },
 ///     ],
 ///     kind: LoopKind::Pointwise };
-/// let layout = LoopLayout { dims: 2, reduced: 0, kept_inner: false, classes: vec![StrideClass::Strided, StrideClass::Unit] };
+/// let layout = LoopLayout { dims: 2, reduced: 0, kept_inner: false, in_place: false, classes: vec![StrideClass::Strided, StrideClass::Unit] };
 /// let a = cache::get_or_compile(&spec, &layout)?;
 /// let b = cache::get_or_compile(&spec, &layout)?;
 /// assert!(std::sync::Arc::ptr_eq(&a, &b));

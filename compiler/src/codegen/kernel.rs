@@ -401,7 +401,7 @@ impl StrideClass {
 ///
 /// ```
 /// use tensorplay_compiler::codegen::kernel::{LoopLayout, StrideClass};
-/// let l = LoopLayout { dims: 2, reduced: 0, kept_inner: false,
+/// let l = LoopLayout { dims: 2, reduced: 0, kept_inner: false, in_place: false,
 ///                      classes: vec![StrideClass::Unit, StrideClass::Zero] };
 /// assert_eq!(l.to_string(), "dims=2 reduced=0 classes=[unit, zero]");
 /// ```
@@ -417,6 +417,11 @@ pub struct LoopLayout {
     /// accumulates together while the reduced dims are walked, for reductions whose reduced dims
     /// are strided, like `sum(dim=0)` of a row-major matrix).
     pub kept_inner: bool,
+    /// Pointwise only: some output is the very memory of an input (same address, dtype, shape
+    /// and strides), as in an optimizer's `p -= lr * g`. The kernel then reads every input of
+    /// an element before it writes any output of it, and a staged kernel writes its outputs
+    /// only in its last stage (earlier stages read inputs the stores would overwrite).
+    pub in_place: bool,
     /// Innermost-loop-dim class of each operand, inputs then outputs. In rows mode reduction
     /// outputs are written once per kept point and are always `Zero`.
     pub classes: Vec<StrideClass>,
@@ -435,10 +440,11 @@ impl fmt::Display for LoopLayout {
             .collect();
         write!(
             f,
-            "dims={} reduced={}{} classes=[{}]",
+            "dims={} reduced={}{}{} classes=[{}]",
             self.dims,
             self.reduced,
             if self.kept_inner { " kept_inner" } else { "" },
+            if self.in_place { " in_place" } else { "" },
             classes.join(", ")
         )
     }

@@ -153,7 +153,7 @@ impl Drop for JitCode {
 ///     ],
 ///     kind: LoopKind::Pointwise,
 /// };
-/// let layout = LoopLayout { dims: 1, reduced: 0, kept_inner: false, classes: vec![StrideClass::Unit; 2] };
+/// let layout = LoopLayout { dims: 1, reduced: 0, kept_inner: false, in_place: false, classes: vec![StrideClass::Unit; 2] };
 /// let k = compile(&spec, &layout)?;
 /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?;
 /// let out = Tensor::zeros(&[3], DType::F32);
@@ -267,6 +267,9 @@ pub(crate) fn check_layout(spec: &KernelSpec, layout: &LoopLayout) -> Result<()>
         }
         _ if layout.kept_inner && !matches!(spec.kind, LoopKind::Reduce { .. }) => {
             err("only reductions have a kept inner dim".into())
+        }
+        _ if layout.in_place && !matches!(spec.kind, LoopKind::Pointwise) => {
+            err("only pointwise kernels run in place".into())
         }
         LoopKind::Reduce { .. } if layout.reduced == 0 || layout.reduced >= layout.dims => {
             err("a reduction needs at least one kept and one reduced dim".into())

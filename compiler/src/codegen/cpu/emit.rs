@@ -731,7 +731,9 @@ impl<'a, 'b> Emitter<'a, 'b> {
     // ---- evaluation ------------------------------------------------------------------------
 
     /// Evaluates the live body at element `i + k` of `row` (a vector when `vector`), performing
-    /// its stores when `stores`; returns every evaluated value.
+    /// its stores when `stores`; returns every evaluated value. In an
+    /// [in-place](crate::codegen::kernel::LoopLayout::in_place) layout the stores come after
+    /// the whole body, so no load of the element sees an output already written over it.
     pub(super) fn eval(
         &mut self,
         row: &Row,
@@ -745,6 +747,8 @@ impl<'a, 'b> Emitter<'a, 'b> {
         let get = |env: &[Option<Value>], a: ValueId| {
             env[a].ok_or_else(|| internal(format!("%{a} used before it was evaluated")))
         };
+        let defer = self.layout.in_place;
+        let mut deferred: Vec<(usize, ValueId)> = Vec::new();
         for (id, inst) in spec.insts.iter().enumerate() {
             if !self.live[id] {
                 continue;
@@ -783,7 +787,9 @@ impl<'a, 'b> Emitter<'a, 'b> {
                     Some(self.cast(x, from, *to)?)
                 }
                 Inst::Store { output, value } => {
-                    if stores {
+                    if stores && defer {
+                        deferred.push((*output, *value));
+                    } else if stores {
                         let x = get(&env, *value)?;
                         self.store_output(row, *output, i, k, vector, x)?;
                     }
@@ -791,6 +797,10 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 }
             };
             env[id] = v;
+        }
+        for (output, value) in deferred {
+            let x = get(&env, value)?;
+            self.store_output(row, output, i, k, vector, x)?;
         }
         Ok(env)
     }

@@ -204,8 +204,10 @@ fn check_tensor(t: &Tensor, k: usize, output: bool, want: DType) -> Result<*mut 
 }
 
 /// The operand count check and the data pointers of every operand (inputs, then outputs),
-/// their dtypes and devices checked against `spec`.
-fn bind(spec: &KernelSpec, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<Ptrs> {
+/// their dtypes and devices checked against `spec`; and whether some output of a pointwise
+/// kernel is exactly an input's elements (the layout is then
+/// [in place](LoopLayout::in_place)). Any other overlap of an output with an input is an error.
+fn bind(spec: &KernelSpec, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<(Ptrs, bool)> {
     if inputs.len() != spec.inputs.len() || outputs.len() != spec.outputs.len() {
         return Err(Error::argument(
             OP,
@@ -226,26 +228,37 @@ fn bind(spec: &KernelSpec, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<Pt
         ptrs.push(check_tensor(t, k, true, d)?);
     }
     let n_in = inputs.len();
+    let pointwise = matches!(spec.kind, LoopKind::Pointwise);
+    let mut in_place = false;
     for (o, out) in outputs.iter().enumerate() {
         let Some(span_o) = byte_span(out, ptrs[n_in + o]) else {
             continue;
         };
         for (i, input) in inputs.iter().enumerate() {
-            if let Some(span_i) = byte_span(input, ptrs[i])
-                && span_o.0 < span_i.1
-                && span_i.0 < span_o.1
-            {
-                return Err(Error::argument(
-                    OP,
-                    format!("output {o}"),
-                    "memory disjoint from every input (kernels may read an input again after \
-                     writing an output)",
-                    format!("a tensor overlapping input {i}"),
-                ));
+            let Some(span_i) = byte_span(input, ptrs[i]) else {
+                continue;
+            };
+            if span_o.0 >= span_i.1 || span_i.0 >= span_o.1 {
+                continue;
             }
+            let same_elements = ptrs[i] == ptrs[n_in + o]
+                && spec.inputs[i] == spec.outputs[o]
+                && input.shape() == out.shape()
+                && input.strides() == out.strides();
+            if pointwise && same_elements {
+                in_place = true;
+                continue;
+            }
+            return Err(Error::argument(
+                OP,
+                format!("output {o}"),
+                "memory disjoint from every input, or (pointwise kernels) exactly one input's \
+                 elements: same address, dtype, shape and strides",
+                format!("a tensor overlapping input {i}"),
+            ));
         }
     }
-    Ok(ptrs)
+    Ok((ptrs, in_place))
 }
 
 /// The bytes `[lo, hi)` a tensor's elements occupy from its data pointer `ptr` (None when empty).
@@ -303,7 +316,7 @@ pub fn plan(
     outputs: &[&Tensor],
     iter_shape: Option<&[usize]>,
 ) -> Result<LaunchPlan> {
-    let ptrs = bind(spec, inputs, outputs)?;
+    let (ptrs, in_place) = bind(spec, inputs, outputs)?;
     let rank = spec.rank;
     // The iteration shape.
     let shape: SmallVec<[usize; 8]> = match (iter_shape, &spec.kind) {
@@ -513,6 +526,7 @@ pub fn plan(
             dims,
             reduced: reduced.len(),
             kept_inner,
+            in_place,
             classes,
         },
         shape: all.iter().map(|d| d.0 as i64).collect(),
@@ -593,8 +607,10 @@ impl CompiledKernel {
     /// behaviour. Inputs broadcast to the iteration shape. Work of 128K elements or more
     /// (fewer for compute-heavy kernels: elements × [`CompiledKernel::work_weight`]) is split
     /// across the shared pool (`TP_NUM_THREADS`). Outputs are written in place (their
-    /// version counters are not bumped: they are meant to be fresh buffers); an output overlapping an
-    /// input is an error (a staged kernel reads inputs again after writing outputs).
+    /// version counters are not bumped: they are meant to be fresh buffers). A pointwise
+    /// kernel's output may be exactly an input's elements (same address, dtype, shape and
+    /// strides: an update in place); any other overlap of an output with an input is an error
+    /// (a staged kernel reads inputs again after writing outputs).
     ///
     /// ```
     /// use tensorplay_compiler::codegen::{cache, kernel::lower};
@@ -667,7 +683,8 @@ impl CompiledKernel {
     /// planning when they [fit](LaunchPlan::fits) it: same shapes and strides (and explicit
     /// iteration shape) as the tensors the plan was made from; only the data pointers are taken
     /// afresh (dtypes and devices are checked, and outputs must not overlap inputs). Returns
-    /// `Ok(false)`, having run nothing, when the tensors do not fit (the caller plans anew; this
+    /// `Ok(false)`, having run nothing, when the tensors do not fit or alias each other where the
+    /// plan's did not (the caller plans anew; this
     /// is also the answer for a plan made for other tensors of another spec), and an error when
     /// the tensors fit but the plan's rank, loop kind or layout is not this kernel's, or
     /// `params` are not for this kernel's scalar arguments.
@@ -689,24 +706,117 @@ impl CompiledKernel {
                 format!("{OP}: a launch plan made for another kernel spec"),
             ));
         }
-        let ptrs = bind(spec, inputs, outputs)?;
+        let (ptrs, in_place) = bind(spec, inputs, outputs)?;
+        if in_place && !p.layout.in_place {
+            // Aliased operands need the in-place variant of the kernel: plan anew.
+            return Ok(false);
+        }
         self.run_plan(p, &ptrs, params)?;
         Ok(true)
     }
 
-    /// Runs the geometry of `p` on the operand pointers `ptrs` (inputs, then outputs).
-    fn run_plan(&self, p: &LaunchPlan, ptrs: &[*mut u8], params: &ScalarArgs) -> Result<()> {
-        if params.dtypes() != self.param_dtypes() {
-            return Err(Error::argument(
-                OP,
-                "params",
-                format!("scalar arguments of dtypes {:?}", self.param_dtypes()),
-                format!("{:?}", params.dtypes()),
+    /// Runs this pointwise kernel over several operand sets — `(inputs, outputs)` each, as for
+    /// [`CompiledKernel::launch`] — in one launch: the work of all sets is split across the
+    /// pool together, so a list of small tensors (an optimizer's parameters) costs one pool
+    /// dispatch and keeps every thread busy. Each set must plan to this kernel's layout
+    /// (outputs may be exactly their inputs' elements, see [`LoopLayout::in_place`]); a set that
+    /// does not is an error naming it, and nothing has run.
+    ///
+    /// ```
+    /// use tensorplay_compiler::codegen::kernel::{Inst, KernelSpec, LoopKind, Lit};
+    /// use tensorplay_compiler::codegen::{cache, cpu};
+    /// use tensorplay_ir::{DType, ScalarOp};
+    /// use tensorplay_runtime::Tensor;
+    /// // x <- x * 2 + y, in place.
+    /// let spec = KernelSpec { rank: 1, inputs: vec![DType::F32; 2], outputs: vec![DType::F32],
+    ///     insts: vec![
+    ///         Inst::Load { input: 0 },
+    ///         Inst::Param { index: 0, dtype: DType::F32 },
+    ///         Inst::Op { op: ScalarOp::Mul, args: vec![0, 1], compute: DType::F32, out: DType::F32 },
+    ///         Inst::Load { input: 1 },
+    ///         Inst::Op { op: ScalarOp::Add, args: vec![2, 3], compute: DType::F32, out: DType::F32 },
+    ///         Inst::Store { output: 0, value: 4 },
+    ///     ],
+    ///     kind: LoopKind::Pointwise };
+    /// let (a, b) = (Tensor::from_vec(vec![1.0f32, 2.0], &[2])?, Tensor::ones(&[3], DType::F32));
+    /// let (ya, yb) = (Tensor::ones(&[2], DType::F32), Tensor::ones(&[3], DType::F32));
+    /// let plan = cpu::plan(&spec, &[&a, &ya], &[&a], None)?;
+    /// let k = cache::get_or_compile(&spec, plan.layout())?;
+    /// k.launch_group(&[(&[&a, &ya], &[&a]), (&[&b, &yb], &[&b])], &[Lit::Float(2.0)])?;
+    /// assert_eq!(a.to_vec::<f32>()?, vec![3.0, 5.0]);
+    /// assert_eq!(b.to_vec::<f32>()?, vec![3.0; 3]);
+    /// # Ok::<(), tensorplay_ir::Error>(())
+    /// ```
+    pub fn launch_group(&self, sets: &[(&[&Tensor], &[&Tensor])], params: &[Lit]) -> Result<()> {
+        if !matches!(self.spec().kind, LoopKind::Pointwise) {
+            return Err(Error::compile(
+                CompileKind::Launch,
+                format!("{OP}: only pointwise kernels launch over groups of operand sets"),
             ));
         }
-        if p.is_empty() {
+        let scalars = ScalarArgs::new(self.param_dtypes(), params)?;
+        let mut plans = Vec::with_capacity(sets.len());
+        for (k, (inputs, outputs)) in sets.iter().enumerate() {
+            let p = plan(self.spec(), inputs, outputs, None)?;
+            if !p.is_empty() && &p.layout != self.layout() {
+                return Err(Error::argument(
+                    OP,
+                    format!("sets[{k}]"),
+                    format!("tensors with the loop layout {}", self.layout()),
+                    format!("the layout {}", p.layout),
+                ));
+            }
+            plans.push(p);
+        }
+        plans.retain(|p| !p.is_empty());
+        let mut args = Vec::with_capacity(plans.len());
+        for p in &plans {
+            args.push(self.kernel_args(p, &p.ptrs, &scalars)?);
+        }
+        // SAFETY: (for the entry calls below) every plan was built by `plan` for this spec and
+        // has this kernel's layout; `plans` (whose pointer lists `args` point into) is not
+        // touched again until the calls are done.
+        let entry = unsafe { self.entry() };
+        let total: usize = plans.iter().map(|p| p.range).sum();
+        let work = total.saturating_mul(self.work_weight().max(1));
+        let threads = parallel::num_threads();
+        if threads <= 1 || work < 2 * MIN_CHUNK {
+            for (a, p) in args.iter().zip(&plans) {
+                call(entry, a, 0, p.range);
+            }
             return Ok(());
         }
+        let chunks = (work / MIN_CHUNK).min(threads * 4).max(1);
+        let per = total.div_ceil(chunks).next_multiple_of(64);
+        let mut pieces = Vec::with_capacity(chunks + plans.len());
+        for (k, p) in plans.iter().enumerate() {
+            let mut s = 0;
+            while s < p.range {
+                let e = (s + per).min(p.range);
+                pieces.push((k, s, e));
+                s = e;
+            }
+        }
+        let shared: Vec<Shared> = args.into_iter().map(Shared).collect();
+        let shared = &shared;
+        parallel::pool().install(move || {
+            pieces
+                .into_par_iter()
+                .for_each(move |(k, s, e)| call(entry, &shared[k].0, s, e))
+        });
+        Ok(())
+    }
+
+    /// The kernel arguments of plan `p` on operand pointers `ptrs` (inputs, then outputs),
+    /// after checking that the plan fits this kernel (layout, dims, operand count) and `params`
+    /// its scalar arguments. For a non-empty plan.
+    fn kernel_args(
+        &self,
+        p: &LaunchPlan,
+        ptrs: &[*mut u8],
+        params: &ScalarArgs,
+    ) -> Result<KernelArgs> {
+        self.check_params(params)?;
         if &p.layout != self.layout() {
             return Err(Error::argument(
                 OP,
@@ -726,11 +836,7 @@ impl CompiledKernel {
                 ),
             ));
         }
-        // SAFETY: (for the entry calls below) `p` was built by `plan` for this spec and its
-        // layout is this kernel's.
-        let entry = unsafe { self.entry() };
-        let weight = self.work_weight();
-        let args = KernelArgs {
+        Ok(KernelArgs {
             ptrs: ptrs.as_ptr(),
             shape: p.shape.as_ptr(),
             strides: p.strides.as_ptr(),
@@ -738,7 +844,31 @@ impl CompiledKernel {
             end: p.range as i64,
             partials: std::ptr::null_mut(),
             params: params.slots().as_ptr(),
-        };
+        })
+    }
+
+    fn check_params(&self, params: &ScalarArgs) -> Result<()> {
+        if params.dtypes() != self.param_dtypes() {
+            return Err(Error::argument(
+                OP,
+                "params",
+                format!("scalar arguments of dtypes {:?}", self.param_dtypes()),
+                format!("{:?}", params.dtypes()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs the geometry of `p` on the operand pointers `ptrs` (inputs, then outputs).
+    fn run_plan(&self, p: &LaunchPlan, ptrs: &[*mut u8], params: &ScalarArgs) -> Result<()> {
+        if p.is_empty() {
+            return self.check_params(params);
+        }
+        let args = self.kernel_args(p, ptrs, params)?;
+        // SAFETY: (for the entry calls below) `kernel_args` checked that `p` (built by `plan`
+        // for this spec) has this kernel's layout.
+        let entry = unsafe { self.entry() };
+        let weight = self.work_weight();
         match &self.spec().kind {
             LoopKind::Pointwise => run_range(entry, &args, p.range, 1, 64, weight),
             LoopKind::Softmax { .. } => run_range(entry, &args, p.range, p.per_unit, 1, weight),

@@ -18,6 +18,10 @@
 //! When the kernel iterates a single loop dim, tiles are contiguous runs of every unit-stride
 //! operand, so a bulk call reads an f32 input straight from the tensor and writes a result that
 //! is stored unchanged to an f32 output straight into it.
+//!
+//! In an [in-place](crate::codegen::kernel::LoopLayout::in_place) layout an output may be an
+//! input's memory, so every store waits for the last stage and no bulk call writes an output:
+//! the earlier stages (and the bulk calls between them) read the tile's inputs intact.
 
 use cranelift_codegen::ir::types::{F32, F32X4, I64};
 use cranelift_codegen::ir::{
@@ -256,7 +260,8 @@ pub(super) fn plan(
             };
             bufs.push(buf);
         }
-        // A result stored unchanged to a contiguous f32 output goes straight there.
+        // A result stored unchanged to a contiguous f32 output goes straight there (not in
+        // place: later stages may still read the input that output overwrites).
         let to_output = spec
             .insts
             .iter()
@@ -265,6 +270,7 @@ pub(super) fn plan(
                 Inst::Store { output, value }
                     if *value == u
                         && direct
+                        && !layout.in_place
                         && spec.outputs[*output] == DType::F32
                         && spec.value_dtype(u) == Some(DType::F32)
                         && layout.classes[n_in + output] == StrideClass::Unit =>
@@ -293,6 +299,9 @@ pub(super) fn plan(
     if slots > MAX_SLOTS {
         return None;
     }
+    // The stage that performs a store: the first where its value exists, or in place the last
+    // (after every read of the inputs the outputs overwrite).
+    let store_stage = |id: ValueId| if layout.in_place { last } else { level[id] };
     // Per stage: what must be evaluated, backwards from its roots.
     let mut stage_live = Vec::with_capacity(last + 1);
     for (s, stage_spills) in spills.iter().enumerate() {
@@ -300,7 +309,7 @@ pub(super) fn plan(
         for (id, inst) in spec.insts.iter().enumerate() {
             if let Inst::Store { .. } = inst
                 && live[id]
-                && level[id] == s
+                && store_stage(id) == s
                 && !done_stores[id]
             {
                 need[id] = true;
