@@ -28,6 +28,7 @@
 //! # Ok::<(), tensorplay_runtime::Error>(())
 //! ```
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -81,22 +82,21 @@ impl Kernels {
 
     /// The update for `dtype` as one pointwise kernel (captured and lowered on first use).
     fn sole(&mut self, dtype: DType) -> Result<&SoleKernel> {
-        if !self.sole.contains_key(&dtype) {
-            let tensors = 2 + self.states;
-            let mut metas = vec![TensorMeta::new(&[2], dtype, Device::Cpu); tensors];
-            metas.extend(vec![TensorMeta::new(&[], dtype, Device::Cpu); self.scalars]);
-            let (update, hyper) = (self.update, self.hyper);
-            let g = capture(
-                |xs| update(&hyper, xs),
-                &metas,
-                CaptureOptions { dynamic: true },
-            )?;
-            let sole = CompiledGraph::new(&g)?.sole_pointwise_kernel()?;
-            self.sole.insert(dtype, sole);
-        }
-        self.sole
-            .get(&dtype)
-            .ok_or_else(|| Error::compile(tensorplay_ir::CompileKind::Launch, "optimizer kernel"))
+        let (update, hyper) = (self.update, self.hyper);
+        let (tensors, scalars) = (2 + self.states, self.scalars);
+        Ok(match self.sole.entry(dtype) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let mut metas = vec![TensorMeta::new(&[2], dtype, Device::Cpu); tensors];
+                metas.extend(vec![TensorMeta::new(&[], dtype, Device::Cpu); scalars]);
+                let g = capture(
+                    |xs| update(&hyper, xs),
+                    &metas,
+                    CaptureOptions { dynamic: true },
+                )?;
+                e.insert(CompiledGraph::new(&g)?.sole_pointwise_kernel()?)
+            }
+        })
     }
 
     fn compiled(&mut self, dtype: DType, layout: &LoopLayout) -> Result<Arc<CompiledKernel>> {
