@@ -79,8 +79,12 @@ fn round(t: usize, i: usize, shared: &tensorplay::compiler::CompiledFn) -> Resul
 
 #[test]
 fn eight_threads_register_call_compile_drop_and_clear() {
+    // Two regions around a barrier, with an intermediate (`a`) between them: concurrent calls
+    // each get their own arena slots.
     let shared = Arc::new(compile(|xs: &[Tensor]| {
-        Ok(vec![xs[0].mul_scalar(2.0)?.exp()?])
+        let a = xs[0].mul_scalar(2.0)?;
+        let s = a.cumsum(0, None)?;
+        Ok(vec![a.exp()?.add(&s.mul_scalar(0.0)?)?])
     }));
     let rounds = Arc::new(AtomicUsize::new(0));
     let (done, finished) = mpsc::channel::<(usize, std::thread::Result<Result<()>>)>();

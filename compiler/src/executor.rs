@@ -30,6 +30,7 @@ use tensorplay_runtime::dispatch;
 use tensorplay_runtime::library::{Operator, registry};
 use tensorplay_runtime::{Scalar, Tensor, Value};
 
+use crate::arena::{Arena, Slots};
 use crate::codegen::cache;
 use crate::codegen::cpu::{CompiledKernel, LaunchPlan, ScalarArgs, plan as plan_launch};
 use crate::codegen::kernel::{KernelSpec, Lit, LoopKind, LoweredRegion, lower};
@@ -204,6 +205,10 @@ pub struct CompiledGraph {
     steps: Vec<Exec>,
     /// For each step, the values whose last use it is (dropped after the step).
     dies_after: Vec<Vec<usize>>,
+    /// The buffer plan's slot of every value (dense ids; `None` outside the arena).
+    slot_of_id: Vec<Option<usize>>,
+    /// The intermediates' memory, kept across calls.
+    arena: Arena,
     /// Every op node in topological order (for the autograd path).
     calls: Vec<NodeCall>,
     /// Every op node of the graph as captured (before DCE), in capture order, with the size
@@ -480,6 +485,13 @@ impl CompiledGraph {
             }
         }
 
+        let mut slot_of_id = vec![None; num_values];
+        for pv in buffers.values() {
+            if let Some(&i) = ids.get(&pv.value) {
+                slot_of_id[i] = Some(pv.slot);
+            }
+        }
+        let arena = Arena::new(buffers.num_slots());
         let compiled = CompiledGraph {
             graph,
             plan,
@@ -493,6 +505,8 @@ impl CompiledGraph {
             constants,
             steps,
             dies_after,
+            slot_of_id,
+            arena,
             calls,
             check_calls,
             input_size_guards,
@@ -911,6 +925,19 @@ impl CompiledGraph {
             });
             return self.interpret_accepted(inputs, &shapes.syms);
         }
+        let mut slots = self.arena.take();
+        let outs = self.run_steps(inputs, shapes, &mut slots);
+        self.arena.put_back(slots);
+        outs
+    }
+
+    /// The steps of one call, intermediates in the arena's `slots`.
+    fn run_steps(
+        &self,
+        inputs: &[Tensor],
+        shapes: &ShapeEntry,
+        slots: &mut Slots,
+    ) -> Result<Vec<Tensor>> {
         let mut env = self.env_with_inputs(inputs);
         for (si, step) in self.steps.iter().enumerate() {
             match step {
@@ -918,13 +945,42 @@ impl CompiledGraph {
                     Self::call_node(call, &mut env, &shapes.syms)?;
                     self.check_node_outputs(call, &shapes.shapes, &env)?;
                 }
-                Exec::Region(r) => self.run_region(r, &shapes.shapes, &mut env)?,
+                Exec::Region(r) => self.run_region(r, &shapes.shapes, &mut env, slots)?,
             }
             for &v in &self.dies_after[si] {
-                env[v] = None;
+                // Dropped; an arena value's storage goes back to its slot.
+                if let (Some(k), Some(t)) = (self.slot_of_id[v], env[v].take()) {
+                    slots.release(k, t);
+                }
             }
         }
         self.collect_outputs(&env)
+    }
+
+    /// Bytes of intermediate memory the graph keeps between calls (its arena: the buffer
+    /// plan's slots, each as large as the largest value it held). Zero before the first call,
+    /// and for graphs without intermediates.
+    ///
+    /// ```
+    /// use tensorplay_compiler::capture::{CaptureOptions, capture};
+    /// use tensorplay_compiler::executor::CompiledGraph;
+    /// use tensorplay_ir::{DType, Device, TensorMeta};
+    /// use tensorplay_runtime::Tensor;
+    /// // exp(x) + 1, a cumulative sum (a barrier), then * 2: exp(x) + 1 is an intermediate.
+    /// let m = TensorMeta::new(&[1000], DType::F32, Device::Cpu);
+    /// let g = capture(
+    ///     |xs| Ok(vec![xs[0].exp()?.add_scalar(1.0)?.cumsum(0, None)?.mul_scalar(2.0)?]),
+    ///     &[m],
+    ///     CaptureOptions::default(),
+    /// )?;
+    /// let c = CompiledGraph::new(&g)?;
+    /// assert_eq!(c.arena_bytes(), 0);
+    /// c.run(&[Tensor::ones(&[1000], DType::F32)])?;
+    /// assert!(c.arena_bytes() >= 4000); // exp(x) + 1, and the cumulative sum
+    /// # Ok::<(), tensorplay_ir::Error>(())
+    /// ```
+    pub fn arena_bytes(&self) -> usize {
+        self.arena.held_bytes()
     }
 
     /// The outputs of a node run through the dispatcher must be what shape inference (the ops'
@@ -1082,13 +1138,14 @@ impl CompiledGraph {
         r: &RegionRun,
         shapes: &[Shape],
         env: &mut [Option<Tensor>],
+        slots: &mut Slots,
     ) -> Result<()> {
         let outs: SmallVec<[Tensor; 4]> = r
             .outs
             .iter()
             // SAFETY: the region kernel launched below writes every element of each output
             // before anything reads it; if the launch fails, `outs` are dropped unread.
-            .map(|&o| unsafe { Tensor::try_empty_uninit(&shapes[o], self.dtypes[o]) })
+            .map(|&o| unsafe { slots.tensor(self.slot_of_id[o], &shapes[o], self.dtypes[o]) })
             .collect::<Result<_>>()?;
         self.launch_region(r, shapes, env, outs)
     }

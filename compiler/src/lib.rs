@@ -2,6 +2,7 @@
 //! between barriers, generate native code for the regions (Cranelift on CPU) and run the result.
 
 pub mod aot;
+mod arena;
 pub mod capture;
 pub mod codegen;
 pub mod compile;

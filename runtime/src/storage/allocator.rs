@@ -161,6 +161,24 @@ pub fn cache_limit_bytes() -> usize {
     limit
 }
 
+/// Sets the bound on cached bytes (what `TP_ALLOC_CACHE_MB` sets at start-up); when the free
+/// lists hold more, they are emptied. `0` turns the large-buffer cache off.
+///
+/// ```
+/// use tensorplay_runtime::storage::allocator;
+/// let before = allocator::cache_limit_bytes();
+/// allocator::set_cache_limit_bytes(0);
+/// assert_eq!((allocator::cache_limit_bytes(), allocator::cached_bytes()), (0, 0));
+/// allocator::set_cache_limit_bytes(before);
+/// ```
+pub fn set_cache_limit_bytes(bytes: usize) {
+    // `usize::MAX` means "not read yet".
+    CACHE_LIMIT.store(bytes.min(usize::MAX - 1), Ordering::Relaxed);
+    if cached_bytes() > bytes {
+        empty_cache();
+    }
+}
+
 /// Size class index and rounded size for a request: four classes per power of two, so at most 25 %
 /// of a buffer is slack.
 fn size_class(bytes: usize) -> Option<(usize, usize)> {

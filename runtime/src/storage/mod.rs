@@ -88,6 +88,21 @@ impl Storage {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
+    /// True when this is the only handle to the allocation: no tensor or view uses it, so its
+    /// owner may hand the memory to a new tensor (the compiler's buffer arena does).
+    ///
+    /// ```
+    /// use tensorplay_runtime::{DType, Tensor};
+    /// let t = Tensor::zeros(&[4], DType::F32);
+    /// let s = t.storage().clone();
+    /// assert!(!s.is_unique()); // `t` uses it
+    /// drop(t);
+    /// assert!(s.is_unique());
+    /// ```
+    pub fn is_unique(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
+    }
+
     /// A stable identity for the allocation (for alias checks and debugging).
     pub fn id(&self) -> usize {
         Arc::as_ptr(&self.0) as usize

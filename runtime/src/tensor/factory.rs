@@ -143,6 +143,56 @@ impl Tensor {
         Tensor::try_empty_with("empty", shape, dtype, Device::Cpu, false)
     }
 
+    /// A contiguous CPU tensor of `shape` and `dtype` over the first bytes of `storage`,
+    /// reusing its memory: for an owner that recycles buffers (the compiler's arena of
+    /// intermediates, whose kernels write every element). An error when the storage is fake or
+    /// smaller than the tensor.
+    ///
+    /// # Safety
+    /// As for [`Tensor::try_empty_uninit`]: the contents are whatever the storage held (possibly
+    /// never initialised), so every element must be written before it is read. No other
+    /// tensor may use `storage` while this one does ([`Storage::is_unique`] before the call).
+    ///
+    /// ```
+    /// use tensorplay_runtime::{DType, Tensor};
+    /// let t = Tensor::zeros(&[4], DType::F32);
+    /// let s = t.storage().clone();
+    /// drop(t);
+    /// assert!(s.is_unique());
+    /// // SAFETY: nothing else uses the storage, and every element is written before any read.
+    /// let u = unsafe { Tensor::from_recycled_storage(s, &[2], DType::F64)? };
+    /// u.fill_(1.5)?;
+    /// assert_eq!(u.to_vec::<f64>()?, vec![1.5, 1.5]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub unsafe fn from_recycled_storage(
+        storage: Storage,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<Tensor> {
+        let bytes = checked_nbytes("from_recycled_storage", shape, dtype)?;
+        if storage.is_fake() || storage.nbytes() < bytes {
+            return Err(Error::argument(
+                "from_recycled_storage",
+                "storage",
+                format!("a real storage of at least {bytes} bytes"),
+                format!(
+                    "{} bytes{}",
+                    storage.nbytes(),
+                    if storage.is_fake() { " (fake)" } else { "" }
+                ),
+            ));
+        }
+        Ok(Tensor::from_impl(TensorImpl::new(
+            storage,
+            shape.into(),
+            contiguous_strides(shape),
+            0,
+            dtype,
+            Device::Cpu,
+        )))
+    }
+
     /// A tensor with metadata only, for shape computations (fake kernels, capture). `device` is
     /// the device it pretends to live on.
     ///
