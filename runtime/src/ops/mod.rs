@@ -10,7 +10,8 @@
 //! `clamp_tensor` (clamp with tensor bounds),
 //! `reduce`, `softmax`,
 //! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`, `index`
-//! (gather, scatter, scatter_add, flip), `scan` (cumsum, cumprod), `sort`. `compose` holds composite
+//! (gather, scatter, scatter_add, scatter_reduce, flip, nonzero), `scan` (cumsum, cumprod), `sort`.
+//! `compose` holds composite
 //! methods (index_select, masked_fill, tril, logsumexp, norm…) written over these ops, with no
 //! `OpDef` of their own.
 
