@@ -4,7 +4,7 @@
 //! empty, 0-d, non-contiguous and broadcast inputs, errors, gradients (finite differences) and
 //! the fake-tensor behaviour.
 
-use tensorplay_runtime::{DType, Device, Result, Tensor, manual_seed, nn, vmap};
+use tensorplay_runtime::{DType, Device, Idx, Result, Tensor, manual_seed, nn, vmap};
 
 #[path = "common/grad.rs"]
 mod grad;
@@ -354,5 +354,252 @@ fn global_generator_draws_are_reproducible_after_manual_seed() -> Result<()> {
             assert_ne!(outs[a], outs[b]);
         }
     }
+    Ok(())
+}
+
+// ---- Tensor::index / index_put ------------------------------------------------------------------
+
+fn ar(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_vec((0..n as i64).collect(), shape).unwrap()
+}
+
+fn sl(start: Option<i64>, end: Option<i64>, step: i64) -> Idx {
+    Idx::Slice { start, end, step }
+}
+
+#[test]
+fn index_basic_gives_views_with_python_semantics() -> Result<()> {
+    let x = ar(&[2, 3, 4]);
+    // x[1] / x[-1, 2] / x[:, 1:, ::3] / x[None, ..., -1]
+    assert_eq!(x.index(&[Idx::Int(1)])?.shape(), &[3, 4]);
+    assert_eq!(
+        x.index(&[Idx::Int(-1), Idx::Int(2)])?.to_vec::<i64>()?,
+        vec![20, 21, 22, 23]
+    );
+    let y = x.index(&[Idx::Full, sl(Some(1), None, 1), sl(None, None, 3)])?;
+    assert_eq!(y.shape(), &[2, 2, 2]);
+    assert_eq!(y.to_vec::<i64>()?, vec![4, 7, 8, 11, 16, 19, 20, 23]);
+    let z = x.index(&[Idx::NewAxis, Idx::Ellipsis, Idx::Int(-1)])?;
+    assert_eq!(z.shape(), &[1, 2, 3]);
+    assert_eq!(z.to_vec::<i64>()?, vec![3, 7, 11, 15, 19, 23]);
+    // Out-of-range slice bounds clamp (Python); negative bounds count from the end.
+    assert_eq!(x.index(&[sl(Some(-5), Some(10), 1)])?.shape(), &[2, 3, 4]);
+    assert_eq!(x.index(&[Idx::Full, Idx::range(2, 1)])?.shape(), &[2, 0, 4]);
+    // Views share storage: writing through one is seen by x.
+    let v = x.index(&[Idx::Int(0), Idx::Full, Idx::Int(0)])?;
+    v.fill_(-1)?;
+    assert_eq!(
+        x.index(&[Idx::Int(0)])?.to_vec::<i64>()?[..5],
+        [-1, 1, 2, 3, -1]
+    );
+    // A 0-d tensor: [] and [...] are itself; [None] adds a dim.
+    let s = Tensor::scalar(5.0f64);
+    assert_eq!(s.index(&[])?.shape(), &[] as &[usize]);
+    assert_eq!(s.index(&[Idx::Ellipsis])?.item::<f64>()?, 5.0);
+    assert_eq!(s.index(&[Idx::NewAxis])?.shape(), &[1]);
+    // Non-contiguous input.
+    let t = ar(&[3, 2]).t()?; // [[0, 2, 4], [1, 3, 5]]
+    assert_eq!(
+        t.index(&[Idx::Int(1), sl(None, None, 2)])?
+            .to_vec::<i64>()?,
+        vec![1, 5]
+    );
+    Ok(())
+}
+
+#[test]
+fn index_errors_name_the_op_and_argument() -> Result<()> {
+    let x = ar(&[2, 3]);
+    let e = err(x.index(&[Idx::Int(0), Idx::Int(0), Idx::Int(0)]));
+    assert!(
+        e.contains("index") && e.contains("at most 2 indices") && e.contains("3 indices"),
+        "{e}"
+    );
+    let e = err(x.index(&[Idx::Ellipsis, Idx::Ellipsis]));
+    assert!(e.contains("Ellipsis"), "{e}");
+    let e = err(x.index(&[Idx::Full, Idx::Int(3)]));
+    assert!(e.contains("[-3, 3)") && e.contains('3'), "{e}");
+    assert!(err(x.index(&[Idx::Int(-3)])).contains("[-2, 2)"));
+    let e = err(x.index(&[sl(None, None, 0)]));
+    assert!(e.contains("positive step") && e.contains("step 0"), "{e}");
+    assert!(err(x.index(&[sl(None, None, -1)])).contains("step -1"));
+    let e = err(x.index(&[Idx::Tensor(i64s(&[0, 2], &[2]))]));
+    assert!(e.contains("index 2") && e.contains("size 2"), "{e}");
+    let e = err(x.index(&[Idx::Tensor(f64s(&[0.0], &[1]))]));
+    assert!(e.contains("indices") && e.contains("f64"), "{e}");
+    let e = err(x.index(&[
+        Idx::Tensor(i64s(&[0, 1], &[2])),
+        Idx::Tensor(i64s(&[0, 1, 2], &[3])),
+    ]));
+    assert!(e.contains("broadcast"), "{e}");
+    let fake_mask = Tensor::empty_fake(&[2], DType::Bool, Device::Cpu);
+    assert!(err(x.index(&[Idx::Tensor(fake_mask)])).contains("depends on the data"));
+    Ok(())
+}
+
+#[test]
+fn index_advanced_matches_numpy_placement() -> Result<()> {
+    let x = ar(&[2, 3, 4]);
+    let i = i64s(&[1, 0], &[2]);
+    let j = i64s(&[2, -1], &[2]);
+    // x[i, j] -> [2, 4]: rows x[1, 2], x[0, 2].
+    let y = x.index(&[Idx::Tensor(i.clone()), Idx::Tensor(j.clone())])?;
+    assert_eq!(y.shape(), &[2, 4]);
+    assert_eq!(y.to_vec::<i64>()?, vec![20, 21, 22, 23, 8, 9, 10, 11]);
+    // Adjacent in the middle: x[:, j, i] -> [2, 2] in place of dims 1, 2.
+    let y = x.index(&[Idx::Full, Idx::Tensor(j.clone()), Idx::Tensor(i.clone())])?;
+    assert_eq!(y.shape(), &[2, 2]);
+    assert_eq!(y.to_vec::<i64>()?, vec![9, 8, 21, 20]);
+    // x[:, :, [[0, 1], [2, 3]]] -> [2, 3, 2, 2] (a 2-d index keeps its shape in place).
+    let k = i64s(&[0, 1, 2, 3], &[2, 2]);
+    let y = x.index(&[Idx::Full, Idx::Full, Idx::Tensor(k)])?;
+    assert_eq!(y.shape(), &[2, 3, 2, 2]);
+    assert_eq!(y.to_vec::<i64>()?[..8], [0, 1, 2, 3, 4, 5, 6, 7]);
+    // Non-adjacent (separated by a slice): broadcast dims go first. x[i, :, j] -> [2, 3].
+    let y = x.index(&[Idx::Tensor(i.clone()), Idx::Full, Idx::Tensor(j.clone())])?;
+    assert_eq!(y.shape(), &[2, 3]);
+    assert_eq!(y.to_vec::<i64>()?, vec![14, 18, 22, 3, 7, 11]);
+    // Broadcasting index tensors: [2, 1] with [3] -> [2, 3].
+    let r = i64s(&[0, 1], &[2, 1]);
+    let c = i64s(&[0, 1, 2], &[3]);
+    let y = x.index(&[Idx::Tensor(r), Idx::Tensor(c), Idx::Int(0)])?;
+    assert_eq!(y.shape(), &[2, 3]);
+    assert_eq!(y.to_vec::<i64>()?, vec![0, 4, 8, 12, 16, 20]);
+    // Bool masks: over one dim, over two dims, and 0-d True/False.
+    let m = Tensor::from_vec(vec![true, false, true], &[3])?;
+    let y = x.index(&[Idx::Full, Idx::Tensor(m)])?;
+    assert_eq!(y.shape(), &[2, 2, 4]);
+    let m2 = ar(&[2, 3]).remainder_scalar(2)?.eq_scalar(0)?;
+    let y = x.index(&[Idx::Tensor(m2)])?;
+    assert_eq!(y.shape(), &[3, 4]);
+    assert_eq!(y.to_vec::<i64>()?[..5], [0, 1, 2, 3, 8]);
+    assert_eq!(
+        x.index(&[Idx::Tensor(Tensor::scalar(true))])?.shape(),
+        &[1, 2, 3, 4]
+    );
+    assert_eq!(
+        x.index(&[Idx::Tensor(Tensor::scalar(false))])?.shape(),
+        &[0, 2, 3, 4]
+    );
+    // Empty and 0-d index tensors; int32 indices; NaN data moves as a value.
+    assert_eq!(
+        x.index(&[Idx::Tensor(i64s(&[], &[0]))])?.shape(),
+        &[0, 3, 4]
+    );
+    assert_eq!(
+        x.index(&[Idx::Tensor(Tensor::scalar(1i64))])?.shape(),
+        &[3, 4]
+    );
+    let i32s = Tensor::from_vec(vec![2i32, 0], &[2])?;
+    assert_eq!(
+        ar(&[3]).index(&[Idx::Tensor(i32s)])?.to_vec::<i64>()?,
+        vec![2, 0]
+    );
+    let nan = f64s(&[f64::NAN, -0.0], &[2]).index(&[Idx::Tensor(i64s(&[1, 0], &[2]))])?;
+    let nan = nan.to_vec::<f64>()?;
+    assert!(nan[0] == 0.0 && nan[0].is_sign_negative() && nan[1].is_nan());
+    // Fake tensors shape it without data (int index tensors only).
+    let f = Tensor::empty_fake(&[5, 6], DType::F32, Device::Cpu);
+    let fi = Tensor::empty_fake(&[7], DType::I64, Device::Cpu);
+    let y = f.index(&[Idx::Full, Idx::Tensor(fi)])?;
+    assert!(y.is_fake() && y.shape() == [5, 7]);
+    Ok(())
+}
+
+#[test]
+fn index_and_index_put_gradients() -> Result<()> {
+    let x = f64s(&[0.3, -1.2, 2.5, 0.9, 1.1, -0.4], &[2, 3]);
+    let i = i64s(&[1, 1, 0], &[3]);
+    let j = i64s(&[0, 2, 2], &[3]);
+    let (i2, j2) = (i.clone(), j.clone());
+    check_grad(
+        move |t| {
+            t[0].index(&[Idx::Tensor(i2.clone()), Idx::Tensor(j2.clone())])?
+                .pow_scalar(2.0)?
+                .sum_all()
+        },
+        &[x.clone()],
+    );
+    check_grad(
+        |t| {
+            t[0].index(&[Idx::Full, sl(Some(1), None, 1)])?
+                .exp()?
+                .sum_all()
+        },
+        &[x.clone()],
+    );
+    let v = f64s(&[1.5, -2.0, 0.7], &[3]);
+    for acc in [false, true] {
+        let (i2, j2) = (i.clone(), j.clone());
+        check_grad(
+            move |t| {
+                t[0].index_put(
+                    &[Idx::Tensor(i2.clone()), Idx::Tensor(j2.clone())],
+                    &t[1],
+                    acc,
+                )?
+                .pow_scalar(2.0)?
+                .sum_all()
+            },
+            &[x.clone(), v.clone()],
+        );
+    }
+    // A broadcast value gets the summed gradient; overwritten positions of self get none.
+    let xg = x.clone().requires_grad_(true)?;
+    let s = Tensor::scalar(2.0f64).requires_grad_(true)?;
+    xg.index_put(&[Idx::Int(0)], &s, false)?
+        .sum_all()?
+        .backward()?;
+    assert_eq!(s.grad().unwrap().item::<f64>()?, 3.0);
+    assert_eq!(
+        xg.grad().unwrap().to_vec::<f64>()?,
+        vec![0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    );
+    Ok(())
+}
+
+#[test]
+fn index_put_values_accumulate_and_in_place() -> Result<()> {
+    let x = f64s(&[0.0; 6], &[2, 3]);
+    // x[1:, ::2] = [7, 8]
+    let y = x.index_put(
+        &[sl(Some(1), None, 1), sl(None, None, 2)],
+        &f64s(&[7.0, 8.0], &[2]),
+        false,
+    )?;
+    assert_eq!(y.to_vec::<f64>()?, vec![0.0, 0.0, 0.0, 7.0, 0.0, 8.0]);
+    // Repeated positions accumulate; inf/NaN values go in as values.
+    let i = i64s(&[0, 0, -1], &[3]);
+    let v = f64s(&[1.0, f64::INFINITY, f64::NAN], &[3]);
+    let y = x
+        .index_put(&[Idx::Int(0), Idx::Tensor(i)], &v, true)?
+        .to_vec::<f64>()?;
+    assert!(y[0] == f64::INFINITY && y[1] == 0.0 && y[2].is_nan());
+    // A mask with a broadcast scalar; the original is untouched (out of place).
+    let m = Tensor::from_vec(vec![true, false, true, false, false, true], &[2, 3])?;
+    let y = x.index_put(&[Idx::Tensor(m.clone())], &Tensor::scalar(-0.0f64), false)?;
+    assert!(y.to_vec::<f64>()?[0].is_sign_negative());
+    assert!(!x.to_vec::<f64>()?[0].is_sign_negative());
+    // In place, through a non-contiguous view.
+    let z = ar(&[3, 2]);
+    let zt = z.t()?;
+    zt.index_put_(&[Idx::Int(1)], &i64s(&[10, 11, 12], &[3]), false)?;
+    assert_eq!(z.to_vec::<i64>()?, vec![0, 10, 2, 11, 4, 12]);
+    // Errors: dtype, shape, and the index errors.
+    assert!(err(x.index_put(&[Idx::Int(0)], &i64s(&[1], &[1]), false)).contains("values"));
+    let e = err(x.index_put(&[Idx::Int(0)], &f64s(&[1.0, 2.0], &[2]), false));
+    assert!(
+        e.contains("index_put") && e.contains("broadcasts to [3]"),
+        "{e}"
+    );
+    assert!(err(x.index_put(&[Idx::Int(5)], &Tensor::scalar(1.0f64), false)).contains("index_put"));
+    // An empty selection writes nothing.
+    let y = x.index_put(
+        &[Idx::Tensor(i64s(&[], &[0]))],
+        &Tensor::scalar(1.0f64),
+        false,
+    )?;
+    assert_eq!(y.to_vec::<f64>()?, vec![0.0; 6]);
     Ok(())
 }
