@@ -519,7 +519,7 @@ fn index_and_index_put_gradients() -> Result<()> {
                 .pow_scalar(2.0)?
                 .sum_all()
         },
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     check_grad(
         |t| {
@@ -527,7 +527,7 @@ fn index_and_index_put_gradients() -> Result<()> {
                 .exp()?
                 .sum_all()
         },
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     let v = f64s(&[1.5, -2.0, 0.7], &[3]);
     for acc in [false, true] {
