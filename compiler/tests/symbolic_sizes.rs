@@ -456,3 +456,34 @@ fn unsqueeze_keeps_sizes_symbolic() -> Result<()> {
     assert!(c.latest().unwrap().graph().size_guards().is_empty());
     Ok(())
 }
+
+fn diagonal_sizes(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    // [a, 4]: the main diagonal has min(a, 4) elements, the one above min(a, 3), the one below
+    // min(a - 1, 4); sizes read from them stay symbolic.
+    let d = xs[0].diagonal(0, 0, 1)?;
+    let above = xs[0].diagonal(1, 1, 0)?; // dims swapped: offset counts along dim 0
+    let below = xs[0].diagonal(-1, 0, 1)?;
+    let n = d.sym_size(0)?;
+    Ok(vec![
+        d.narrow(0, 1, n - 1)?.exp()?,
+        above.mul_scalar(2.0)?,
+        below.neg()?,
+    ])
+}
+
+#[test]
+fn diagonal_keeps_sizes_symbolic() -> Result<()> {
+    let c = compile(diagonal_sizes);
+    // Every diagonal has at least 2 elements (a length-1 result would be specialised as a
+    // broadcastable dim, as any size 1 is).
+    for a in [6, 3, 11, 5] {
+        agree("diagonal", diagonal_sizes, &c, &[ramp(&[a, 4])]);
+    }
+    assert_eq!(c.num_compiled(), 1, "diagonal recompiled");
+    let g = c.latest().unwrap();
+    assert!(g.graph().size_guards().is_empty(), "{}", g.graph());
+    let m = TensorMeta::new(&[6, 4], DType::F32, Device::Cpu);
+    let text = capture(diagonal_sizes, &[m], CaptureOptions { dynamic: true })?.to_string();
+    assert!(text.contains("min("), "{text}");
+    Ok(())
+}
