@@ -529,22 +529,24 @@ fn scatter_reduce_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let (r, include_self) = (reduce_arg(c.args, x)?, c.args.bool(5)?);
     let g = c.grad(0)?;
     let result = &c.outputs[0];
+    // Ones made by ops on a graph value (`zeros_like` + 1), so a traced backward records them
+    // (`ones_like` of a fake tensor would be a fresh proxy the tracer does not know).
+    let ones = |t: &Tensor| Tensor::zeros_like(t).to_dtype(g.dtype())?.add_scalar(1.0);
     // 0 where some index reaches a position of self, else 1 (in g's dtype).
     let unreached = || -> Result<Tensor> {
         let zeros = Tensor::zeros_like(index).to_dtype(g.dtype())?;
-        Tensor::ones_like(&g).scatter(dim, index, &zeros)
+        ones(&g)?.scatter(dim, index, &zeros)
     };
     let (gx, gs) = match r {
         Reduce::Sum => (g.clone(), g.gather(dim, index)?),
         Reduce::Mean => {
             // n = how many values were averaged into each position (1 where none reached it).
-            let ones = Tensor::ones_like(src).to_dtype(g.dtype())?;
             let base = if include_self {
-                Tensor::ones_like(&g)
+                ones(&g)?
             } else {
                 Tensor::zeros_like(&g)
             };
-            let n = base.scatter_add(dim, index, &ones)?;
+            let n = base.scatter_add(dim, index, &ones(src)?)?;
             let n = n.clamp_min(1.0)?;
             let per = g.div(&n)?;
             (per.clone(), per.gather(dim, index)?)
