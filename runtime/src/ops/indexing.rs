@@ -18,6 +18,17 @@ use tensorplay_ir::{DType, Error, Result};
 use crate::tensor::Tensor;
 
 /// One index of [`Tensor::index`] / [`Tensor::index_put`], as in Python's `x[...]`.
+///
+/// ```
+/// use tensorplay_runtime::{Idx, Tensor};
+/// let x = Tensor::from_vec((0..6i64).collect(), &[2, 3])?;
+/// // x[None, -1, 1:] and x[[1, 0]] (ints and tensors convert with `into()`)
+/// let y = x.index(&[Idx::NewAxis, (-1).into(), Idx::Slice { start: Some(1), end: None, step: 1 }])?;
+/// assert_eq!((y.shape(), y.to_vec::<i64>()?), (&[1usize, 2][..], vec![4, 5]));
+/// let rows = x.index(&[Tensor::from_vec(vec![1i64, 0], &[2])?.into()])?;
+/// assert_eq!(rows.to_vec::<i64>()?, vec![3, 4, 5, 0, 1, 2]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub enum Idx {
     /// `x[i]`: one position of a dim (negative counts from the end); the dim goes away.
