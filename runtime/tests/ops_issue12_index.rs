@@ -160,7 +160,7 @@ fn scatter_reduce_gradients() -> Result<()> {
     let x = f64s(&[0.3, -1.2, 2.5, 0.9], &[4]);
     let s = f64s(&[1.7, -0.4, 0.1, 2.9, -2.2], &[5]);
     let i = i64s(&[0, 0, 2, 0, 3], &[5]);
-    for r in ["sum", "mean", "amax", "amin"] {
+    for r in ["sum", "mean", "amax", "amin", "prod"] {
         for inc in [true, false] {
             let i = i.clone();
             check_grad(
@@ -187,15 +187,37 @@ fn scatter_reduce_gradients() -> Result<()> {
         .sum_all()?
         .backward()?;
     assert_eq!(x.grad().unwrap().to_vec::<f64>()?, vec![0.0, 1.0]);
-    // prod has no derivative: the backward is an error naming the op and the reduce.
-    let x = f64s(&[1.0, 2.0], &[2]).requires_grad_(true)?;
-    let y = x.scatter_reduce(0, &i64s(&[0], &[1]), &f64s(&[4.0], &[1]), "prod", true)?;
-    let e = y
+    // prod with zeros: one zero at a position (its gradient is the product of the others) and
+    // two (every gradient there is 0), in self and in src, with and without self.
+    let x = f64s(&[0.0, 1.5, 0.0, 0.0], &[4]);
+    let s = f64s(&[0.7, 0.0, 0.0, 1.3, -0.6], &[5]);
+    let i = i64s(&[0, 1, 2, 2, 3], &[5]);
+    for inc in [true, false] {
+        let i = i.clone();
+        check_grad(
+            move |t| {
+                t[0].scatter_reduce(0, &i, &t[1], "prod", inc)?
+                    .mul_scalar(1.7)?
+                    .sum_all()
+            },
+            &[x.clone(), s.clone()],
+        );
+    }
+    let xg = x.clone().requires_grad_(true)?;
+    let sg = s.clone().requires_grad_(true)?;
+    xg.scatter_reduce(0, &i, &sg, "prod", true)?
         .sum_all()?
-        .backward()
-        .expect_err("prod backward")
-        .to_string();
-    assert!(e.contains("scatter_reduce") && e.contains("prod"), "{e}");
+        .backward()?;
+    // Position 0: 0 * 0.7 (self's gradient 0.7, src's 0); 1: 1.5 * 0 (0 and 1.5); 2: 0 * 0 *
+    // 1.3 (two zeros: all 0); 3: 0 * -0.6 (-0.6 and 0).
+    assert_eq!(
+        xg.grad().unwrap().to_vec::<f64>()?,
+        vec![0.7, 0.0, 0.0, -0.6]
+    );
+    assert_eq!(
+        sg.grad().unwrap().to_vec::<f64>()?,
+        vec![0.0, 1.5, 0.0, 0.0, 0.0]
+    );
     Ok(())
 }
 

@@ -565,11 +565,32 @@ fn scatter_reduce_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
             (per.mul(&self_is)?, per.gather(dim, index)?.mul(&src_is)?)
         }
         Reduce::Prod => {
-            return Err(Error::unsupported(
-                c.args.op,
-                "the derivative of reduce=\"prod\" is not implemented (sum, mean, amax and \
-                 amin are differentiable)",
-            ));
+            // Each value's gradient is g times the product of the other values met at its
+            // position. Zeros are counted apart so no 0/0 appears: with no zero there, that
+            // product is result / value; a lone zero gets the product of the nonzero others;
+            // with two or more zeros every gradient is 0.
+            let dt = g.dtype();
+            let scalar = |v: f64| Tensor::try_full(&[], v, dt);
+            let (one, zero) = (scalar(1.0)?, scalar(0.0)?);
+            let (zx, zs) = (x.eq_scalar(0)?, src.eq_scalar(0)?);
+            let x1 = Tensor::where_cond(&zx, &one, x)?;
+            let s1 = Tensor::where_cond(&zs, &one, src)?;
+            let p = x1.scatter_reduce(dim, index, &s1, "prod", include_self)?;
+            // Zeros per position: self's own where it takes part, plus src's.
+            let mut base = zx.to_dtype(dt)?;
+            if !include_self {
+                base = base.mul(&unreached()?)?;
+            }
+            let nz = base.scatter_add(dim, index, &zs.to_dtype(dt)?)?;
+            let share = |is_zero: &Tensor, v1: &Tensor, p: &Tensor, nz: &Tensor| {
+                let lone = Tensor::where_cond(&nz.eq_scalar(1.0)?, p, &zero)?;
+                let none = Tensor::where_cond(&nz.eq_scalar(0.0)?, &p.div(v1)?, &zero)?;
+                Tensor::where_cond(is_zero, &lone, &none)
+            };
+            let gx = g.mul(&share(&zx, &x1, &p, &nz)?)?;
+            let (pg, nzg) = (p.gather(dim, index)?, nz.gather(dim, index)?);
+            let gs = g.gather(dim, index)?.mul(&share(&zs, &s1, &pg, &nzg)?)?;
+            (gx, gs)
         }
     };
     let gx = if include_self || r == Reduce::Amax || r == Reduce::Amin {
@@ -722,8 +743,7 @@ impl Tensor {
     /// A copy of `self` with every `src` value combined into the position `index` names along
     /// `dim` by `reduce`: `"sum"`, `"prod"`, `"mean"` (integers floor), `"amax"` or `"amin"`
     /// (a NaN wins). With `include_self = false`, a position's old value takes no part when some
-    /// index reaches it. Differentiable for every reduce but `"prod"` (whose backward is an
-    /// error).
+    /// index reaches it. Differentiable for every reduce (`"prod"` handles zeros exactly).
     ///
     /// ```
     /// use tensorplay_runtime::Tensor;
