@@ -487,3 +487,45 @@ fn diagonal_keeps_sizes_symbolic() -> Result<()> {
     assert!(text.contains("min("), "{text}");
     Ok(())
 }
+
+fn indexing_body(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    use tensorplay_runtime::Idx;
+    // x[:, 1:3], x[[2, 0], ::2] and x with x[0, [1, -1]] += 1 (the index tensor is a constant).
+    let i = Tensor::from_vec(vec![2i64, 0], &[2])?;
+    let j = Tensor::from_vec(vec![1i64, -1], &[2])?;
+    let v = Tensor::from_vec(vec![1.0f32, 1.0], &[2])?;
+    let x = &xs[0];
+    Ok(vec![
+        x.index(&[Idx::Full, Idx::range(1, 3)])?.exp()?,
+        x.index(&[
+            Idx::Tensor(i),
+            Idx::Slice {
+                start: None,
+                end: None,
+                step: 2,
+            },
+        ])?,
+        x.index_put(&[Idx::Int(0), Idx::Tensor(j)], &v, true)?,
+    ])
+}
+
+#[test]
+fn indexing_compiles_and_data_dependent_sizes_refuse_capture() -> Result<()> {
+    let c = compile(indexing_body);
+    for a in [4, 3, 6] {
+        agree("indexing", indexing_body, &c, &[ramp(&[a, 4])]);
+    }
+    // masked_select's size depends on the data: capturing it is an error naming the op.
+    fn select_positive(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+        Ok(vec![xs[0].masked_select(&xs[0].gt_scalar(0.0)?)?])
+    }
+    let m = TensorMeta::new(&[3, 4], DType::F32, Device::Cpu);
+    let e = capture(select_positive, &[m], CaptureOptions { dynamic: false })
+        .expect_err("masked_select under capture")
+        .to_string();
+    assert!(
+        e.contains("masked_select") && e.contains("depends on the data"),
+        "{e}"
+    );
+    Ok(())
+}
