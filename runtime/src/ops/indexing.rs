@@ -299,7 +299,7 @@ fn apply_advanced(op: &str, a: Applied) -> Result<Tensor> {
         });
         stride *= s as i64;
     }
-    let linear = linear.expect("at least one advanced index");
+    let linear = linear.ok_or_else(|| Error::argument(op, "indices", "an index tensor", "none"))?;
     let n: usize = b.iter().product();
     let rest_shape: Vec<usize> = rest.iter().map(|&d| view.shape()[d]).collect();
     let mut flat_shape = vec![sizes.iter().product::<usize>()];
