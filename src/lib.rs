@@ -23,7 +23,7 @@
 /// `vmap(f, in_dims, out_dims)`: vectorizing map (the module `tensorplay::vmap` holds its types).
 pub use tensorplay_runtime::vmap::vmap;
 pub use tensorplay_runtime::{
-    Args, CompileKind, DType, Device, Element, Error, Result, Scalar, SymInt, Tensor, Value,
+    Args, CompileKind, DType, Device, Element, Error, Idx, Result, Scalar, SymInt, Tensor, Value,
     autocast, autograd, cuda, dispatch, manual_seed, nn, ops, parallel, vmap,
 };
 

@@ -456,3 +456,76 @@ fn unsqueeze_keeps_sizes_symbolic() -> Result<()> {
     assert!(c.latest().unwrap().graph().size_guards().is_empty());
     Ok(())
 }
+
+fn diagonal_sizes(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    // [a, 4]: the main diagonal has min(a, 4) elements, the one above min(a, 3), the one below
+    // min(a - 1, 4); sizes read from them stay symbolic.
+    let d = xs[0].diagonal(0, 0, 1)?;
+    let above = xs[0].diagonal(1, 1, 0)?; // dims swapped: offset counts along dim 0
+    let below = xs[0].diagonal(-1, 0, 1)?;
+    let n = d.sym_size(0)?;
+    Ok(vec![
+        d.narrow(0, 1, n - 1)?.exp()?,
+        above.mul_scalar(2.0)?,
+        below.neg()?,
+    ])
+}
+
+#[test]
+fn diagonal_keeps_sizes_symbolic() -> Result<()> {
+    let c = compile(diagonal_sizes);
+    // Every diagonal has at least 2 elements (a length-1 result would be specialised as a
+    // broadcastable dim, as any size 1 is).
+    for a in [6, 3, 11, 5] {
+        agree("diagonal", diagonal_sizes, &c, &[ramp(&[a, 4])]);
+    }
+    assert_eq!(c.num_compiled(), 1, "diagonal recompiled");
+    let g = c.latest().unwrap();
+    assert!(g.graph().size_guards().is_empty(), "{}", g.graph());
+    let m = TensorMeta::new(&[6, 4], DType::F32, Device::Cpu);
+    let text = capture(diagonal_sizes, &[m], CaptureOptions { dynamic: true })?.to_string();
+    assert!(text.contains("min("), "{text}");
+    Ok(())
+}
+
+fn indexing_body(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    use tensorplay_runtime::Idx;
+    // x[:, 1:3], x[[2, 0], ::2] and x with x[0, [1, -1]] += 1 (the index tensor is a constant).
+    let i = Tensor::from_vec(vec![2i64, 0], &[2])?;
+    let j = Tensor::from_vec(vec![1i64, -1], &[2])?;
+    let v = Tensor::from_vec(vec![1.0f32, 1.0], &[2])?;
+    let x = &xs[0];
+    Ok(vec![
+        x.index(&[Idx::Full, Idx::range(1, 3)])?.exp()?,
+        x.index(&[
+            Idx::Tensor(i),
+            Idx::Slice {
+                start: None,
+                end: None,
+                step: 2,
+            },
+        ])?,
+        x.index_put(&[Idx::Int(0), Idx::Tensor(j)], &v, true)?,
+    ])
+}
+
+#[test]
+fn indexing_compiles_and_data_dependent_sizes_refuse_capture() -> Result<()> {
+    let c = compile(indexing_body);
+    for a in [4, 3, 6] {
+        agree("indexing", indexing_body, &c, &[ramp(&[a, 4])]);
+    }
+    // masked_select's size depends on the data: capturing it is an error naming the op.
+    fn select_positive(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+        Ok(vec![xs[0].masked_select(&xs[0].gt_scalar(0.0)?)?])
+    }
+    let m = TensorMeta::new(&[3, 4], DType::F32, Device::Cpu);
+    let e = capture(select_positive, &[m], CaptureOptions { dynamic: false })
+        .expect_err("masked_select under capture")
+        .to_string();
+    assert!(
+        e.contains("masked_select") && e.contains("depends on the data"),
+        "{e}"
+    );
+    Ok(())
+}

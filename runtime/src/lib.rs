@@ -20,6 +20,7 @@ pub mod value;
 pub mod vmap;
 
 pub use element::Element;
+pub use ops::indexing::Idx;
 pub use symint::SymInt;
 pub use tensor::Tensor;
 pub use tensor::factory_api::manual_seed;

@@ -259,6 +259,37 @@ pub fn rms_norm(
 /// # Ok::<(), tensorplay_runtime::Error>(())
 /// ```
 pub fn dropout(x: &Tensor, p: f64, training: bool, seed: u64) -> Result<Tensor> {
+    dropout_with(x, p, training, |shape| {
+        Tensor::rand_seeded(shape, DType::F32, seed)
+    })
+}
+
+/// [`dropout`] drawing its mask from the global generator (`torch.nn.functional.dropout`):
+/// reproducible after [`crate::manual_seed`], a fresh mask on every call, thread-safe.
+///
+/// ```
+/// use tensorplay_runtime::{manual_seed, nn, DType, Tensor};
+/// let x = Tensor::ones(&[64], DType::F32);
+/// manual_seed(21);
+/// let a = nn::dropout_global(&x, 0.5, true)?.to_vec::<f32>()?;
+/// manual_seed(21);
+/// assert_eq!(nn::dropout_global(&x, 0.5, true)?.to_vec::<f32>()?, a);
+/// assert!(a.iter().all(|&v| v == 0.0 || v == 2.0));
+/// assert_eq!(nn::dropout_global(&x, 0.5, false)?.to_vec::<f32>()?, vec![1.0; 64]);
+/// assert!(nn::dropout_global(&x, -0.1, true).is_err());
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn dropout_global(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
+    dropout_with(x, p, training, |shape| Tensor::rand(shape, DType::F32))
+}
+
+/// Dropout with the uniform draws `uniform(shape)`.
+fn dropout_with(
+    x: &Tensor,
+    p: f64,
+    training: bool,
+    uniform: impl FnOnce(&[usize]) -> Result<Tensor>,
+) -> Result<Tensor> {
     if !(0.0..=1.0).contains(&p) {
         return Err(Error::argument(
             "dropout",
@@ -273,7 +304,7 @@ pub fn dropout(x: &Tensor, p: f64, training: bool, seed: u64) -> Result<Tensor> 
     if p == 1.0 {
         return x.mul_scalar(0.0);
     }
-    let keep = Tensor::rand_seeded(x.shape(), DType::F32, seed)?.ge_scalar(p)?;
+    let keep = uniform(x.shape())?.ge_scalar(p)?;
     let scale = Tensor::try_full(&[], 1.0 / (1.0 - p), x.dtype())?;
     x.mul(&keep.to_dtype(x.dtype())?)?.mul(&scale)
 }

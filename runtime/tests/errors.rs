@@ -599,6 +599,9 @@ fn no_op_panics_on_garbage_arguments() {
                                     ));
                                 }
                             }
+                            // Ops whose output size depends on the data (nonzero) have no fake
+                            // kernel: on fake tensors they say so.
+                            Ok(Err(e)) if e.to_string().contains("depends on the data") => {}
                             Ok(Err(e)) => {
                                 if fake_mismatches.len() < 20 {
                                     fake_mismatches.push(format!(

@@ -157,6 +157,52 @@ impl Tensor {
         Tensor::where_cond(mask, &scalar_of(value, self.dtype())?, self)
     }
 
+    /// The elements of `self` where `mask` (bool) is true, as a 1-D tensor in row-major order;
+    /// `self` and `mask` broadcast together (`torch.masked_select`). Differentiable in `self`:
+    /// the gradient lands back at the selected positions (summed over broadcast dims). The size
+    /// depends on the data, so on fake tensors and under `tp_compile` capture it is an error.
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?;
+    /// let m = Tensor::from_vec(vec![true, false], &[2])?; // broadcasts over rows
+    /// assert_eq!(x.masked_select(&m)?.to_vec::<f32>()?, vec![1.0, 3.0]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn masked_select(&self, mask: &Tensor) -> Result<Tensor> {
+        const OP: &str = "masked_select";
+        if mask.dtype() != DType::Bool {
+            return Err(Error::argument(
+                OP,
+                "mask",
+                "a bool tensor",
+                format!("dtype {}", mask.dtype()),
+            ));
+        }
+        if self.is_fake() || mask.is_fake() {
+            return Err(super::index::data_dependent(OP));
+        }
+        let shape = tensorplay_ir::shape::broadcast_shapes(OP, self.shape(), mask.shape())?;
+        let n = shape.iter().product::<usize>();
+        let flat = self.expand(&shape)?.reshape(&[n])?;
+        let at = mask.expand(&shape)?.reshape(&[n])?.nonzero()?;
+        let count = at.shape()[0];
+        flat.gather(0, &at.reshape(&[count])?)
+    }
+
+    /// The positions of `self`'s nonzero elements as an int64 `[n, ndim]` tensor
+    /// (`torch.argwhere`, the same as [`Tensor::nonzero`]).
+    ///
+    /// ```
+    /// use tensorplay_runtime::Tensor;
+    /// let x = Tensor::from_vec(vec![0i64, 3, 5], &[3])?;
+    /// assert_eq!(x.argwhere()?.to_vec::<i64>()?, vec![1, 2]);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn argwhere(&self) -> Result<Tensor> {
+        self.nonzero()
+    }
+
     /// The lower triangle of the last two dims: elements with `col - row <= diagonal`, zeros
     /// elsewhere.
     ///

@@ -10,9 +10,11 @@
 //! `clamp_tensor` (clamp with tensor bounds),
 //! `reduce`, `softmax`,
 //! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`, `index`
-//! (gather, scatter, scatter_add, flip), `scan` (cumsum, cumprod), `sort`. `compose` holds composite
+//! (gather, scatter, scatter_add, scatter_reduce, flip, nonzero), `scan` (cumsum, cumprod), `sort`.
+//! `compose` holds composite
 //! methods (index_select, masked_fill, tril, logsumexp, norm…) written over these ops, with no
-//! `OpDef` of their own.
+//! `OpDef` of their own; `indexing` is Python-style `x[...]` (`Tensor::index`, `index_put`, with
+//! `Idx`), also a composite.
 
 pub mod activation;
 pub mod binary;
@@ -24,6 +26,7 @@ pub mod compare;
 pub mod compose;
 pub mod float_class;
 pub mod index;
+pub mod indexing;
 pub mod inplace;
 pub mod join;
 pub mod linalg;

@@ -5,7 +5,8 @@
 //! A rule exists for elementwise ops (from their class: broadcasting), the ops that take sizes
 //! (`view`, `expand`, `slice`, `permute`), reductions (a `dim` list or a single `dim`, with
 //! `keepdim`), softmax, matmul, `cat`/`stack`, and the ops whose result has an argument's shape
-//! (`cumsum`, `cumprod`, `flip`, `sort`, `scatter`/`scatter_add`: `self`'s; `gather`: the index's); any
+//! (`cumsum`, `cumprod`, `flip`, `sort`, `scatter`/`scatter_add`/`scatter_reduce`: `self`'s;
+//! `gather`: the index's), `diagonal` (the other dims, then the diagonal's length); any
 //! other op's results have no symbolic shape,
 //! so code reading their sizes gets guarded plain integers. Rules are selected by `OpDef`
 //! identity, never by name. Correctness never rests on a rule: the caller checks every result
@@ -17,14 +18,14 @@ use tensorplay_ir::graph::{SymCmp, SymGuard};
 use tensorplay_ir::{OpClass, SymExpr};
 
 use super::OpDef;
-use super::index::{FLIP, GATHER, SCATTER, SCATTER_ADD};
+use super::index::{FLIP, GATHER, SCATTER, SCATTER_ADD, SCATTER_REDUCE};
 use super::join::{CAT, STACK};
 use super::linalg::MATMUL;
 use super::reduce::{
     AMAX, AMIN, ARGMAX, ARGMIN, MAX, MAX_DIM, MEAN, MIN, MIN_DIM, PROD, STD, SUM, VAR,
 };
 use super::scan::{CUMPROD, CUMSUM};
-use super::shape::{EXPAND, PERMUTE, SLICE, VIEW};
+use super::shape::{DIAGONAL, EXPAND, PERMUTE, SLICE, VIEW};
 use super::softmax::{LOG_SOFTMAX, SOFTMAX};
 use super::sort::SORT;
 
@@ -254,7 +255,13 @@ pub fn sym_meta(
         }
         return Some(vec![out]);
     }
-    if is(&CUMSUM) || is(&CUMPROD) || is(&FLIP) || is(&SCATTER) || is(&SCATTER_ADD) {
+    if is(&CUMSUM)
+        || is(&CUMPROD)
+        || is(&FLIP)
+        || is(&SCATTER)
+        || is(&SCATTER_ADD)
+        || is(&SCATTER_REDUCE)
+    {
         return Some(vec![tensor(args, 0)?.to_vec()]);
     }
     if is(&SORT) {
@@ -337,6 +344,35 @@ pub fn sym_meta(
         } else {
             ctx.stack(xs, dim)?
         };
+        return Some(vec![out]);
+    }
+    if is(&DIAGONAL) {
+        let x = tensor(args, 0)?;
+        let arg = |i: usize, default: i64| match args.get(i) {
+            None => Some(default),
+            Some(_) => int(args, i)?.as_lit(),
+        };
+        let (offset, d1, d2) = (arg(1, 0)?, arg(2, 0)?, arg(3, 1)?);
+        let (d1, d2) = (
+            dim_index(SymExpr::lit(d1), x.len())?,
+            dim_index(SymExpr::lit(d2), x.len())?,
+        );
+        if d1 == d2 {
+            return None;
+        }
+        // Above the main diagonal the columns shrink by `offset`, below it the rows.
+        let (rows, cols) = (x[d1], x[d2]);
+        let len = if offset >= 0 {
+            rows.min(cols.minus(SymExpr::lit(offset)))
+        } else {
+            rows.plus(SymExpr::lit(offset)).min(cols)
+        }
+        .max(SymExpr::lit(0));
+        let mut out: Vec<SymExpr> = (0..x.len())
+            .filter(|&i| i != d1 && i != d2)
+            .map(|i| x[i])
+            .collect();
+        out.push(len);
         return Some(vec![out]);
     }
     if is(&SLICE) {

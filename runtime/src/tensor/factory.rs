@@ -42,6 +42,19 @@ fn next_stream() -> u64 {
     SEED.fetch_add(0x2545_f491_4f6c_dd1d, Ordering::SeqCst)
 }
 
+/// `bernoulli`'s `p`: a probability in `[0, 1]` (NaN is not).
+fn check_probability(p: f64) -> Result<()> {
+    if !(0.0..=1.0).contains(&p) {
+        return Err(Error::argument(
+            "bernoulli",
+            "p",
+            "a probability in [0, 1]",
+            p.to_string(),
+        ));
+    }
+    Ok(())
+}
+
 /// An f64 tensor of `shape` filled by `fill` from a generator seeded with `seed`.
 fn random_f64(
     op: &str,
@@ -516,6 +529,30 @@ impl Tensor {
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
     pub fn bernoulli_seeded(&self, seed: u64) -> Result<Tensor> {
+        self.bernoulli_with(|shape| Tensor::rand_seeded(shape, DType::F64, seed))
+    }
+
+    /// [`Tensor::bernoulli_seeded`] drawing from the global generator (`torch.bernoulli`):
+    /// reproducible after [`manual_seed`], and successive calls differ. Safe to call from many
+    /// threads (each call takes its own stream from an atomic counter; interleaved threads get
+    /// streams in the order they reach it).
+    ///
+    /// ```
+    /// use tensorplay_runtime::{manual_seed, Tensor};
+    /// let p = Tensor::from_vec(vec![0.5f64; 64], &[64])?;
+    /// manual_seed(5);
+    /// let a = p.bernoulli()?.to_vec::<f64>()?;
+    /// manual_seed(5);
+    /// assert_eq!(p.bernoulli()?.to_vec::<f64>()?, a);
+    /// assert!(a.iter().all(|&v| v == 0.0 || v == 1.0));
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn bernoulli(&self) -> Result<Tensor> {
+        self.bernoulli_with(|shape| Tensor::rand(shape, DType::F64))
+    }
+
+    /// Bernoulli draws with `self`'s probabilities against the uniform values `uniform(shape)`.
+    fn bernoulli_with(&self, uniform: impl FnOnce(&[usize]) -> Result<Tensor>) -> Result<Tensor> {
         const OP: &str = "bernoulli";
         if !self.dtype().is_float() {
             return Err(Error::argument(
@@ -538,9 +575,50 @@ impl Tensor {
                 format!("a value {bad}"),
             ));
         }
-        let u = Tensor::rand_seeded(self.shape(), DType::F64, seed)?;
+        let u = uniform(self.shape())?;
         u.lt(&self.detach().to_dtype(DType::F64)?)?
             .to_dtype(self.dtype())
+    }
+
+    /// [`Tensor::bernoulli_p_seeded`] drawing from the global generator: reproducible after
+    /// [`manual_seed`]; a `p` outside `[0, 1]` is an argument error.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{manual_seed, DType, Tensor};
+    /// manual_seed(11);
+    /// let a = Tensor::bernoulli_p(&[32], 0.5, DType::F32)?.to_vec::<f32>()?;
+    /// manual_seed(11);
+    /// assert_eq!(Tensor::bernoulli_p(&[32], 0.5, DType::F32)?.to_vec::<f32>()?, a);
+    /// assert!(Tensor::bernoulli_p(&[2], 1.5, DType::F32).is_err());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn bernoulli_p(shape: &[usize], p: f64, dtype: DType) -> Result<Tensor> {
+        check_probability(p)?;
+        Tensor::rand(shape, DType::F64)?
+            .lt_scalar(p)?
+            .to_dtype(dtype)
+    }
+
+    /// [`Tensor::randint_seeded`] drawing from the global generator (`torch.randint`):
+    /// reproducible after [`manual_seed`], and successive calls differ. The same argument errors
+    /// as the seeded form.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{manual_seed, DType, Tensor};
+    /// manual_seed(3);
+    /// let a = Tensor::randint(0, 10, &[100], DType::I64)?.to_vec::<i64>()?;
+    /// assert!(a.iter().all(|&k| (0..10).contains(&k)));
+    /// manual_seed(3);
+    /// assert_eq!(Tensor::randint(0, 10, &[100], DType::I64)?.to_vec::<i64>()?, a);
+    /// assert!(Tensor::randint(5, 5, &[1], DType::I64).is_err());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn randint(low: i64, high: i64, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        // Validated before a stream is taken, so a bad call leaves the generator alone.
+        Tensor::randint_seeded(low, high, &[0], dtype, 0)?;
+        crate::vmap::random("randint", shape, |s| {
+            Tensor::randint_seeded(low, high, s, dtype, next_stream())
+        })
     }
 
     /// Bernoulli draws of one probability `p` (in `[0, 1]`) for every element of a new tensor
@@ -555,14 +633,7 @@ impl Tensor {
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
     pub fn bernoulli_p_seeded(shape: &[usize], p: f64, dtype: DType, seed: u64) -> Result<Tensor> {
-        if !(0.0..=1.0).contains(&p) {
-            return Err(Error::argument(
-                "bernoulli",
-                "p",
-                "a probability in [0, 1]",
-                p.to_string(),
-            ));
-        }
+        check_probability(p)?;
         Tensor::rand_seeded(shape, DType::F64, seed)?
             .lt_scalar(p)?
             .to_dtype(dtype)

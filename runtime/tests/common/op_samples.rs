@@ -92,6 +92,16 @@ pub fn sample(op: &OpDef) -> Option<Vec<Arg>> {
             v(Value::Tensor(index_2x2())),
             t(&[2, 2]),
         ],
+        // "mean" divides by how many values met (exercising the count in the derivative).
+        "scatter_reduce" => vec![
+            t(&[2, 3]),
+            v(Value::Int(1)),
+            v(Value::Tensor(index_2x2())),
+            t(&[2, 2]),
+            v(Value::from("mean")),
+        ],
+        // Data-dependent output size: no fake kernel to compare with (tests/ops_issue12_index.rs).
+        "nonzero" => return None,
         "flip" => vec![t(&[2, 3]), v(Value::IntList(vec![0, -1]))],
         "cumsum" => vec![t(&[2, 3]), v(Value::Int(1))],
         // A 3-long scan, so the gradient's exclusive products cover more than one step.
