@@ -36,6 +36,19 @@ fn scalar_of(value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
 }
 
 /// The error for a 0-d `self` given to an op that works along a dim.
+/// `mask` must be a bool tensor (argument `mask` of `op`).
+fn require_bool_mask(op: &str, mask: &Tensor) -> Result<()> {
+    if mask.dtype() != DType::Bool {
+        return Err(Error::argument(
+            op,
+            "mask",
+            "a bool tensor",
+            format!("dtype {}", mask.dtype()),
+        ));
+    }
+    Ok(())
+}
+
 fn require_dims(op: &str, x: &Tensor) -> Result<()> {
     if x.rank() == 0 {
         return Err(Error::argument(
@@ -128,14 +141,7 @@ impl Tensor {
     /// ```
     pub fn masked_fill(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<Tensor> {
         const OP: &str = "masked_fill";
-        if mask.dtype() != DType::Bool {
-            return Err(Error::argument(
-                OP,
-                "mask",
-                "a bool tensor",
-                format!("dtype {}", mask.dtype()),
-            ));
-        }
+        require_bool_mask(OP, mask)?;
         // Checked on symbolic sizes: under capture it guards nothing that holds at every size
         // (a causal mask `[s1, s1]` against scores `[s0, s1, s1]`).
         let (x, m) = (self.sym_shape(), mask.sym_shape());
@@ -171,14 +177,7 @@ impl Tensor {
     /// ```
     pub fn masked_select(&self, mask: &Tensor) -> Result<Tensor> {
         const OP: &str = "masked_select";
-        if mask.dtype() != DType::Bool {
-            return Err(Error::argument(
-                OP,
-                "mask",
-                "a bool tensor",
-                format!("dtype {}", mask.dtype()),
-            ));
-        }
+        require_bool_mask(OP, mask)?;
         if self.is_fake() || mask.is_fake() {
             return Err(super::index::data_dependent(OP));
         }

@@ -2,10 +2,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tensorplay_ir::shape::{contiguous_strides, fmt_shape, numel};
+use tensorplay_ir::shape::{fmt_shape, numel};
 use tensorplay_ir::{DType, Device, Error, Result, Shape};
 
-use super::{Tensor, TensorImpl, checked_nbytes};
+use super::{Tensor, checked_nbytes};
 use crate::element::Element;
 use crate::storage::Storage;
 use crate::symint::SymInt;
@@ -196,14 +196,7 @@ impl Tensor {
                 ),
             ));
         }
-        Ok(Tensor::from_impl(TensorImpl::new(
-            storage,
-            shape.into(),
-            contiguous_strides(shape),
-            0,
-            dtype,
-            Device::Cpu,
-        )))
+        Ok(Tensor::contiguous_over(storage, shape, dtype, Device::Cpu))
     }
 
     /// A tensor with metadata only, for shape computations (fake kernels, capture). `device` is
@@ -302,14 +295,7 @@ impl Tensor {
                 ),
             )
         })?;
-        Ok(Tensor::from_impl(TensorImpl::new(
-            storage,
-            shape.into(),
-            contiguous_strides(shape),
-            0,
-            dtype,
-            Device::Cpu,
-        )))
+        Ok(Tensor::contiguous_over(storage, shape, dtype, Device::Cpu))
     }
 
     /// All ones.

@@ -103,14 +103,25 @@ impl Tensor {
         } else {
             Storage::uninit(bytes).ok_or_else(|| alloc_error(op, shape, dtype, bytes))?
         };
-        Ok(Tensor::from_impl(TensorImpl::new(
+        Ok(Tensor::contiguous_over(storage, shape, dtype, device))
+    }
+
+    /// A contiguous tensor of `shape` and `dtype` over the start of `storage` (the caller
+    /// checked that it is large enough).
+    pub(crate) fn contiguous_over(
+        storage: Storage,
+        shape: &[usize],
+        dtype: DType,
+        device: Device,
+    ) -> Tensor {
+        Tensor::from_impl(TensorImpl::new(
             storage,
             shape.into(),
             contiguous_strides(shape),
             0,
             dtype,
             device,
-        )))
+        ))
     }
 
     /// A tensor sharing this one's storage with new shape/strides/offset (no autograd history).
