@@ -208,7 +208,7 @@ TP_FN double tp_gelu_erf_far_tail(double x) {
 }
 TP_FN double tp_gelu_erf_f64(double x) {
   // Below -40 the result is -0.0 (NaN for -inf), as eager: squaring x would give NaN.
-  if (x < -40.0) return x == -INFINITY ? NAN : -0.0;
+  if (x < -40.0) return tp_isfinite(x) ? -0.0 : x * 0.0;
   if (x < -36.0) return tp_gelu_erf_far_tail(x);
   double z = -x * TP_FRAC_1_SQRT_2;
   double e = erfc(z);
