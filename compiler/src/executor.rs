@@ -1016,11 +1016,11 @@ impl CompiledGraph {
     }
 
     /// Runs a graph that is a single pointwise region writing `dests[k]` as its output `k`
-    /// instead of fresh buffers (how the fused optimizers write their new state into buffers
-    /// they keep). A destination must be a real tensor of the output's shape and dtype whose
-    /// memory no input covers: a staged kernel may read an input again after writing an output,
-    /// so a kernel never updates an operand in place. Each destination's version counter is
-    /// bumped.
+    /// instead of fresh buffers (for callers that keep their own output buffers). A destination
+    /// must be a real tensor of the output's shape and dtype; it may be exactly an input's
+    /// elements (same address, dtype, shape and strides: an update in place, run by the
+    /// kernel's in-place variant), and any other overlap with an input is an error. Each
+    /// destination's version counter is bumped.
     pub fn run_into(&self, inputs: &[Tensor], dests: &[Tensor]) -> Result<()> {
         let err = |msg: String| Error::compile(CompileKind::Launch, format!("run_into: {msg}"));
         let [Exec::Region(r)] = self.steps.as_slice() else {
