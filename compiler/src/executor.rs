@@ -1034,20 +1034,7 @@ impl CompiledGraph {
             Some(RegionKind::Pointwise)
         );
         // Where each region output goes: the destination of the graph output it is.
-        let order: Option<Vec<usize>> = r
-            .outs
-            .iter()
-            .map(|o| self.output_ids.iter().position(|g| g == o))
-            .collect();
-        let distinct = {
-            let mut ids = self.output_ids.clone();
-            ids.sort_unstable();
-            ids.dedup();
-            ids.len() == self.output_ids.len()
-        };
-        let Some(order) =
-            order.filter(|_| pointwise && distinct && r.outs.len() == self.output_ids.len())
-        else {
+        let Some(order) = self.output_order(r).filter(|_| pointwise) else {
             return Err(err(
                 "the region must be pointwise and compute exactly the graph's (distinct) outputs"
                     .into(),
@@ -1112,25 +1099,30 @@ impl CompiledGraph {
             .map(|i| self.input_ids.iter().position(|g| g == i))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| err("a kernel input is not a graph input"))?;
-        let outputs = r
-            .outs
-            .iter()
-            .map(|o| self.output_ids.iter().position(|g| g == o))
-            .collect::<Option<Vec<_>>>()
-            .filter(|outs| outs.len() == self.output_ids.len())
-            .ok_or_else(|| err("the region does not compute exactly the graph's outputs"))?;
-        let mut distinct = outputs.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        if distinct.len() != outputs.len() {
-            return Err(err("two graph outputs are one value"));
-        }
+        let outputs = self.output_order(r).ok_or_else(|| {
+            err("the region does not compute exactly the graph's (distinct) outputs")
+        })?;
         Ok(SoleKernel {
             spec: r.lowered.spec.clone(),
             params: r.lowered.params.clone(),
             inputs,
             outputs,
         })
+    }
+
+    /// For each output of region `r`, the graph output it is — `None` unless the region
+    /// computes exactly the graph's outputs and they are distinct values.
+    fn output_order(&self, r: &RegionRun) -> Option<Vec<usize>> {
+        let order: Vec<usize> = r
+            .outs
+            .iter()
+            .map(|o| self.output_ids.iter().position(|g| g == o))
+            .collect::<Option<_>>()?;
+        let mut distinct = self.output_ids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        (distinct.len() == self.output_ids.len() && order.len() == self.output_ids.len())
+            .then_some(order)
     }
 
     fn run_region(

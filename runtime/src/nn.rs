@@ -341,6 +341,19 @@ pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result
     reduce(d.mul(&d)?, reduction)
 }
 
+/// `label_smoothing` must lie in `[0, 1]` (argument of `op`).
+fn check_label_smoothing(op: &str, label_smoothing: f64) -> Result<()> {
+    if !(0.0..=1.0).contains(&label_smoothing) {
+        return Err(Error::argument(
+            op,
+            "label_smoothing",
+            "a value in [0, 1]",
+            label_smoothing.to_string(),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks the class-index target of `nll_loss`/`cross_entropy` against `input` (`[C]` with a
 /// 0-d target, or `[N, C, d1…]` with a target `[N, d1…]`) and returns it as i64.
 fn class_target(op: &str, input: &Tensor, target: &Tensor) -> Result<Tensor> {
@@ -530,14 +543,7 @@ pub fn cross_entropy(
     reduction: Reduction,
 ) -> Result<Tensor> {
     const OP: &str = "cross_entropy";
-    if !(0.0..=1.0).contains(&label_smoothing) {
-        return Err(Error::argument(
-            OP,
-            "label_smoothing",
-            "a value in [0, 1]",
-            label_smoothing.to_string(),
-        ));
-    }
+    check_label_smoothing(OP, label_smoothing)?;
     let target = class_target(OP, input, target)?;
     let class_dim = if input.rank() == 1 { 0 } else { 1 };
     let logp = input.log_softmax(class_dim)?;
@@ -581,14 +587,7 @@ pub fn cross_entropy_weighted(
     let Some(weight) = weight else {
         return cross_entropy(input, target, ignore_index, label_smoothing, reduction);
     };
-    if !(0.0..=1.0).contains(&label_smoothing) {
-        return Err(Error::argument(
-            OP,
-            "label_smoothing",
-            "a value in [0, 1]",
-            label_smoothing.to_string(),
-        ));
-    }
+    check_label_smoothing(OP, label_smoothing)?;
     let target = class_target(OP, input, target)?;
     let weight = class_weight(OP, input, weight)?;
     let class_dim = if input.rank() == 1 { 0 } else { 1 };
