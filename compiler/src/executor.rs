@@ -32,7 +32,7 @@ use tensorplay_runtime::{Scalar, Tensor, Value};
 
 use crate::arena::{Arena, Slots};
 use crate::codegen::cache;
-use crate::codegen::cpu::{CompiledKernel, LaunchPlan, ScalarArgs, plan as plan_launch};
+use crate::codegen::cpu::{CompiledKernel, LaunchPlan, PlanKey, ScalarArgs, plan as plan_launch};
 use crate::codegen::kernel::{KernelSpec, Lit, LoopKind, LoweredRegion, lower};
 use crate::passes::{BufferPlan, FusionPlan, RegionKind, Step, buffer_plan, dce, fusion, logging};
 
@@ -177,6 +177,49 @@ impl std::fmt::Display for DimGuard {
     }
 }
 
+/// How a graph that is exactly one fused region maps onto that region, when the region computes
+/// exactly the graph's (distinct) outputs.
+struct SoleRegion {
+    /// For each region input, the graph input it reads; `None` when some region input is a
+    /// constant of the graph. When set, a call launches the region straight on the caller's
+    /// tensors into freshly allocated outputs: no value environment, no arena, no output
+    /// collection (the per-call path of small graphs).
+    inputs: Option<SmallVec<[usize; 8]>>,
+    /// For each region output, the graph output it is.
+    outputs: SmallVec<[usize; 4]>,
+}
+
+/// The last call of a graph with a direct [`SoleRegion`]: its inputs' layout, the shapes
+/// inferred for them and the launch made. A call whose inputs have the same shapes and strides
+/// (and pass the static guards) runs straight from it: no shape-cache lookup, no planning.
+struct HotCall {
+    /// Rank, sizes and strides of every graph input.
+    key: PlanKey,
+    shapes: Arc<ShapeEntry>,
+    launch: Arc<CachedLaunch>,
+}
+
+/// How region `r` maps onto a graph with these inputs and outputs (see [`SoleRegion`]).
+fn sole_region(r: &RegionRun, input_ids: &[usize], output_ids: &[usize]) -> Option<SoleRegion> {
+    let mut distinct = output_ids.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != output_ids.len() || r.outs.len() != output_ids.len() {
+        return None;
+    }
+    let outputs: SmallVec<[usize; 4]> = r
+        .outs
+        .iter()
+        .map(|o| output_ids.iter().position(|g| g == o))
+        .collect::<Option<_>>()?;
+    let inputs = r
+        .ins
+        .iter()
+        .map(|i| input_ids.iter().position(|g| g == i))
+        .collect::<Option<_>>();
+    Some(SoleRegion { inputs, outputs })
+}
+
 /// A compiled graph that is one pointwise kernel ([`CompiledGraph::sole_pointwise_kernel`]).
 pub(crate) struct SoleKernel {
     pub spec: KernelSpec,
@@ -203,6 +246,11 @@ pub struct CompiledGraph {
     output_ids: Vec<usize>,
     constants: Vec<(usize, Tensor)>,
     steps: Vec<Exec>,
+    /// Set when `steps` is exactly one region that maps straight onto the graph's inputs and
+    /// outputs.
+    sole: Option<SoleRegion>,
+    /// The last call, for graphs with a direct [`SoleRegion`].
+    hot: Mutex<Option<HotCall>>,
     /// For each step, the values whose last use it is (dropped after the step).
     dies_after: Vec<Vec<usize>>,
     /// The buffer plan's slot of every value (dense ids; `None` outside the arena).
@@ -492,6 +540,10 @@ impl CompiledGraph {
             }
         }
         let arena = Arena::new(buffers.num_slots());
+        let sole = match steps.as_slice() {
+            [Exec::Region(r)] => sole_region(r, &input_ids, &output_ids),
+            _ => None,
+        };
         let compiled = CompiledGraph {
             graph,
             plan,
@@ -504,6 +556,8 @@ impl CompiledGraph {
             output_ids,
             constants,
             steps,
+            sole,
+            hot: Mutex::new(None),
             dies_after,
             slot_of_id,
             arena,
@@ -764,7 +818,11 @@ impl CompiledGraph {
             }
             key
         };
-        let entry = Arc::new(self.infer_shapes(inputs, key.clone())?);
+        // The replay runs the captured ops as recorded (autocast's casts are in the graph).
+        let entry = {
+            let _ac = tensorplay_runtime::autocast::suspend();
+            Arc::new(self.infer_shapes(inputs, key.clone())?)
+        };
         let mut c = self.shape_cache.lock();
         if c.map.len() >= SHAPE_CACHE_LIMIT {
             // A graph fed ever-new shapes must not grow without bound; recomputing is cheap
@@ -861,7 +919,6 @@ impl CompiledGraph {
     /// Whether the graph applies to `inputs` (which passed the static guards): the size guards,
     /// checked by shape inference. `Err` is the error eager meets on these inputs.
     pub(crate) fn admit(&self, inputs: &[Tensor]) -> Result<Admission> {
-        let _ac = tensorplay_runtime::autocast::suspend();
         let entry = self.shapes_for(inputs)?;
         Ok(match &entry.guard_failure {
             Some(why) => Admission::Miss(why.clone()),
@@ -899,6 +956,9 @@ impl CompiledGraph {
     /// (`TP_LOGS=fallback` says so). Inputs that fail a guard are an error.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.check_guards(inputs)?;
+        if let Some(outs) = self.run_hot(inputs) {
+            return outs;
+        }
         match self.admit(inputs)? {
             Admission::Run(shapes) => self.run_admitted(inputs, &shapes),
             Admission::Miss(why) => Err(Error::compile(
@@ -913,22 +973,121 @@ impl CompiledGraph {
     pub(crate) fn run_admitted(
         &self,
         inputs: &[Tensor],
-        shapes: &ShapeEntry,
+        shapes: &Arc<ShapeEntry>,
     ) -> Result<Vec<Tensor>> {
-        // Autocast's casts were recorded at capture: the graph runs as recorded.
-        let _ac = tensorplay_runtime::autocast::suspend();
         if is_grad_enabled() && inputs.iter().any(Tensor::requires_grad) {
             logging::log("fallback", || {
                 "an input requires grad: the graph runs op by op through the dispatcher (no \
                  fused kernels) so autograd records it"
                     .to_string()
             });
+            let _ac = tensorplay_runtime::autocast::suspend();
             return self.interpret_accepted(inputs, &shapes.syms);
         }
+        if let (Some(sole), [Exec::Region(r)]) = (&self.sole, self.steps.as_slice())
+            && let Some(region_inputs) = &sole.inputs
+        {
+            let outs = self.run_sole(sole, region_inputs, r, inputs, &shapes.shapes, None)?;
+            self.remember_hot(r, inputs, shapes);
+            return Ok(outs);
+        }
+        // Autocast's casts were recorded at capture: the graph runs as recorded.
+        let _ac = tensorplay_runtime::autocast::suspend();
         let mut slots = self.arena.take();
         let outs = self.run_steps(inputs, shapes, &mut slots);
         self.arena.put_back(slots);
         outs
+    }
+
+    /// The call path of a graph with a direct [`SoleRegion`] whose inputs have the last call's
+    /// shapes and strides ([`HotCall`]); `None` when that does not apply and the caller takes
+    /// the general path. The inputs must pass the static guards ([`Self::accepts`]).
+    pub(crate) fn run_hot(&self, inputs: &[Tensor]) -> Option<Result<Vec<Tensor>>> {
+        let (Some(sole), [Exec::Region(r)]) = (&self.sole, self.steps.as_slice()) else {
+            return None;
+        };
+        let region_inputs = sole.inputs.as_ref()?;
+        if (is_grad_enabled() && inputs.iter().any(Tensor::requires_grad))
+            || crate::codegen::hook::current().is_some()
+        {
+            return None;
+        }
+        // The entry is used in place, not cloned: one call at a time runs from it, and a
+        // concurrent call takes the general path rather than wait.
+        let hot = self.hot.try_lock()?;
+        let h = hot.as_ref()?;
+        if !h.key.matches(None, inputs) {
+            return None;
+        }
+        Some(self.run_sole(
+            sole,
+            region_inputs,
+            r,
+            inputs,
+            &h.shapes.shapes,
+            Some(&h.launch),
+        ))
+    }
+
+    /// Keeps a successful call of a direct [`SoleRegion`] graph as the [`HotCall`] (skipped when
+    /// another call holds it, or a region hook ran the region).
+    fn remember_hot(&self, r: &RegionRun, inputs: &[Tensor], shapes: &Arc<ShapeEntry>) {
+        if crate::codegen::hook::current().is_some() {
+            return;
+        }
+        let Some(launch) = r.last.lock().clone() else {
+            return;
+        };
+        if let Some(mut hot) = self.hot.try_lock() {
+            *hot = Some(HotCall {
+                key: PlanKey::new(None, inputs),
+                shapes: shapes.clone(),
+                launch,
+            });
+        }
+    }
+
+    /// A graph that is one region over its own inputs ([`SoleRegion`]): the region launched on
+    /// the caller's tensors, writing fresh outputs in graph-output order (through `cached`, the
+    /// hot call's launch, when it fits). Nothing is dispatched, so autocast needs no
+    /// suspending.
+    fn run_sole(
+        &self,
+        sole: &SoleRegion,
+        region_inputs: &[usize],
+        r: &RegionRun,
+        inputs: &[Tensor],
+        shapes: &[Shape],
+        cached: Option<&CachedLaunch>,
+    ) -> Result<Vec<Tensor>> {
+        let outs = self
+            .output_ids
+            .iter()
+            // SAFETY: the region kernel launched below writes every element of each output
+            // before anything reads it; if the launch fails, `outs` are dropped unread.
+            .map(|&o| unsafe { Tensor::try_empty_uninit(&shapes[o], self.dtypes[o]) })
+            .collect::<Result<Vec<_>>>()?;
+        let mut in_refs: SmallVec<[&Tensor; 8]> = SmallVec::with_capacity(region_inputs.len());
+        for &i in region_inputs {
+            in_refs.push(inputs.get(i).ok_or_else(|| {
+                Error::compile(CompileKind::Launch, format!("graph input {i} missing"))
+            })?);
+        }
+        {
+            let out_refs: SmallVec<[&Tensor; 4]> = sole.outputs.iter().map(|&g| &outs[g]).collect();
+            let iter_shape = &shapes[r.iter_value];
+            let relaunched = match cached {
+                Some(c) => {
+                    c.kernel
+                        .relaunch(&c.plan, &in_refs, &out_refs, Some(iter_shape), &r.params)?
+                }
+                None => false,
+            };
+            if !relaunched {
+                self.launch(r, iter_shape, &in_refs, &out_refs)?;
+            }
+        }
+        Ok(outs)
     }
 
     /// The steps of one call, intermediates in the arena's `slots`.
@@ -1034,7 +1193,7 @@ impl CompiledGraph {
             Some(RegionKind::Pointwise)
         );
         // Where each region output goes: the destination of the graph output it is.
-        let Some(order) = self.output_order(r).filter(|_| pointwise) else {
+        let Some(order) = self.sole.as_ref().map(|s| &s.outputs).filter(|_| pointwise) else {
             return Err(err(
                 "the region must be pointwise and compute exactly the graph's (distinct) outputs"
                     .into(),
@@ -1093,36 +1252,21 @@ impl CompiledGraph {
         if !matches!(r.lowered.spec.kind, LoopKind::Pointwise) {
             return Err(err("the region is not pointwise"));
         }
-        let inputs = r
-            .ins
-            .iter()
-            .map(|i| self.input_ids.iter().position(|g| g == i))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| err("a kernel input is not a graph input"))?;
-        let outputs = self.output_order(r).ok_or_else(|| {
+        let sole = self.sole.as_ref().ok_or_else(|| {
             err("the region does not compute exactly the graph's (distinct) outputs")
         })?;
+        let inputs = sole
+            .inputs
+            .clone()
+            .ok_or_else(|| err("a kernel input is not a graph input"))?
+            .into_vec();
+        let outputs = sole.outputs.to_vec();
         Ok(SoleKernel {
             spec: r.lowered.spec.clone(),
             params: r.lowered.params.clone(),
             inputs,
             outputs,
         })
-    }
-
-    /// For each output of region `r`, the graph output it is — `None` unless the region
-    /// computes exactly the graph's outputs and they are distinct values.
-    fn output_order(&self, r: &RegionRun) -> Option<Vec<usize>> {
-        let order: Vec<usize> = r
-            .outs
-            .iter()
-            .map(|o| self.output_ids.iter().position(|g| g == o))
-            .collect::<Option<_>>()?;
-        let mut distinct = self.output_ids.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        (distinct.len() == self.output_ids.len() && order.len() == self.output_ids.len())
-            .then_some(order)
     }
 
     fn run_region(
@@ -1162,45 +1306,60 @@ impl CompiledGraph {
                 })?);
             }
             let out_refs: SmallVec<[&Tensor; 4]> = outs.iter().collect();
-            let iter_shape = Some(shapes[r.iter_value].as_slice());
-            // A region hook (verification of another backend) may run the region instead.
-            let hooked = match crate::codegen::hook::current() {
-                Some(hook) => {
-                    let plan = plan_launch(&r.lowered.spec, &in_refs, &out_refs, iter_shape)?;
-                    hook.run(&r.lowered.spec, &plan, &r.params)?
-                }
-                None => false,
-            };
-            // The lock is held only to clone the entry: concurrent runs of the graph launch in
-            // parallel.
-            let last = if hooked { None } else { r.last.lock().clone() };
-            let reused = match &last {
-                Some(c) => c
-                    .kernel
-                    .relaunch(&c.plan, &in_refs, &out_refs, iter_shape, &r.params)?,
-                None => false,
-            };
-            if !reused && !hooked {
-                let spec = &r.lowered.spec;
-                let plan = plan_launch(spec, &in_refs, &out_refs, iter_shape)?;
-                if logging::enabled("cuda") {
-                    // The region's CUDA translation, printed once per structure.
-                    crate::codegen::cuda::get_or_emit(spec, &plan.layout().into())?;
-                }
-                let kernel = match last {
-                    Some(c) if c.kernel.layout() == plan.layout() => c.kernel.clone(),
-                    _ => cache::get_or_compile(spec, plan.layout())?,
-                };
-                kernel.launch_plan(&plan, &r.params)?;
-                *r.last.lock() = Some(Arc::new(CachedLaunch {
-                    plan: plan.detach(),
-                    kernel,
-                }));
-            }
+            self.launch(r, &shapes[r.iter_value], &in_refs, &out_refs)?;
         }
         for (&o, t) in r.outs.iter().zip(outs) {
             env[o] = Some(t);
         }
+        Ok(())
+    }
+
+    /// Launches region `r` over iteration shape `iter_shape` on its operands: the last launch's
+    /// plan again when the operands have its shapes and strides, otherwise a new plan (and the
+    /// kernel for its layout).
+    fn launch(
+        &self,
+        r: &RegionRun,
+        iter_shape: &[usize],
+        in_refs: &[&Tensor],
+        out_refs: &[&Tensor],
+    ) -> Result<()> {
+        let iter_shape = Some(iter_shape);
+        // A region hook (verification of another backend) may run the region instead.
+        let hooked = match crate::codegen::hook::current() {
+            Some(hook) => {
+                let plan = plan_launch(&r.lowered.spec, in_refs, out_refs, iter_shape)?;
+                hook.run(&r.lowered.spec, &plan, &r.params)?
+            }
+            None => false,
+        };
+        if hooked {
+            return Ok(());
+        }
+        // The lock is held only to clone the entry: concurrent runs of the graph launch in
+        // parallel.
+        let last = r.last.lock().clone();
+        if let Some(c) = &last
+            && c.kernel
+                .relaunch(&c.plan, in_refs, out_refs, iter_shape, &r.params)?
+        {
+            return Ok(());
+        }
+        let spec = &r.lowered.spec;
+        let plan = plan_launch(spec, in_refs, out_refs, iter_shape)?;
+        if logging::enabled("cuda") {
+            // The region's CUDA translation, printed once per structure.
+            crate::codegen::cuda::get_or_emit(spec, &plan.layout().into())?;
+        }
+        let kernel = match last {
+            Some(c) if c.kernel.layout() == plan.layout() => c.kernel.clone(),
+            _ => cache::get_or_compile(spec, plan.layout())?,
+        };
+        kernel.launch_plan(&plan, &r.params)?;
+        *r.last.lock() = Some(Arc::new(CachedLaunch {
+            plan: plan.detach(),
+            kernel,
+        }));
         Ok(())
     }
 
@@ -1322,6 +1481,103 @@ mod tests {
             assert_eq!(bits(&got[0]), bits(&f(&[x, yn])?[0]), "n = {n}");
         }
         assert_eq!(c.shape_cache.lock().map.len(), 2);
+        Ok(())
+    }
+
+    /// The graph input layout of the hot call, if any.
+    fn hot_key(c: &CompiledGraph) -> Option<PlanKey> {
+        c.hot.lock().as_ref().map(|h| h.key.clone())
+    }
+
+    #[test]
+    fn the_hot_call_serves_only_inputs_of_its_shapes_and_strides() -> Result<()> {
+        let m = TensorMeta::new(&[6, 5], DType::F32, Device::Cpu);
+        let g = capture(f, &[m.clone(), m], CaptureOptions { dynamic: true })?;
+        let c = CompiledGraph::new(&g)?;
+        assert!(c.sole.as_ref().is_some_and(|s| s.inputs.is_some()));
+        assert!(hot_key(&c).is_none(), "nothing ran yet");
+        let base = Tensor::randn_seeded(&[12, 10], DType::F32, 1)?;
+        let y = Tensor::randn_seeded(&[6, 5], DType::F32, 2)?;
+        let x = Tensor::randn_seeded(&[6, 5], DType::F32, 3)?;
+        let transposed = base.narrow(0, 0, 5)?.narrow(1, 0, 6)?.t()?;
+        let other_size = (
+            Tensor::randn_seeded(&[4, 5], DType::F32, 4)?,
+            y.narrow(0, 0, 4)?,
+        );
+        let sets = [
+            [x.clone(), y.clone()],
+            [x.clone(), y.clone()],
+            [transposed.clone(), y.clone()],
+            [other_size.0.clone(), other_size.1.clone()],
+            [transposed, y.clone()],
+            [x, y],
+        ];
+        for (i, ins) in sets.iter().enumerate() {
+            let got = c.run(ins)?;
+            assert_eq!(bits(&got[0]), bits(&f(ins)?[0]), "set {i}");
+            // The hot call is always the last call's layout.
+            assert_eq!(hot_key(&c), Some(PlanKey::new(None, ins)), "set {i}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn concurrent_calls_of_one_graph_agree_with_eager() -> Result<()> {
+        let m = TensorMeta::new(&[6, 5], DType::F32, Device::Cpu);
+        let g = capture(f, &[m.clone(), m], CaptureOptions { dynamic: true })?;
+        let c = CompiledGraph::new(&g)?;
+        let base = Tensor::randn_seeded(&[12, 10], DType::F32, 1)?;
+        let sets: Vec<[Tensor; 2]> = vec![
+            [
+                Tensor::randn_seeded(&[6, 5], DType::F32, 2)?,
+                Tensor::randn_seeded(&[6, 5], DType::F32, 3)?,
+            ],
+            [
+                base.narrow(0, 0, 5)?.narrow(1, 0, 6)?.t()?,
+                Tensor::randn_seeded(&[6, 5], DType::F32, 4)?,
+            ],
+            [
+                Tensor::randn_seeded(&[300, 70], DType::F32, 5)?,
+                Tensor::randn_seeded(&[300, 70], DType::F32, 6)?,
+            ],
+        ];
+        let want: Vec<Vec<u32>> = sets
+            .iter()
+            .map(|s| f(s).map(|o| bits(&o[0])))
+            .collect::<Result<_>>()?;
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let (c, sets, want) = (&c, &sets, &want);
+                scope.spawn(move || {
+                    for i in 0..300 {
+                        let k = (i + t) % sets.len();
+                        let got = c.run(&sets[k]).expect("the graph runs");
+                        assert_eq!(bits(&got[0]), want[k], "thread {t}, call {i}");
+                    }
+                });
+            }
+        });
+        Ok(())
+    }
+
+    #[test]
+    fn a_region_reading_a_constant_runs_through_the_environment() -> Result<()> {
+        let with_constant = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+            let c = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4])?;
+            Ok(vec![xs[0].mul(&c)?.exp()?])
+        };
+        let m = TensorMeta::new(&[4], DType::F32, Device::Cpu);
+        let g = capture(with_constant, &[m], CaptureOptions::default())?;
+        let c = CompiledGraph::new(&g)?;
+        assert_eq!(c.num_kernels(), 1);
+        assert!(c.sole.as_ref().is_some_and(|s| s.inputs.is_none()));
+        let x = Tensor::randn_seeded(&[4], DType::F32, 1)?;
+        for _ in 0..2 {
+            let got = c.run(std::slice::from_ref(&x))?;
+            let want = with_constant(std::slice::from_ref(&x))?;
+            assert_eq!(bits(&got[0]), bits(&want[0]));
+            assert!(hot_key(&c).is_none(), "no hot call without a direct region");
+        }
         Ok(())
     }
 

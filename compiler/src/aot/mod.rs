@@ -249,7 +249,7 @@ impl TrainingGraph {
     pub(crate) fn run_admitted(
         &self,
         inputs: &[Tensor],
-        shapes: &crate::executor::ShapeEntry,
+        shapes: &Arc<crate::executor::ShapeEntry>,
     ) -> Result<Vec<Tensor>> {
         let mut outs = {
             let _g = no_grad();
@@ -394,7 +394,7 @@ impl TrainingEntry {
     pub(crate) fn run_admitted(
         &self,
         inputs: &[Tensor],
-        shapes: &crate::executor::ShapeEntry,
+        shapes: &Arc<crate::executor::ShapeEntry>,
     ) -> Result<Vec<Tensor>> {
         match self {
             TrainingEntry::Compiled(t) => t.run_admitted(inputs, shapes),

@@ -56,12 +56,16 @@ pub struct LaunchPlan {
 /// The inputs of planning other than the spec, flattened (each list after its length, so the
 /// encoding is unambiguous): `[has_iter_shape, (len, sizes..)?, (rank, sizes.., strides..) per
 /// operand]`. Two launches with equal keys (and the same spec) plan to the same loop geometry,
-/// whatever their data pointers and storage offsets.
+/// whatever their data pointers and storage offsets. The executor keys its last call of a graph
+/// the same way (over the graph's inputs).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct PlanKey(SmallVec<[isize; 24]>);
+pub(crate) struct PlanKey(SmallVec<[isize; 24]>);
 
 impl PlanKey {
-    fn new(iter_shape: Option<&[usize]>, inputs: &[&Tensor], outputs: &[&Tensor]) -> PlanKey {
+    pub(crate) fn new<'a>(
+        iter_shape: Option<&[usize]>,
+        operands: impl IntoIterator<Item = &'a Tensor>,
+    ) -> PlanKey {
         let mut k: SmallVec<[isize; 24]> = SmallVec::new();
         match iter_shape {
             Some(s) => {
@@ -71,7 +75,7 @@ impl PlanKey {
             }
             None => k.push(0),
         }
-        for t in inputs.iter().chain(outputs) {
+        for t in operands {
             k.push(t.rank() as isize);
             k.extend(t.shape().iter().map(|&d| d as isize));
             k.extend_from_slice(t.strides());
@@ -79,12 +83,11 @@ impl PlanKey {
         PlanKey(k)
     }
 
-    /// Whether these tensors would produce this key (compared in place, without building one).
-    fn matches(
+    /// Whether these operands would produce this key (compared in place, without building one).
+    pub(crate) fn matches<'a>(
         &self,
         iter_shape: Option<&[usize]>,
-        inputs: &[&Tensor],
-        outputs: &[&Tensor],
+        operands: impl IntoIterator<Item = &'a Tensor>,
     ) -> bool {
         let k = self.0.as_slice();
         let mut at = match (iter_shape, k.first()) {
@@ -101,7 +104,7 @@ impl PlanKey {
             (None, Some(0)) => 1,
             _ => return false,
         };
-        for t in inputs.iter().chain(outputs) {
+        for t in operands {
             let (shape, strides) = (t.shape(), t.strides());
             let r = shape.len();
             if k.len() < at + 1 + 2 * r || k[at] != r as isize {
@@ -174,7 +177,8 @@ impl LaunchPlan {
         outputs: &[&Tensor],
         iter_shape: Option<&[usize]>,
     ) -> bool {
-        self.key.matches(iter_shape, inputs, outputs)
+        self.key
+            .matches(iter_shape, inputs.iter().chain(outputs).copied())
     }
 }
 
@@ -231,10 +235,18 @@ fn bind(spec: &KernelSpec, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<(P
     let pointwise = matches!(spec.kind, LoopKind::Pointwise);
     let mut in_place = false;
     for (o, out) in outputs.iter().enumerate() {
+        // Every storage is its own allocation: only tensors on one storage can overlap (the
+        // common case, a fresh output, needs no byte ranges).
+        if !inputs.iter().any(|i| i.storage().same(out.storage())) {
+            continue;
+        }
         let Some(span_o) = byte_span(out, ptrs[n_in + o]) else {
             continue;
         };
         for (i, input) in inputs.iter().enumerate() {
+            if !input.storage().same(out.storage()) {
+                continue;
+            }
             let Some(span_i) = byte_span(input, ptrs[i]) else {
                 continue;
             };
@@ -538,7 +550,7 @@ pub fn plan(
         } else {
             per_unit
         },
-        key: PlanKey::new(iter_shape, inputs, outputs),
+        key: PlanKey::new(iter_shape, inputs.iter().chain(outputs).copied()),
         rank,
         kind: spec.kind.clone(),
     })

@@ -8,4 +8,5 @@ mod staging;
 
 pub use args::{KernelArgs, KernelFn, ScalarArgs};
 pub use compile::{CodegenOptions, CompiledKernel, compile, compile_with, live_kernels};
+pub(crate) use launch::PlanKey;
 pub use launch::{LaunchPlan, MIN_CHUNK, plan};
