@@ -107,6 +107,62 @@ fn every_unary_build_returns_the_scalar_definitions_bits() {
 }
 
 #[test]
+fn exp_is_zero_below_minus_104_in_every_build() {
+    // The threshold below which `exp` skips its computation (an underflowing multiply, slow on
+    // x86) and returns +0: e^-104 is under half the smallest subnormal, so the computed value
+    // at -104 must be +0 too, or the shortcut would change results.
+    let x = [
+        -104.0f32,
+        -104.000_01,
+        -104.5,
+        -1e4,
+        -1e30,
+        f32::MIN,
+        f32::NEG_INFINITY,
+    ];
+    let f = MathFn::Exp;
+    for &v in &x {
+        assert_eq!(f.eval_f32(v).to_bits(), 0, "exp({v:e})");
+    }
+    // Just above: subnormal results, still computed.
+    assert!(f.eval_f32(-103.0) > 0.0 && f.eval_f32(-103.0) < f32::MIN_POSITIVE);
+    for (name, k) in unary_builds(BulkOp::Math(f)) {
+        let mut out = vec![1.0f32; x.len()];
+        // SAFETY: both buffers hold `x.len()` elements.
+        unsafe { k(x.as_ptr(), out.as_mut_ptr(), x.len()) };
+        assert!(out.iter().all(|g| g.to_bits() == 0), "{name}: {out:?}");
+    }
+}
+
+#[test]
+fn gelu_tanh_far_tails_take_the_values_of_its_clamp_points() {
+    // gelu_tanh skips the computation for |x| > 11, where it used to clamp its argument (the
+    // computation there underflows, slow on x86), and returns x or -0: what the computation
+    // gives at the clamp points.
+    let f = MathFn::GeluTanh;
+    let neg0 = (-0.0f32).to_bits();
+    assert_eq!(f.eval_f32(-11.0).to_bits(), neg0);
+    assert_eq!(f.eval_f32(11.0).to_bits(), 11.0f32.to_bits());
+    let far: [(f32, f32); 5] = [
+        (-11.000_001, -0.0),
+        (-11.5, -0.0),
+        (-3e38, -0.0),
+        (11.000_001, 11.000_001),
+        (f32::INFINITY, f32::INFINITY),
+    ];
+    for (x, want) in far {
+        assert_eq!(f.eval_f32(x).to_bits(), want.to_bits(), "gelu_tanh({x:e})");
+        for (name, k) in unary_builds(BulkOp::Math(f)) {
+            let mut out = [f32::NAN];
+            // SAFETY: both buffers hold one element.
+            unsafe { k([x].as_ptr(), out.as_mut_ptr(), 1) };
+            assert_eq!(out[0].to_bits(), want.to_bits(), "gelu_tanh {name}({x:e})");
+        }
+    }
+    assert!(f.eval_f32(f32::NEG_INFINITY).is_nan());
+}
+
+#[test]
 fn every_binary_build_returns_the_scalar_definitions_bits() {
     let x = inputs();
     // Exponents: the same sweep reversed (all pairings of magnitudes), plus small integers.
