@@ -18,6 +18,7 @@ use super::args::KernelFn;
 use super::emit::{Emitter, Lanes, choose_lanes, liveness};
 use super::math::{MathCtx, MathShims};
 use super::staging;
+use super::wide_asm::{self, WideCode};
 use crate::codegen::kernel::{Inst, KernelSpec, LoopKind, LoopLayout, StrideClass};
 use crate::passes::logging;
 
@@ -118,6 +119,21 @@ const IPOW_SYMBOL: &str = "tp_kernel_ipow";
 /// Owns a JIT module; dropping it frees the module's code and data.
 struct JitCode(Option<JITModule>);
 
+/// The machine code a [`CompiledKernel`] owns: a Cranelift module or an assembled kernel
+/// ([`wide_asm`]). Both count in [`live_kernels`] while they exist.
+enum Code {
+    /// Held for its `Drop` (frees the module).
+    Jit(#[allow(dead_code)] Box<JitCode>),
+    /// Held for its `Drop` (unmaps the code).
+    Wide(#[allow(dead_code)] WideCode),
+}
+
+impl Drop for WideCode {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Drop for JitCode {
     fn drop(&mut self) {
         if let Some(module) = self.0.take() {
@@ -171,7 +187,7 @@ pub struct CompiledKernel {
     work_weight: usize,
     code_bytes: usize,
     params: Vec<tensorplay_ir::DType>,
-    _code: JitCode,
+    _code: Code,
 }
 
 /// The granularity in which the JIT maps code.
@@ -229,8 +245,9 @@ impl CompiledKernel {
         &self.params
     }
 
-    /// Lanes of the main vector loop (4 for f32-class kernels, 2 for f64, 1 when the kernel
-    /// runs at scalar width).
+    /// Lanes of the main vector loop: 8 (AVX2) or 16 (AVX-512) for kernels assembled at full
+    /// width (f32 arithmetic chains, see `CodegenOptions::bulk_math`), otherwise 4 for
+    /// f32-class kernels, 2 for f64, 1 when the kernel runs at scalar width.
     pub fn vector_lanes(&self) -> usize {
         self.vector_lanes
     }
@@ -339,8 +356,11 @@ pub fn compile(spec: &KernelSpec, layout: &LoopLayout) -> Result<CompiledKernel>
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CodegenOptions {
-    /// Hand transcendentals, `pow`, division and `sqrt` on f32 to the wide bulk kernels of
-    /// [`math::bulk`](super::math::bulk) (bit-identical to the inline code, 2–4x faster). The
+    /// Run f32 work at the host's full vector width (AVX2: 8 lanes, AVX-512: 16), with the
+    /// same bits as the inline 4-lane code: pointwise kernels made only of f32 IEEE
+    /// arithmetic, sign and select operations are assembled directly at that width (no
+    /// Cranelift), and other kernels hand transcendentals, `pow`, division and `sqrt` on f32
+    /// to the wide bulk kernels of [`math::bulk`](super::math::bulk) (2–4x faster). The
     /// default is on when the host has them ([`bulk::level`](super::math::bulk::level), which
     /// `TP_BULK_MATH=0` turns off). `true` cannot force them: without bulk kernels on this host
     /// (or under `TP_BULK_MATH=0`) the kernel is compiled inline either way.
@@ -367,6 +387,13 @@ pub fn compile_with(
     let cerr = |what: &str, e: &dyn std::fmt::Display| {
         Error::compile(CompileKind::Codegen, format!("cpu codegen: {what}: {e}"))
     };
+    if options.bulk_math
+        && let Some(level) = super::math::bulk::level()
+        && let Some(wide) =
+            wide_asm::assemble(spec, layout, level).map_err(|e| cerr("assembling", &e))?
+    {
+        return Ok(finish_wide(spec, layout, wide, t0));
+    }
     let isa = isa()?;
     let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
     MathShims::register_symbols(&mut jb);
@@ -486,8 +513,43 @@ pub fn compile_with(
         work_weight: work_weight(spec),
         code_bytes,
         params: spec.param_dtypes(),
-        _code: code,
+        _code: Code::Jit(Box::new(code)),
     })
+}
+
+/// A [`CompiledKernel`] around code [`wide_asm`] assembled.
+fn finish_wide(
+    spec: &KernelSpec,
+    layout: &LoopLayout,
+    wide: WideCode,
+    t0: Instant,
+) -> CompiledKernel {
+    LIVE.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the mapping holds a complete function assembled for the System V signature
+    // `fn(*const KernelArgs)`; it stays mapped (read + execute) while `wide` lives, which is as
+    // long as the kernel holding this entry.
+    let entry: KernelFn = unsafe { std::mem::transmute::<*const u8, KernelFn>(wide.map.as_ptr()) };
+    let compile_time = t0.elapsed();
+    if logging::enabled("clif") {
+        logging::log("clif", || {
+            format!(
+                "{spec}layout: {layout}\nassembled at {} lanes: {} bytes of machine code in {compile_time:?}",
+                wide.lanes,
+                wide.map.len()
+            )
+        });
+    }
+    CompiledKernel {
+        spec: spec.clone(),
+        layout: layout.clone(),
+        entry,
+        compile_time,
+        vector_lanes: wide.lanes,
+        work_weight: work_weight(spec),
+        code_bytes: wide.map.len().next_multiple_of(PAGE),
+        params: spec.param_dtypes(),
+        _code: Code::Wide(wide),
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ mod launch;
 mod loops;
 pub mod math;
 mod staging;
+mod wide_asm;
 
 pub use args::{KernelArgs, KernelFn, ScalarArgs};
 pub use compile::{CodegenOptions, CompiledKernel, compile, compile_with, live_kernels};
