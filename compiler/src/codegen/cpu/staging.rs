@@ -88,7 +88,7 @@ pub(super) struct StagePlan {
 }
 
 /// The bulk operation computing `op` in `compute`, when the host has a bulk kernel for it.
-fn bulk_op(op: ScalarOp, compute: DType) -> Option<BulkOp> {
+pub(super) fn bulk_op(op: ScalarOp, compute: DType) -> Option<BulkOp> {
     if !matches!(compute, DType::F32 | DType::F16 | DType::BF16) {
         return None;
     }
@@ -152,7 +152,7 @@ fn bulk_op(op: ScalarOp, compute: DType) -> Option<BulkOp> {
 }
 
 /// The address of the host's bulk kernel for `op`.
-fn bulk_addr(op: BulkOp) -> Option<usize> {
+pub(super) fn bulk_addr(op: BulkOp) -> Option<usize> {
     match op.arity() {
         1 => bulk::unary(op).map(|f| f as usize),
         2 => bulk::binary(op).map(|f| f as usize),

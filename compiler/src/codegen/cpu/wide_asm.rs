@@ -4,19 +4,26 @@
 //! Cranelift's x86-64 back end has only 128-bit vector types, so its kernels run f32 work 4
 //! lanes at a time; a chain of cheap IEEE operations (`x * 1.1 + 0.3`, `relu(x + b) + r`) is
 //! then bound by instruction count where a hand loop moves 8 or 16 elements per instruction.
-//! For those kernels — every operand f32, every operation one of the correctly rounded IEEE
-//! operations or an exact sign/select operation (see [`lowerable`]), one or two loop dims,
-//! inputs contiguous or broadcast along the inner dim — this module writes the machine code
-//! itself with `iced-x86`'s assembler: the loop nest, one full-width vector per operation, a
-//! masked tail, no call-outs. Each operation is the same instruction the eager kernel and the
-//! Cranelift kernel execute per lane (`vaddps` for `addss`, `vsqrtps` for `sqrtss`, sign-mask
-//! `and`/`xor` for `abs`/`neg`, compares and blends for the NaN rules of `maximum`), so results
-//! are bit-identical to both; nothing is contracted into FMAs. Assembling takes microseconds,
-//! against Cranelift's half millisecond for the same kernel.
+//! For pointwise kernels whose operands are all f32, over one or two loop dims, with inputs
+//! contiguous or broadcast along the inner dim, this module writes the machine code itself
+//! with `iced-x86`'s assembler: the loop nest, one full-width vector per operation, masked
+//! tails. Each inline operation ([`lowerable`]) is the same instruction the eager kernel and
+//! the Cranelift kernel execute per lane (`vaddps` for `addss`, `vsqrtps` for `sqrtss`,
+//! sign-mask `and`/`xor` for `abs`/`neg`, compares and blends for the NaN rules of `maximum`),
+//! so results are bit-identical to both; nothing is contracted into FMAs.
 //!
-//! Everything else (other dtypes, transcendentals, casts, strided operands, deeper loop
-//! nests, reductions, softmax) is compiled by Cranelift as before; [`assemble`] answers `None`
-//! for it.
+//! Transcendentals and the general `pow` are handed to the bulk kernels (the same algorithm,
+//! the same bits, see [`super::math::bulk`]), as Cranelift's staged kernels do: the row is
+//! walked in tiles of at most 512 elements; per tile, stage 0 computes what the first bulk
+//! calls read and spills it to scratch slots on the stack (a unit-stride input is read by the
+//! call straight from the tensor), the calls run over the tile, stage 1 reloads their results,
+//! and so on. Each store happens in the stage where its value exists; values a later stage
+//! reads again are spilled once, loads are repeated (from L1).
+//!
+//! Assembling takes tens of microseconds against Cranelift's half millisecond. Everything
+//! else (other dtypes, casts, bools, strided operands, deeper loop nests, reductions, softmax,
+//! in-place kernels with outlined operations) is compiled by Cranelift as before; [`assemble`]
+//! answers `None` for it.
 //!
 //! The kernel has the common entry `extern "C" fn(*const KernelArgs)` (System V, the only ABI
 //! it is built for) and honours every field a pointwise kernel reads: any `[start, end)` of the
@@ -63,6 +70,16 @@ pub(super) fn lowerable(op: &ScalarOp) -> bool {
     )
 }
 
+/// The address of the bulk kernel that computes `op` (in f32) at the host's level, for the
+/// operations handed to bulk kernels: transcendentals and the general `pow`. Division and `sqrt`
+/// have bulk kernels too, but here they run inline at full width.
+fn outlined(op: &ScalarOp) -> Option<usize> {
+    if lowerable(op) {
+        return None;
+    }
+    super::staging::bulk_op(*op, DType::F32).and_then(super::staging::bulk_addr)
+}
+
 /// Whether `spec` under `layout` can be assembled: a pointwise kernel over one or two loop dims
 /// whose live instructions are all f32 loads, constants, parameters, [`lowerable`] operations
 /// and stores, with every input unit-stride or broadcast along the inner dim and every output
@@ -87,7 +104,11 @@ pub(super) fn eligible(spec: &KernelSpec, layout: &LoopLayout) -> bool {
             Inst::Param { dtype, .. } => *dtype == DType::F32,
             Inst::Op {
                 op, compute, out, ..
-            } => *compute == DType::F32 && *out == DType::F32 && lowerable(op),
+            } => {
+                *compute == DType::F32
+                    && *out == DType::F32
+                    && (lowerable(op) || outlined(op).is_some())
+            }
             Inst::Cast { .. } => false,
         }
     });
@@ -107,10 +128,19 @@ pub(super) fn assemble(
     layout: &LoopLayout,
     level: Level,
 ) -> Result<Option<WideCode>, String> {
-    if !host_ready(level) || !eligible(spec, layout) {
+    if !enabled() || !host_ready(level) || !eligible(spec, layout) {
         return Ok(None);
     }
     imp::assemble(spec, layout, level)
+}
+
+/// Whether assembled kernels are on: `TP_WIDE_ASM=0` (`false`, `off`, `no`) leaves every kernel
+/// to Cranelift (for comparisons; the results are the same bits).
+pub(super) fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        tensorplay_math::bulk::env_enables(std::env::var("TP_WIDE_ASM").ok().as_deref())
+    })
 }
 
 #[cfg(all(target_arch = "x86_64", unix))]
@@ -139,6 +169,7 @@ mod imp {
 mod imp {
     use super::*;
     use crate::codegen::cpu::args::offsets;
+    use crate::codegen::kernel::ValueId;
     use iced_x86::Register;
     use iced_x86::code_asm::*;
 
@@ -147,20 +178,36 @@ mod imp {
     const POINTER_REGS: [AsmRegister64; 9] = [rsi, rdi, r8, rbx, rbp, r12, r13, r14, r15];
     /// Callee-saved registers the kernel uses (pushed in the prologue).
     const SAVED: [AsmRegister64; 6] = [rbx, rbp, r12, r13, r14, r15];
+    /// Pointer registers a bulk call may clobber (saved around it).
+    const CALL_CLOBBERED: [AsmRegister64; 3] = [rsi, rdi, r8];
 
     // Frame slots (bytes from `rsp`).
     const POS: i32 = 0; // first flattened element not yet done
     const END: i32 = 8; // one past the last element of this call
     const INNER: i32 = 16; // inner dim size
     const COL: i32 = 24; // column where the current row segment starts
+    const SEG: i32 = 32; // length of the current row segment
+    const REM: i32 = 40; // elements of the segment not yet done (staged kernels tile it)
+    const PARAMS: i32 = 48; // the scalar arguments
+    const TILE_LEN: i32 = 56; // elements of the current tile (saved across bulk calls)
+    const SAVE: i32 = 64; // CALL_CLOBBERED, saved across bulk calls
+    const OPERANDS: i32 = SAVE + 8 * CALL_CLOBBERED.len() as i32;
     /// Per operand `k`: the address of its current row's element 0 ...
     fn row_slot(k: usize) -> i32 {
-        32 + 16 * k as i32
+        OPERANDS + 16 * k as i32
     }
     /// ... and the byte stride from one row to the next.
     fn stride_slot(k: usize) -> i32 {
-        40 + 16 * k as i32
+        OPERANDS + 8 + 16 * k as i32
     }
+
+    /// Largest tile of a staged kernel, in elements, and the scratch budget over all its slots
+    /// (16 KiB: half of L1).
+    const MAX_TILE: usize = 512;
+    const SCRATCH_ELEMS: usize = 4096;
+    /// The stack is grown one page at a time (each page touched), so a large frame never skips
+    /// the guard page.
+    const PAGE: i32 = 4096;
 
     /// `roundps`/`rndscaleps` immediates: round to nearest even / down / up, no precision
     /// exception.
@@ -170,20 +217,8 @@ mod imp {
     /// `cmpps` predicate: unordered (either operand NaN).
     const CMP_UNORD: u32 = 3;
 
-    /// Where a spec value lives while the kernel runs.
-    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-    enum Home {
-        /// Not computed (dead) or a store.
-        None,
-        /// A vector register holding it for the whole kernel (constants, parameters, inputs
-        /// broadcast along the inner dim: set before the loops or once per row).
-        Fixed(u8),
-        /// Computed in the loop body into a register picked then.
-        Body,
-    }
-
     /// Constants an operation needs besides its operands, each held in a fixed register.
-    #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
     enum Helper {
         Zero,
         One,
@@ -204,7 +239,7 @@ mod imp {
         }
     }
 
-    /// The helpers of one operation.
+    /// The helpers of one inline operation.
     fn helpers_of(op: &ScalarOp) -> Vec<Helper> {
         use ScalarOp::*;
         let narrow = |v: f64| Helper::Bits((v as f32).to_bits());
@@ -218,30 +253,198 @@ mod imp {
         }
     }
 
-    /// One kernel being assembled.
-    struct Asm<'a> {
-        a: CodeAssembler,
-        spec: &'a KernelSpec,
-        layout: &'a LoopLayout,
-        wide: bool,
-        lanes: usize,
+    /// How the kernel is split into stages around calls of bulk kernels, and where every value
+    /// lives. Without outlined operations there is one stage and no scratch.
+    struct Plan {
         live: Vec<bool>,
-        homes: Vec<Home>,
+        /// Per value: the stage that computes it (loads and fixed values: 0, available in
+        /// every stage).
+        stage: Vec<usize>,
+        /// Per value: the bulk kernel computing it, for outlined operations.
+        bulk: Vec<Option<usize>>,
+        stages: usize,
+        /// Per value: the fixed vector register holding it for the whole kernel (constants,
+        /// parameters, inputs broadcast along the inner dim).
+        fixed: Vec<Option<u8>>,
         helpers: Vec<(Helper, u8)>,
-        /// Operand `k`'s inner-loop pointer register (unit-stride operands).
-        ptr_reg: Vec<Option<AsmRegister64>>,
-        /// Vector registers free for body values (the rest are fixed).
-        body_regs: Vec<u8>,
-        /// AVX2: the register holding the tail's lane mask ...
-        tail_mask: u8,
-        /// ... and a scratch for the NaN masks of `maximum`/`minimum`.
-        scratch: u8,
-        iota: CodeLabel,
-        frame: i32,
+        /// Per value: its scratch slot, and the stage that writes it (bulk results: written by
+        /// their call, which follows stage `stage - 1`).
+        slot: Vec<Option<(usize, usize)>>,
+        slots: usize,
+        /// Per value: the output a bulk call writes it to directly, when storing it there is
+        /// its only use (no slot, no store in the body).
+        direct_out: Vec<Option<usize>>,
+        /// Elements per tile (the whole row segment when unstaged).
+        tile: usize,
     }
 
-    fn e(err: IcedError) -> String {
-        format!("x86 assembler: {err}")
+    /// Why a kernel was not assembled after all.
+    enum Refusal {
+        /// Its values do not fit the vector registers or the scratch budget: Cranelift
+        /// compiles it.
+        TooLarge,
+        Asm(IcedError),
+    }
+
+    impl From<IcedError> for Refusal {
+        fn from(e: IcedError) -> Self {
+            Refusal::Asm(e)
+        }
+    }
+
+    type Emit<T = ()> = std::result::Result<T, Refusal>;
+
+    fn plan(spec: &KernelSpec, layout: &LoopLayout, vregs: u8, wide: bool) -> Emit<Plan> {
+        let n = spec.insts.len();
+        let live = liveness(spec);
+        let mut stage = vec![0usize; n];
+        let mut bulk = vec![None; n];
+        for (i, inst) in spec.insts.iter().enumerate() {
+            if !live[i] {
+                continue;
+            }
+            if let Inst::Op { op, args, .. } = inst {
+                let s = args.iter().map(|&a| stage[a]).max().unwrap_or(0);
+                bulk[i] = outlined(op);
+                stage[i] = s + usize::from(bulk[i].is_some());
+            }
+        }
+        let stages = 1
+            + (0..n)
+                .filter(|&i| live[i])
+                .map(|i| stage[i])
+                .max()
+                .unwrap_or(0);
+        if stages > 1 && layout.in_place {
+            // Stores would have to wait for the last stage; Cranelift's staging does that.
+            return Err(Refusal::TooLarge);
+        }
+
+        // Fixed registers: constants, parameters, broadcast inputs, then helpers.
+        let mut next: u8 = 0;
+        let mut fixed = vec![None; n];
+        let mut helpers: Vec<(Helper, u8)> = Vec::new();
+        for (i, inst) in spec.insts.iter().enumerate() {
+            if !live[i] {
+                continue;
+            }
+            let pinned = match inst {
+                Inst::Const { .. } | Inst::Param { .. } => true,
+                Inst::Load { input } => layout.classes[*input] == StrideClass::Zero,
+                _ => false,
+            };
+            if pinned {
+                fixed[i] = Some(next);
+                next += 1;
+            }
+            if let Inst::Op { op, .. } = inst {
+                for h in helpers_of(op) {
+                    if !helpers.iter().any(|&(g, _)| g == h) {
+                        helpers.push((h, next));
+                        next += 1;
+                    }
+                }
+            }
+        }
+        // AVX2 keeps the tail's lane mask and the NaN masks of `maximum`/`minimum` in two more.
+        if !wide {
+            next += 2;
+        }
+        if next >= vregs {
+            return Err(Refusal::TooLarge);
+        }
+
+        // A bulk result only stored to one output is written there by its call.
+        let mut uses = vec![0usize; n];
+        let mut stored_to = vec![None; n];
+        for (i, inst) in spec.insts.iter().enumerate() {
+            match inst {
+                Inst::Op { args, .. } if live[i] => args.iter().for_each(|&a| uses[a] += 1),
+                Inst::Store { output, value } => {
+                    uses[*value] += 1;
+                    stored_to[*value] = Some(*output);
+                }
+                _ => {}
+            }
+        }
+        let direct_out: Vec<Option<usize>> = (0..n)
+            .map(|v| {
+                (bulk[v].is_some() && uses[v] == 1)
+                    .then_some(stored_to[v])
+                    .flatten()
+            })
+            .collect();
+        // The values that cross stages or feed a bulk call get scratch slots.
+        let mut slot_stage: Vec<Option<usize>> = vec![None; n];
+        let need_slot = |v: usize, s: usize, slot_stage: &mut Vec<Option<usize>>| {
+            slot_stage[v] = Some(slot_stage[v].map_or(s, |t| t.min(s)));
+        };
+        for (i, inst) in spec.insts.iter().enumerate() {
+            if !live[i] {
+                continue;
+            }
+            match inst {
+                Inst::Op { args, .. } if bulk[i].is_some() => {
+                    // The call after stage `stage - 1` reads its arguments from memory: a
+                    // unit-stride input straight from the tensor, anything else from a slot.
+                    let call = stage[i] - 1;
+                    for &a in args {
+                        match spec.insts[a] {
+                            Inst::Load { input } if layout.classes[input] == StrideClass::Unit => {}
+                            Inst::Op { .. } => need_slot(a, stage[a], &mut slot_stage),
+                            _ => need_slot(a, call, &mut slot_stage),
+                        }
+                    }
+                    if direct_out[i].is_none() {
+                        need_slot(i, stage[i], &mut slot_stage);
+                    }
+                }
+                Inst::Op { args, .. } => {
+                    for &a in args {
+                        if stage[a] < stage[i] && matches!(spec.insts[a], Inst::Op { .. }) {
+                            need_slot(a, stage[a], &mut slot_stage);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut slot = vec![None; n];
+        let mut slots = 0;
+        for v in 0..n {
+            if let Some(s) = slot_stage[v] {
+                slot[v] = Some((slots, s));
+                slots += 1;
+            }
+        }
+        let tile = if stages == 1 {
+            usize::MAX
+        } else {
+            let per = (SCRATCH_ELEMS / slots.max(1)) / 16 * 16;
+            if per < 64 {
+                return Err(Refusal::TooLarge);
+            }
+            per.min(MAX_TILE)
+        };
+        Ok(Plan {
+            live,
+            stage,
+            bulk,
+            stages,
+            fixed,
+            helpers,
+            slot,
+            slots,
+            direct_out,
+            tile,
+        })
+    }
+
+    fn e(err: Refusal) -> Option<String> {
+        match err {
+            Refusal::TooLarge => None,
+            Refusal::Asm(err) => Some(format!("x86 assembler: {err}")),
+        }
     }
 
     pub(super) fn assemble(
@@ -251,88 +454,59 @@ mod imp {
     ) -> Result<Option<WideCode>, String> {
         let wide = level == Level::Avx512;
         let vregs: u8 = if wide { 32 } else { 16 };
-        let nops = spec.inputs.len() + spec.outputs.len();
-        let nin = spec.inputs.len();
-        let live = liveness(spec);
-
-        // Operand pointers: one register per unit-stride operand.
-        let mut ptr_reg = vec![None; nops];
-        let mut next_ptr = POINTER_REGS.iter();
-        for (k, slot) in ptr_reg.iter_mut().enumerate() {
-            if layout.classes[k] == StrideClass::Unit {
-                match next_ptr.next() {
-                    Some(&r) => *slot = Some(r),
-                    None => return Ok(None),
+        let result = (|| -> Emit<Vec<u8>> {
+            let plan = plan(spec, layout, vregs, wide)?;
+            let nops = spec.inputs.len() + spec.outputs.len();
+            let mut ptr_reg = vec![None; nops];
+            let mut regs = POINTER_REGS.iter();
+            for (k, slot) in ptr_reg.iter_mut().enumerate() {
+                if layout.classes[k] == StrideClass::Unit {
+                    *slot = Some(*regs.next().ok_or(Refusal::TooLarge)?);
                 }
             }
-        }
-
-        // Fixed registers: constants, parameters, broadcast inputs, helpers.
-        let mut next_fixed: u8 = 0;
-        let mut homes = vec![Home::None; spec.insts.len()];
-        let mut helpers: Vec<(Helper, u8)> = Vec::new();
-        for (i, inst) in spec.insts.iter().enumerate() {
-            if !live[i] {
-                continue;
-            }
-            homes[i] = match inst {
-                Inst::Const { .. } | Inst::Param { .. } => {
-                    next_fixed += 1;
-                    Home::Fixed(next_fixed - 1)
-                }
-                Inst::Load { input } if layout.classes[*input] == StrideClass::Zero => {
-                    next_fixed += 1;
-                    Home::Fixed(next_fixed - 1)
-                }
-                Inst::Load { .. } | Inst::Op { .. } => Home::Body,
-                Inst::Store { .. } | Inst::Cast { .. } => Home::None,
+            let first_body = plan
+                .fixed
+                .iter()
+                .flatten()
+                .chain(plan.helpers.iter().map(|(_, r)| r))
+                .map(|&r| r + 1)
+                .max()
+                .unwrap_or(0)
+                + if wide { 0 } else { 2 };
+            let slots_at = (OPERANDS as u32 + 16 * nops as u32).next_multiple_of(64) as i32;
+            let tile_bytes = if plan.stages == 1 {
+                0
+            } else {
+                4 * plan.tile as i32
             };
-            if let Inst::Op { op, .. } = inst {
-                for h in helpers_of(op) {
-                    if !helpers.iter().any(|&(g, _)| g == h) {
-                        helpers.push((h, next_fixed));
-                        next_fixed += 1;
-                    }
-                }
-            }
-        }
-        // AVX2 keeps the tail's lane mask and NaN masks in vector registers (AVX-512: in
-        // opmask registers k1, k2).
-        let (tail_mask, scratch) = (next_fixed, next_fixed + 1);
-        if !wide {
-            next_fixed += 2;
-        }
-        if next_fixed >= vregs {
-            return Ok(None);
-        }
-        let body_regs: Vec<u8> = (next_fixed..vregs).rev().collect();
-        if !fits(spec, &live, &homes, body_regs.len()) {
-            return Ok(None);
-        }
-
-        let mut a = CodeAssembler::new(64).map_err(e)?;
-        let iota = a.create_label();
-        // Frame: 4 slots + 2 per operand, padded so that rsp stays 16-byte aligned after the
-        // six pushes and the return address.
-        let frame = (32 + 16 * nops as i32) + 8;
-        let mut asm = Asm {
-            a,
-            spec,
-            layout,
-            wide,
-            lanes: level.lanes(),
-            live,
-            homes,
-            helpers,
-            ptr_reg,
-            body_regs,
-            tail_mask,
-            scratch,
-            iota,
-            frame,
+            let frame_end = slots_at + tile_bytes * plan.slots as i32;
+            // Six pushes and the return address: a frame of 8 mod 16 keeps rsp 16-aligned.
+            let frame = (frame_end as u32).next_multiple_of(16) as i32 + 8;
+            let mut a = CodeAssembler::new(64)?;
+            let iota = a.create_label();
+            let mut asm = Asm {
+                a,
+                spec,
+                layout,
+                wide,
+                lanes: level.lanes(),
+                mask_reg: first_body.saturating_sub(2),
+                scratch_reg: first_body.saturating_sub(1),
+                body_regs: (first_body..vregs).rev().collect(),
+                plan,
+                ptr_reg,
+                iota,
+                frame,
+                slots_at,
+                tile_bytes,
+            };
+            asm.kernel()?;
+            Ok(asm.a.assemble(0)?)
+        })();
+        let code = match result {
+            Ok(code) => code,
+            Err(err) => return e(err).map_or(Ok(None), Err),
         };
-        asm.kernel(nin).map_err(e)?;
-        let code = asm.a.assemble(0).map_err(e)?;
         let mut map = memmap2::MmapMut::map_anon(code.len()).map_err(|err| err.to_string())?;
         map.copy_from_slice(&code);
         let map = map.make_exec().map_err(|err| err.to_string())?;
@@ -340,66 +514,6 @@ mod imp {
             map,
             lanes: level.lanes(),
         }))
-    }
-
-    /// Whether the body's values fit `avail` registers under the allocation [`Asm::body`] does
-    /// (every load first, then each operation's result allocated before its operands are
-    /// freed).
-    fn fits(spec: &KernelSpec, live: &[bool], homes: &[Home], avail: usize) -> bool {
-        let last = last_uses(spec, live);
-        let mut in_use = 0usize;
-        let mut peak = 0usize;
-        let body = |i: usize| homes[i] == Home::Body;
-        for (i, inst) in spec.insts.iter().enumerate() {
-            if body(i) && matches!(inst, Inst::Load { .. }) {
-                in_use += 1;
-            }
-        }
-        peak = peak.max(in_use);
-        for (i, inst) in spec.insts.iter().enumerate() {
-            if !live[i] {
-                continue;
-            }
-            if let Inst::Op { args, .. } = inst {
-                in_use += 1;
-                peak = peak.max(in_use);
-                for &v in dedup(args).iter() {
-                    if body(v) && last[v] == i {
-                        in_use -= 1;
-                    }
-                }
-            }
-            if let Inst::Store { value, .. } = inst
-                && body(*value)
-                && last[*value] == i
-            {
-                in_use -= 1;
-            }
-        }
-        peak <= avail
-    }
-
-    /// The index of the last instruction that reads each value (or the value's own index).
-    fn last_uses(spec: &KernelSpec, live: &[bool]) -> Vec<usize> {
-        let mut last: Vec<usize> = (0..spec.insts.len()).collect();
-        for (i, inst) in spec.insts.iter().enumerate() {
-            if !live[i] {
-                continue;
-            }
-            match inst {
-                Inst::Op { args, .. } => args.iter().for_each(|&v| last[v] = i),
-                Inst::Store { value, .. } => last[*value] = i,
-                _ => {}
-            }
-        }
-        last
-    }
-
-    fn dedup(args: &[usize]) -> Vec<usize> {
-        let mut v = args.to_vec();
-        v.sort_unstable();
-        v.dedup();
-        v
     }
 
     fn ymm(i: u8) -> AsmRegisterYmm {
@@ -437,22 +551,55 @@ mod imp {
         Tail,
     }
 
+    /// One kernel being assembled.
+    struct Asm<'a> {
+        a: CodeAssembler,
+        spec: &'a KernelSpec,
+        layout: &'a LoopLayout,
+        /// AVX-512 (zmm registers, opmask tails) rather than AVX2.
+        wide: bool,
+        lanes: usize,
+        plan: Plan,
+        /// Operand `k`'s pointer register (unit-stride operands): at the current tile's start.
+        ptr_reg: Vec<Option<AsmRegister64>>,
+        /// AVX2: the register holding the tail's lane mask, and a scratch for NaN masks.
+        mask_reg: u8,
+        scratch_reg: u8,
+        /// Vector registers free for the values of a stage's body.
+        body_regs: Vec<u8>,
+        /// AVX2: lane indices 0..8 (data after the code).
+        iota: CodeLabel,
+        frame: i32,
+        /// Frame offset of scratch slot 0, and bytes per slot.
+        slots_at: i32,
+        tile_bytes: i32,
+    }
+
     impl Asm<'_> {
-        fn kernel(&mut self, nin: usize) -> Result<(), IcedError> {
+        fn kernel(&mut self) -> Emit {
             let nops = self.layout.classes.len();
             let two_dims = self.layout.dims == 2;
+            let staged = self.plan.stages > 1;
             let mut done = self.a.create_label();
             let mut row = self.a.create_label();
-            let mut main = self.a.create_label();
-            let mut tail = self.a.create_label();
+            let mut tile = self.a.create_label();
             let mut next = self.a.create_label();
 
-            // Prologue: save callee-saved registers, make the frame. Arguments: rdi.
+            // Prologue: save callee-saved registers, grow the stack a page at a time.
             for r in SAVED {
                 self.a.push(r)?;
             }
-            self.a.sub(rsp, self.frame)?;
+            let mut left = self.frame;
+            while left > PAGE {
+                self.a.sub(rsp, PAGE)?;
+                self.a.mov(qword_ptr(rsp), 0)?;
+                left -= PAGE;
+            }
+            self.a.sub(rsp, left)?;
+            // Arguments: rdi.
             self.a.mov(r10, rdi)?;
+            self.a.mov(rax, qword_ptr(r10 + offsets::PARAMS))?;
+            self.a.mov(qword_ptr(rsp + PARAMS), rax)?;
             self.a.mov(rax, qword_ptr(r10 + offsets::START))?;
             self.a.mov(qword_ptr(rsp + POS), rax)?;
             self.a.mov(rax, qword_ptr(r10 + offsets::END))?;
@@ -491,7 +638,7 @@ mod imp {
                     self.a.mov(qword_ptr(rsp + row_slot(k)), rax)?;
                 }
             }
-            self.fixed_values(r10)?;
+            self.fixed_values()?;
 
             // One row segment: [col, min(inner, col + end - pos)).
             self.a.set_label(&mut row)?;
@@ -501,61 +648,46 @@ mod imp {
             self.a.sub(rax, qword_ptr(rsp + POS))?;
             self.a.cmp(rax, r9)?;
             self.a.cmovb(r9, rax)?;
+            self.a.mov(qword_ptr(rsp + SEG), r9)?;
+            self.a.mov(qword_ptr(rsp + REM), r9)?;
             self.a.mov(rdx, qword_ptr(rsp + COL))?;
             self.a.shl(rdx, 2)?;
             for k in 0..nops {
-                match self.ptr_reg[k] {
-                    Some(p) => {
-                        self.a.mov(p, qword_ptr(rsp + row_slot(k)))?;
-                        self.a.add(p, rdx)?;
-                    }
-                    None => {
-                        // Broadcast along the row: this row's value in its fixed register.
-                        debug_assert!(k < nin);
-                        self.a.mov(rax, qword_ptr(rsp + row_slot(k)))?;
-                        for i in 0..self.spec.insts.len() {
-                            if let (Inst::Load { input }, Home::Fixed(r)) =
-                                (&self.spec.insts[i], self.homes[i])
-                                && *input == k
-                            {
-                                self.broadcast_mem(r, qword_ptr(rax))?;
-                            }
-                        }
-                    }
+                if let Some(p) = self.ptr_reg[k] {
+                    self.a.mov(p, qword_ptr(rsp + row_slot(k)))?;
+                    self.a.add(p, rdx)?;
                 }
             }
-            self.a.xor(r11d, r11d)?;
-            self.a.mov(r10, r9)?;
-            self.a.and(r10, -(self.lanes as i32))?;
-            self.a.test(r10, r10)?;
-            self.a.jz(tail)?;
-            self.a.set_label(&mut main)?;
-            self.body(Lanes::Full)?;
-            self.a.add(r11, self.lanes as i32)?;
-            self.a.cmp(r11, r10)?;
-            self.a.jb(main)?;
-            self.a.set_label(&mut tail)?;
-            self.a.cmp(r11, r9)?;
-            self.a.jae(next)?;
-            self.a.mov(rcx, r9)?;
-            self.a.sub(rcx, r11)?;
-            if self.wide {
-                self.a.mov(eax, 1)?;
-                self.a.shl(eax, cl)?;
-                self.a.sub(eax, 1)?;
-                self.a.kmovw(k1, eax)?;
-            } else {
-                let m = self.tail_mask;
-                self.a.vmovd(xmm(m), ecx)?;
-                self.a.vpbroadcastd(ymm(m), xmm(m))?;
-                self.a.vpcmpgtd(ymm(m), ymm(m), ymmword_ptr(self.iota))?;
+            self.row_broadcasts()?;
+
+            // Tiles of the segment (one tile when unstaged): r9 elements from the pointers.
+            self.a.set_label(&mut tile)?;
+            self.a.mov(r9, qword_ptr(rsp + REM))?;
+            if staged {
+                self.a.mov(rax, self.plan.tile as u64)?;
+                self.a.cmp(r9, rax)?;
+                self.a.cmova(r9, rax)?;
             }
-            self.body(Lanes::Tail)?;
+            for s in 0..self.plan.stages {
+                self.stage_loop(s)?;
+                if s + 1 < self.plan.stages {
+                    self.bulk_calls(s)?;
+                }
+            }
+            if staged {
+                for k in 0..nops {
+                    if let Some(p) = self.ptr_reg[k] {
+                        self.a.lea(p, qword_ptr(p + r9 * 4))?;
+                    }
+                }
+                self.a.sub(qword_ptr(rsp + REM), r9)?;
+                self.a.jnz(tile)?;
+            }
 
             // Next row.
             self.a.set_label(&mut next)?;
             self.a.mov(rax, qword_ptr(rsp + POS))?;
-            self.a.add(rax, r9)?;
+            self.a.add(rax, qword_ptr(rsp + SEG))?;
             self.a.mov(qword_ptr(rsp + POS), rax)?;
             self.a.cmp(rax, qword_ptr(rsp + END))?;
             self.a.jge(done)?;
@@ -577,7 +709,6 @@ mod imp {
             self.a.ret()?;
 
             if !self.wide {
-                // Lane indices 0..8, compared with the remaining count for the tail mask.
                 let iota: Vec<u8> = (0u32..8).flat_map(|j| j.to_le_bytes()).collect();
                 self.a.set_label(&mut self.iota)?;
                 self.a.db(&iota)?;
@@ -585,41 +716,136 @@ mod imp {
             Ok(())
         }
 
+        /// Stage `s` over the tile's `r9` elements: full vectors, then a masked tail.
+        fn stage_loop(&mut self, s: usize) -> Emit {
+            let mut main = self.a.create_label();
+            let mut tail = self.a.create_label();
+            let mut end = self.a.create_label();
+            self.a.xor(r11d, r11d)?;
+            self.a.mov(r10, r9)?;
+            self.a.and(r10, -(self.lanes as i32))?;
+            self.a.jz(tail)?;
+            self.a.set_label(&mut main)?;
+            self.body(s, Lanes::Full)?;
+            self.a.add(r11, self.lanes as i32)?;
+            self.a.cmp(r11, r10)?;
+            self.a.jb(main)?;
+            self.a.set_label(&mut tail)?;
+            self.a.cmp(r11, r9)?;
+            self.a.jae(end)?;
+            self.a.mov(rcx, r9)?;
+            self.a.sub(rcx, r11)?;
+            if self.wide {
+                self.a.mov(eax, 1)?;
+                self.a.shl(eax, cl)?;
+                self.a.sub(eax, 1)?;
+                self.a.kmovw(k1, eax)?;
+            } else {
+                let m = self.mask_reg;
+                self.a.vmovd(xmm(m), ecx)?;
+                self.a.vpbroadcastd(ymm(m), xmm(m))?;
+                self.a.vpcmpgtd(ymm(m), ymm(m), ymmword_ptr(self.iota))?;
+            }
+            self.body(s, Lanes::Tail)?;
+            self.a.set_label(&mut end)?;
+            // (A label of its own: the next instruction may carry another.)
+            self.a.zero_bytes()?;
+            Ok(())
+        }
+
+        /// The bulk kernels called after stage `s`, over the tile; then the vector registers
+        /// (all caller-saved) are set again.
+        fn bulk_calls(&mut self, s: usize) -> Emit {
+            self.a.mov(qword_ptr(rsp + TILE_LEN), r9)?;
+            for (j, r) in CALL_CLOBBERED.iter().enumerate() {
+                self.a.mov(qword_ptr(rsp + SAVE + 8 * j as i32), *r)?;
+            }
+            for v in 0..self.spec.insts.len() {
+                let (Some(addr), true) = (self.plan.bulk[v], self.plan.stage[v] == s + 1) else {
+                    continue;
+                };
+                let Inst::Op { args, .. } = &self.spec.insts[v] else {
+                    continue;
+                };
+                let arg_regs = [rdi, rsi, rdx, rcx];
+                let mut regs = arg_regs.iter();
+                for &x in args {
+                    let r = *regs
+                        .next()
+                        .expect("bulk kernels take at most two arguments");
+                    self.address_of(r, x)?;
+                }
+                let out = *regs.next().expect("a result register");
+                self.address_of(out, v)?;
+                let n = *regs.next().expect("a length register");
+                self.a.mov(n, qword_ptr(rsp + TILE_LEN))?;
+                self.a.mov(rax, addr as u64)?;
+                // Clean upper state for the callee (whatever code it runs).
+                self.a.vzeroupper()?;
+                self.a.call(rax)?;
+            }
+            for (j, r) in CALL_CLOBBERED.iter().enumerate() {
+                self.a.mov(*r, qword_ptr(rsp + SAVE + 8 * j as i32))?;
+            }
+            self.a.mov(r9, qword_ptr(rsp + TILE_LEN))?;
+            self.fixed_values()?;
+            self.row_broadcasts()
+        }
+
+        /// `r` = where value `v` is in memory for a bulk call: its slot, or its tensor (a
+        /// unit-stride input, read from the tile's start).
+        fn address_of(&mut self, r: AsmRegister64, v: ValueId) -> Emit {
+            match self.plan.slot[v] {
+                Some((k, _)) => {
+                    let at = self.slots_at + self.tile_bytes * k as i32;
+                    self.a.lea(r, qword_ptr(rsp + at))?;
+                }
+                None => {
+                    let operand = match (&self.spec.insts[v], self.plan.direct_out[v]) {
+                        (_, Some(output)) => self.spec.inputs.len() + output,
+                        (Inst::Load { input }, None) => *input,
+                        _ => unreachable!("values without a slot are loads or direct results"),
+                    };
+                    let p = self.ptr_reg[operand].expect("a unit-stride operand");
+                    let saved = CALL_CLOBBERED.iter().position(|&c| c == p);
+                    match saved {
+                        Some(j) => self.a.mov(r, qword_ptr(rsp + SAVE + 8 * j as i32))?,
+                        None => self.a.mov(r, p)?,
+                    }
+                }
+            }
+            Ok(())
+        }
+
         /// Broadcasts the f32 at `mem` to every lane of register `r`.
-        fn broadcast_mem(&mut self, r: u8, mem: AsmMemoryOperand) -> Result<(), IcedError> {
+        fn broadcast_mem(&mut self, r: u8, mem: AsmMemoryOperand) -> Emit {
             let mem = dword_ptr(mem);
             if self.wide {
-                self.a.vbroadcastss(zmm(r), mem)
+                self.a.vbroadcastss(zmm(r), mem)?;
             } else {
-                self.a.vbroadcastss(ymm(r), mem)
+                self.a.vbroadcastss(ymm(r), mem)?;
             }
+            Ok(())
         }
 
         /// Broadcasts the f32 with `bits` to every lane of register `r`.
-        fn broadcast_bits(&mut self, r: u8, bits: u32) -> Result<(), IcedError> {
+        fn broadcast_bits(&mut self, r: u8, bits: u32) -> Emit {
             self.a.mov(eax, bits)?;
             if self.wide {
-                self.a.vpbroadcastd(zmm(r), eax)
+                self.a.vpbroadcastd(zmm(r), eax)?;
             } else {
                 self.a.vmovd(xmm(r), eax)?;
-                self.a.vbroadcastss(ymm(r), xmm(r))
+                self.a.vbroadcastss(ymm(r), xmm(r))?;
             }
+            Ok(())
         }
 
-        /// Sets the registers that hold a value for the whole call: constants, parameters
-        /// (`args` holds the `KernelArgs` pointer) and helper constants.
-        fn fixed_values(&mut self, args: AsmRegister64) -> Result<(), IcedError> {
-            let has_params = self
-                .spec
-                .insts
-                .iter()
-                .enumerate()
-                .any(|(i, inst)| self.live[i] && matches!(inst, Inst::Param { .. }));
-            if has_params {
-                self.a.mov(rdx, qword_ptr(args + offsets::PARAMS))?;
-            }
+        /// Sets the registers holding constants, parameters and helpers (at the start, and
+        /// again after bulk calls, which clobber every vector register).
+        fn fixed_values(&mut self) -> Emit {
+            self.a.mov(rdx, qword_ptr(rsp + PARAMS))?;
             for i in 0..self.spec.insts.len() {
-                let Home::Fixed(r) = self.homes[i] else {
+                let Some(r) = self.plan.fixed[i] else {
                     continue;
                 };
                 match &self.spec.insts[i] {
@@ -633,126 +859,202 @@ mod imp {
                     _ => {}
                 }
             }
-            for (h, r) in self.helpers.clone() {
+            for (h, r) in self.plan.helpers.clone() {
                 self.broadcast_bits(r, h.bits())?;
             }
             Ok(())
         }
 
+        /// Sets the registers of inputs broadcast along the inner dim: this row's value.
+        fn row_broadcasts(&mut self) -> Emit {
+            for i in 0..self.spec.insts.len() {
+                if let (Inst::Load { input }, Some(r)) = (&self.spec.insts[i], self.plan.fixed[i]) {
+                    self.a.mov(rax, qword_ptr(rsp + row_slot(*input)))?;
+                    self.broadcast_mem(r, qword_ptr(rax))?;
+                }
+            }
+            Ok(())
+        }
+
         fn helper(&self, h: Helper) -> u8 {
-            self.helpers
+            self.plan
+                .helpers
                 .iter()
                 .find(|&&(g, _)| g == h)
                 .map(|&(_, r)| r)
                 .expect("helper registered by helpers_of")
         }
 
-        /// One vector of every operand at element `r11` of the row: loads, operations, stores.
-        fn body(&mut self, lanes: Lanes) -> Result<(), IcedError> {
+        /// The memory of value `v`'s scratch slot at element `r11` of the tile.
+        fn slot_mem(&self, v: ValueId) -> AsmMemoryOperand {
+            let (k, _) = self.plan.slot[v].expect("a slot");
+            rsp + r11 * 4 + (self.slots_at + self.tile_bytes * k as i32)
+        }
+
+        /// One vector of stage `s` at element `r11` of the tile: the loads, reloads and
+        /// operations the stage needs, its stores and its spills to scratch slots.
+        fn body(&mut self, s: usize, lanes: Lanes) -> Emit {
             let spec = self.spec;
-            let last = last_uses(spec, &self.live);
+            let n = spec.insts.len();
+            let p = &self.plan;
+            // What this stage computes and spills, and each value's last read in it.
+            let spills: Vec<bool> = (0..n)
+                .map(|v| matches!(p.slot[v], Some((_, w)) if w == s) && p.bulk[v].is_none())
+                .collect();
+            let computes: Vec<bool> = (0..n)
+                .map(|v| {
+                    p.live[v]
+                        && p.stage[v] == s
+                        && p.bulk[v].is_none()
+                        && matches!(spec.insts[v], Inst::Op { .. })
+                })
+                .collect();
+            let mut last = vec![None::<usize>; n];
+            for i in 0..n {
+                if spills[i] {
+                    last[i] = Some(i);
+                }
+                match &spec.insts[i] {
+                    Inst::Op { args, .. } if computes[i] => {
+                        args.iter().for_each(|&a| last[a] = Some(i));
+                    }
+                    Inst::Store { value, .. }
+                        if p.stage[*value] == s && p.direct_out[*value].is_none() =>
+                    {
+                        last[*value] = Some(i)
+                    }
+                    _ => {}
+                }
+            }
+            let pinned: Vec<bool> = p.fixed.iter().map(Option::is_some).collect();
             let mut free = self.body_regs.clone();
-            let mut reg: Vec<Option<u8>> = vec![None; spec.insts.len()];
-            for (i, h) in self.homes.iter().enumerate() {
-                if let Home::Fixed(r) = h {
-                    reg[i] = Some(*r);
+            let mut reg: Vec<Option<u8>> = p.fixed.clone();
+            // Frees `v`'s register after its last read in this stage (`at`).
+            let release = |v: usize, at: usize, reg: &mut Vec<Option<u8>>, free: &mut Vec<u8>| {
+                if last[v] == Some(at)
+                    && !pinned[v]
+                    && let Some(r) = reg[v].take()
+                {
+                    free.push(r);
                 }
-            }
-            // Every load first: an in-place output is written only after all reads.
-            for (i, inst) in spec.insts.iter().enumerate() {
-                if let (Inst::Load { input }, Home::Body) = (inst, self.homes[i]) {
-                    let d = free.pop().expect("checked by fits");
-                    reg[i] = Some(d);
-                    let p = self.ptr_reg[*input].expect("unit-stride input");
-                    self.load(d, p, lanes)?;
-                }
-            }
-            for (i, inst) in spec.insts.iter().enumerate() {
-                if !self.live[i] {
+            };
+            // An in-place kernel (one stage) loads every input of a vector before it stores.
+            let is_load = |i: &usize| matches!(spec.insts[*i], Inst::Load { .. });
+            let order: Vec<usize> = if self.layout.in_place {
+                (0..n)
+                    .filter(is_load)
+                    .chain((0..n).filter(|i| !is_load(i)))
+                    .collect()
+            } else {
+                (0..n).collect()
+            };
+            for i in order {
+                if !self.plan.live[i] {
                     continue;
                 }
-                match inst {
-                    Inst::Op { op, args, .. } => {
-                        let d = free.pop().expect("checked by fits");
+                match &spec.insts[i] {
+                    Inst::Load { input } if reg[i].is_none() && last[i].is_some() => {
+                        let d = free.pop().ok_or(Refusal::TooLarge)?;
+                        let ptr = self.ptr_reg[*input].expect("unit-stride input");
+                        self.load(d, ptr + r11 * 4, lanes)?;
+                        reg[i] = Some(d);
+                    }
+                    Inst::Op { op, args, .. } if computes[i] => {
+                        let d = free.pop().ok_or(Refusal::TooLarge)?;
                         let x: Vec<u8> = args.iter().map(|&v| reg[v].expect("defined")).collect();
                         self.op(op, d, &x)?;
                         reg[i] = Some(d);
-                        for v in dedup(args) {
-                            if self.homes[v] == Home::Body && last[v] == i {
-                                free.push(reg[v].expect("defined"));
-                            }
+                        for &v in args {
+                            release(v, i, &mut reg, &mut free);
                         }
                     }
-                    Inst::Store { output, value } => {
+                    Inst::Op { .. } if last[i].is_some() && reg[i].is_none() => {
+                        // Computed by an earlier stage or a bulk call: reload from its slot.
+                        let d = free.pop().ok_or(Refusal::TooLarge)?;
+                        let mem = self.slot_mem(i);
+                        self.load(d, mem, lanes)?;
+                        reg[i] = Some(d);
+                    }
+                    Inst::Store { output, value }
+                        if self.plan.stage[*value] == s
+                            && self.plan.direct_out[*value].is_none() =>
+                    {
                         let k = spec.inputs.len() + output;
-                        let p = self.ptr_reg[k].expect("outputs are unit-stride");
-                        self.store(p, reg[*value].expect("defined"), lanes)?;
-                        if self.homes[*value] == Home::Body && last[*value] == i {
-                            free.push(reg[*value].expect("defined"));
-                        }
+                        let ptr = self.ptr_reg[k].expect("outputs are unit-stride");
+                        let v = reg[*value].expect("defined");
+                        self.store(ptr + r11 * 4, v, lanes)?;
+                        release(*value, i, &mut reg, &mut free);
                     }
                     _ => {}
+                }
+                if spills[i] {
+                    let v = reg[i].expect("materialized before its spill");
+                    let mem = self.slot_mem(i);
+                    self.store(mem, v, lanes)?;
+                    release(i, i, &mut reg, &mut free);
                 }
             }
             Ok(())
         }
 
-        fn load(&mut self, d: u8, p: AsmRegister64, lanes: Lanes) -> Result<(), IcedError> {
+        fn load(&mut self, d: u8, mem: AsmMemoryOperand, lanes: Lanes) -> Emit {
             match (self.wide, lanes) {
-                (true, Lanes::Full) => self.a.vmovups(zmm(d), zmmword_ptr(p + r11 * 4)),
-                (true, Lanes::Tail) => self.a.vmovups(zmm(d).k1().z(), zmmword_ptr(p + r11 * 4)),
-                (false, Lanes::Full) => self.a.vmovups(ymm(d), ymmword_ptr(p + r11 * 4)),
+                (true, Lanes::Full) => self.a.vmovups(zmm(d), zmmword_ptr(mem))?,
+                (true, Lanes::Tail) => self.a.vmovups(zmm(d).k1().z(), zmmword_ptr(mem))?,
+                (false, Lanes::Full) => self.a.vmovups(ymm(d), ymmword_ptr(mem))?,
                 (false, Lanes::Tail) => {
                     self.a
-                        .vmaskmovps(ymm(d), ymm(self.tail_mask), ymmword_ptr(p + r11 * 4))
+                        .vmaskmovps(ymm(d), ymm(self.mask_reg), ymmword_ptr(mem))?
                 }
             }
+            Ok(())
         }
 
-        fn store(&mut self, p: AsmRegister64, v: u8, lanes: Lanes) -> Result<(), IcedError> {
+        fn store(&mut self, mem: AsmMemoryOperand, v: u8, lanes: Lanes) -> Emit {
             match (self.wide, lanes) {
-                (true, Lanes::Full) => self.a.vmovups(zmmword_ptr(p + r11 * 4), zmm(v)),
-                (true, Lanes::Tail) => self.a.vmovups(zmmword_ptr(p + r11 * 4).k1(), zmm(v)),
-                (false, Lanes::Full) => self.a.vmovups(ymmword_ptr(p + r11 * 4), ymm(v)),
+                (true, Lanes::Full) => self.a.vmovups(zmmword_ptr(mem), zmm(v))?,
+                (true, Lanes::Tail) => self.a.vmovups(zmmword_ptr(mem).k1(), zmm(v))?,
+                (false, Lanes::Full) => self.a.vmovups(ymmword_ptr(mem), ymm(v))?,
                 (false, Lanes::Tail) => {
                     self.a
-                        .vmaskmovps(ymmword_ptr(p + r11 * 4), ymm(self.tail_mask), ymm(v))
+                        .vmaskmovps(ymmword_ptr(mem), ymm(self.mask_reg), ymm(v))?
                 }
             }
+            Ok(())
         }
 
         /// `d = op(x..)`. `d` differs from every operand register (it is allocated before they
         /// are freed), so multi-instruction sequences may write it early.
-        fn op(&mut self, op: &ScalarOp, d: u8, x: &[u8]) -> Result<(), IcedError> {
+        fn op(&mut self, op: &ScalarOp, d: u8, x: &[u8]) -> Emit {
             use ScalarOp::*;
             match op {
-                Add => vop!(self, vaddps, d, x[0], x[1]),
-                Sub => vop!(self, vsubps, d, x[0], x[1]),
-                Mul => vop!(self, vmulps, d, x[0], x[1]),
-                Div => vop!(self, vdivps, d, x[0], x[1]),
-                Square => vop!(self, vmulps, d, x[0], x[0]),
-                Sqrt => vop!(self, vsqrtps, d, x[0]),
+                Add => vop!(self, vaddps, d, x[0], x[1])?,
+                Sub => vop!(self, vsubps, d, x[0], x[1])?,
+                Mul => vop!(self, vmulps, d, x[0], x[1])?,
+                Div => vop!(self, vdivps, d, x[0], x[1])?,
+                Square => vop!(self, vmulps, d, x[0], x[0])?,
+                Sqrt => vop!(self, vsqrtps, d, x[0])?,
                 Rsqrt => {
                     vop!(self, vsqrtps, d, x[0])?;
                     let one = self.helper(Helper::One);
-                    vop!(self, vdivps, d, one, d)
+                    vop!(self, vdivps, d, one, d)?
                 }
                 Reciprocal => {
                     let one = self.helper(Helper::One);
-                    vop!(self, vdivps, d, one, x[0])
+                    vop!(self, vdivps, d, one, x[0])?
                 }
                 Neg => {
                     let m = self.helper(Helper::SignBit);
-                    vop!(self, vxorps, d, x[0], m)
+                    vop!(self, vxorps, d, x[0], m)?
                 }
                 Abs => {
                     let m = self.helper(Helper::AbsMask);
-                    vop!(self, vandps, d, x[0], m)
+                    vop!(self, vandps, d, x[0], m)?
                 }
                 // `maxps(0, x)` is `0 > x ? 0 : x`: +0 below zero, x itself at -0 and NaN.
                 Relu => {
                     let z = self.helper(Helper::Zero);
-                    vop!(self, vmaxps, d, z, x[0])
+                    vop!(self, vmaxps, d, z, x[0])?
                 }
                 // Eager: `a` if `a > b` (`a < b`) or `a` is NaN, else `b`. `maxps(a, b)` is
                 // `a > b ? a : b`; lanes where `a` is NaN then take `a`.
@@ -762,7 +1064,7 @@ mod imp {
                     } else {
                         vop!(self, vminps, d, x[0], x[1])?;
                     }
-                    self.take_where_nan(d, x[0])
+                    self.take_where_nan(d, x[0])?
                 }
                 // `v < lo ? lo : v` is `maxps(lo, v)`, `v > hi ? hi : v` is `minps(hi, v)`; a
                 // NaN bound is the result (eager's rule).
@@ -790,13 +1092,13 @@ mod imp {
                     if v != d {
                         vop!(self, vmovaps, d, v)?;
                     }
-                    Ok(())
                 }
-                Floor => self.round(d, x[0], ROUND_DOWN),
-                Ceil => self.round(d, x[0], ROUND_UP),
-                Round => self.round(d, x[0], ROUND_NEAREST),
-                other => unreachable!("{other:?} is not lowerable (eligible checked it)"),
+                Floor => self.round(d, x[0], ROUND_DOWN)?,
+                Ceil => self.round(d, x[0], ROUND_UP)?,
+                Round => self.round(d, x[0], ROUND_NEAREST)?,
+                other => unreachable!("{other:?} is neither inline nor outlined"),
             }
+            Ok(())
         }
 
         /// Lanes of `d` where `a` is NaN become `a`.
@@ -805,7 +1107,7 @@ mod imp {
                 self.a.vcmpps(k2, zmm(a), zmm(a), CMP_UNORD)?;
                 self.a.vmovaps(zmm(d).k2(), zmm(a))
             } else {
-                let t = self.scratch;
+                let t = self.scratch_reg;
                 self.a.vcmpps(ymm(t), ymm(a), ymm(a), CMP_UNORD)?;
                 self.a.vblendvps(ymm(d), ymm(d), ymm(a), ymm(t))
             }
@@ -949,6 +1251,87 @@ mod tests {
                 Inst::Store {
                     output: 0,
                     value: 14,
+                },
+            ],
+        ));
+        // Staged: one outlined op reading a tensor directly (W1), one feeding an inline op
+        // (W2), two in one stage, a later stage reloading inputs and spilled values, `pow`
+        // with a constant exponent (a slot written from a fixed register), and outlined ops
+        // nested (a bulk result feeding a bulk call), each with an output per stage.
+        let unary_store = |u: ScalarOp| {
+            spec(
+                1,
+                1,
+                vec![
+                    Inst::Load { input: 0 },
+                    op(u, vec![0]),
+                    Inst::Store {
+                        output: 0,
+                        value: 1,
+                    },
+                ],
+            )
+        };
+        v.push(unary_store(GeluTanh));
+        v.push(unary_store(Exp));
+        v.push(spec(
+            2,
+            1,
+            vec![
+                Inst::Load { input: 0 },
+                op(Silu, vec![0]),
+                Inst::Load { input: 1 },
+                op(Mul, vec![1, 2]),
+                Inst::Store {
+                    output: 0,
+                    value: 3,
+                },
+            ],
+        ));
+        v.push(spec(
+            2,
+            2,
+            vec![
+                Inst::Load { input: 0 },
+                Inst::Load { input: 1 },
+                op(Mul, vec![0, 1]),
+                konst(0.5),
+                op(Add, vec![2, 3]),
+                op(Tanh, vec![4]),
+                op(Neg, vec![0]),
+                op(Exp, vec![6]),
+                op(Mul, vec![7, 1]),
+                op(Add, vec![5, 8]),
+                op(Sub, vec![9, 4]),
+                Inst::Store {
+                    output: 0,
+                    value: 10,
+                },
+                Inst::Store {
+                    output: 1,
+                    value: 4,
+                },
+            ],
+        ));
+        v.push(spec(
+            2,
+            2,
+            vec![
+                Inst::Load { input: 0 },
+                konst(2.5),
+                op(Pow, vec![0, 1]),
+                op(Exp, vec![0]),
+                Inst::Load { input: 1 },
+                op(Pow, vec![3, 4]),
+                op(Sigmoid, vec![5]),
+                op(Add, vec![6, 2]),
+                Inst::Store {
+                    output: 0,
+                    value: 7,
+                },
+                Inst::Store {
+                    output: 1,
+                    value: 3,
                 },
             ],
         ));
@@ -1126,7 +1509,15 @@ mod tests {
                     let entry: crate::codegen::cpu::KernelFn =
                         unsafe { std::mem::transmute(wide.map.as_ptr()) };
                     let shapes: &[(usize, usize)] = if dims == 2 {
-                        &[(1, 1), (3, 5), (2, 16), (4, 17), (3, 31), (2, 100)]
+                        &[
+                            (1, 1),
+                            (3, 5),
+                            (2, 16),
+                            (4, 17),
+                            (3, 31),
+                            (2, 100),
+                            (2, 700),
+                        ]
                     } else {
                         &[(1, 1), (1, 7), (1, 8), (1, 15), (1, 16), (1, 33), (1, 1029)]
                     };
@@ -1254,6 +1645,36 @@ mod tests {
     }
 
     #[test]
+    fn staged_in_place_kernels_stay_with_cranelift() {
+        // p = exp(p): stores would have to wait for the last stage.
+        let spec = spec(
+            1,
+            1,
+            vec![
+                Inst::Load { input: 0 },
+                op(ScalarOp::Exp, vec![0]),
+                Inst::Store {
+                    output: 0,
+                    value: 1,
+                },
+            ],
+        );
+        let mut layout = LoopLayout {
+            dims: 1,
+            reduced: 0,
+            kept_inner: false,
+            in_place: true,
+            classes: vec![StrideClass::Unit; 2],
+        };
+        for level in Level::ALL.into_iter().filter(|l| host_ready(*l)) {
+            assert!(imp::assemble(&spec, &layout, level).unwrap().is_none());
+            layout.in_place = false;
+            assert!(imp::assemble(&spec, &layout, level).unwrap().is_some());
+            layout.in_place = true;
+        }
+    }
+
+    #[test]
     fn eligibility_names_what_stays_with_cranelift() {
         let layout = |classes: Vec<StrideClass>| LoopLayout {
             dims: 1,
@@ -1268,20 +1689,37 @@ mod tests {
             s,
             &layout(vec![StrideClass::Unit; s.inputs.len() + s.outputs.len()])
         )));
-        // A transcendental, a strided operand, a reduction, f64 and three loop dims are not.
-        let exp = spec(
+        // A libm function (no bulk kernel), a cast, a strided operand, a reduction, f64 and
+        // three loop dims are not.
+        let libm = spec(
             1,
             1,
             vec![
                 Inst::Load { input: 0 },
-                op(ScalarOp::Exp, vec![0]),
+                op(ScalarOp::Libm(tensorplay_ir::LibmFn::ALL[0]), vec![0]),
                 Inst::Store {
                     output: 0,
                     value: 1,
                 },
             ],
         );
-        assert!(!eligible(&exp, &unit2));
+        assert!(!eligible(&libm, &unit2));
+        let cast = spec(
+            1,
+            1,
+            vec![
+                Inst::Load { input: 0 },
+                Inst::Cast {
+                    arg: 0,
+                    to: DType::F32,
+                },
+                Inst::Store {
+                    output: 0,
+                    value: 1,
+                },
+            ],
+        );
+        assert!(!eligible(&cast, &unit2));
         assert!(!eligible(
             &p[0],
             &layout(vec![StrideClass::Strided, StrideClass::Unit])
