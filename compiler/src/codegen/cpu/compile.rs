@@ -128,7 +128,17 @@ enum Code {
     Wide(#[allow(dead_code)] WideCode),
 }
 
-impl Drop for WideCode {
+/// Counts one piece of mapped kernel code in [`live_kernels`] for as long as it lives.
+pub(super) struct LiveCode(());
+
+impl LiveCode {
+    pub(super) fn new() -> LiveCode {
+        LIVE.fetch_add(1, Ordering::Relaxed);
+        LiveCode(())
+    }
+}
+
+impl Drop for LiveCode {
     fn drop(&mut self) {
         LIVE.fetch_sub(1, Ordering::Relaxed);
     }
@@ -524,7 +534,6 @@ fn finish_wide(
     wide: WideCode,
     t0: Instant,
 ) -> CompiledKernel {
-    LIVE.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the mapping holds a complete function assembled for the System V signature
     // `fn(*const KernelArgs)`; it stays mapped (read + execute) while `wide` lives, which is as
     // long as the kernel holding this entry.

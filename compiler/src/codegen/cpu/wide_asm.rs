@@ -42,6 +42,8 @@ pub(super) struct WideCode {
     pub(super) map: Mmap,
     /// f32 lanes per vector (8 or 16).
     pub(super) lanes: usize,
+    /// Counts the mapping in `live_kernels` while it exists.
+    _live: super::compile::LiveCode,
 }
 
 /// Whether `op` has a full-width lowering here (computing in f32): the IEEE operations, the
@@ -274,7 +276,7 @@ mod imp {
         /// Per value: the output a bulk call writes it to directly, when storing it there is
         /// its only use (no slot, no store in the body).
         direct_out: Vec<Option<usize>>,
-        /// Elements per tile (the whole row segment when unstaged).
+        /// Elements per tile (`usize::MAX`: the whole row segment, when there are no slots).
         tile: usize,
     }
 
@@ -417,7 +419,9 @@ mod imp {
                 slots += 1;
             }
         }
-        let tile = if stages == 1 {
+        // Without scratch slots (one stage, or bulk calls reading and writing tensors only)
+        // a tile is the whole row segment.
+        let tile = if slots == 0 {
             usize::MAX
         } else {
             let per = (SCRATCH_ELEMS / slots.max(1)) / 16 * 16;
@@ -474,7 +478,7 @@ mod imp {
                 .unwrap_or(0)
                 + if wide { 0 } else { 2 };
             let slots_at = (OPERANDS as u32 + 16 * nops as u32).next_multiple_of(64) as i32;
-            let tile_bytes = if plan.stages == 1 {
+            let tile_bytes = if plan.slots == 0 {
                 0
             } else {
                 4 * plan.tile as i32
@@ -513,6 +517,7 @@ mod imp {
         Ok(Some(WideCode {
             map,
             lanes: level.lanes(),
+            _live: crate::codegen::cpu::compile::LiveCode::new(),
         }))
     }
 
@@ -579,7 +584,7 @@ mod imp {
         fn kernel(&mut self) -> Emit {
             let nops = self.layout.classes.len();
             let two_dims = self.layout.dims == 2;
-            let staged = self.plan.stages > 1;
+            let tiled = self.plan.tile != usize::MAX;
             let mut done = self.a.create_label();
             let mut row = self.a.create_label();
             let mut tile = self.a.create_label();
@@ -660,10 +665,10 @@ mod imp {
             }
             self.row_broadcasts()?;
 
-            // Tiles of the segment (one tile when unstaged): r9 elements from the pointers.
+            // Tiles of the segment (or the segment as one): r9 elements from the pointers.
             self.a.set_label(&mut tile)?;
             self.a.mov(r9, qword_ptr(rsp + REM))?;
-            if staged {
+            if tiled {
                 self.a.mov(rax, self.plan.tile as u64)?;
                 self.a.cmp(r9, rax)?;
                 self.a.cmova(r9, rax)?;
@@ -674,7 +679,7 @@ mod imp {
                     self.bulk_calls(s)?;
                 }
             }
-            if staged {
+            if tiled {
                 for k in 0..nops {
                     if let Some(p) = self.ptr_reg[k] {
                         self.a.lea(p, qword_ptr(p + r9 * 4))?;
