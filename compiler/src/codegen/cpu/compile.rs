@@ -542,8 +542,9 @@ fn finish_wide(
     if logging::enabled("clif") {
         logging::log("clif", || {
             format!(
-                "{spec}layout: {layout}\nassembled at {} lanes: {} bytes of machine code in {compile_time:?}",
+                "{spec}layout: {layout}\nassembled at {} lanes ({}): {} bytes of machine code in {compile_time:?}",
                 wide.lanes,
+                wide.summary,
                 wide.map.len()
             )
         });

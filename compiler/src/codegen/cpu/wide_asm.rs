@@ -42,6 +42,8 @@ pub(super) struct WideCode {
     pub(super) map: Mmap,
     /// f32 lanes per vector (8 or 16).
     pub(super) lanes: usize,
+    /// How the kernel is organised, for `TP_LOGS=clif`: stages, scratch slots, tile length.
+    pub(super) summary: String,
     /// Counts the mapping in `live_kernels` while it exists.
     _live: super::compile::LiveCode,
 }
@@ -458,8 +460,16 @@ mod imp {
     ) -> Result<Option<WideCode>, String> {
         let wide = level == Level::Avx512;
         let vregs: u8 = if wide { 32 } else { 16 };
+        let mut summary = String::new();
         let result = (|| -> Emit<Vec<u8>> {
             let plan = plan(spec, layout, vregs, wide)?;
+            summary = match plan.tile {
+                usize::MAX => format!("{} stage(s), no scratch", plan.stages),
+                t => format!(
+                    "{} stages, {} scratch slots, tiles of {t}",
+                    plan.stages, plan.slots
+                ),
+            };
             let nops = spec.inputs.len() + spec.outputs.len();
             let mut ptr_reg = vec![None; nops];
             let mut regs = POINTER_REGS.iter();
@@ -517,6 +527,7 @@ mod imp {
         Ok(Some(WideCode {
             map,
             lanes: level.lanes(),
+            summary,
             _live: crate::codegen::cpu::compile::LiveCode::new(),
         }))
     }
@@ -1147,6 +1158,10 @@ mod tests {
         }
     }
 
+    fn store(output: usize, value: ValueId) -> Inst {
+        Inst::Store { output, value }
+    }
+
     fn konst(v: f64) -> Inst {
         Inst::Const {
             value: Lit::Float(v),
@@ -1201,20 +1216,14 @@ mod tests {
                 max: Some(f64::NAN),
             },
         ];
-        for u in unary {
-            v.push(spec(
+        let unary_store = |u: ScalarOp| {
+            spec(
                 1,
                 1,
-                vec![
-                    Inst::Load { input: 0 },
-                    op(u, vec![0]),
-                    Inst::Store {
-                        output: 0,
-                        value: 1,
-                    },
-                ],
-            ));
-        }
+                vec![Inst::Load { input: 0 }, op(u, vec![0]), store(0, 1)],
+            )
+        };
+        v.extend(unary.into_iter().map(unary_store));
         for b in [Add, Sub, Mul, Div, Maximum, Minimum] {
             v.push(spec(
                 2,
@@ -1223,10 +1232,7 @@ mod tests {
                     Inst::Load { input: 0 },
                     Inst::Load { input: 1 },
                     op(b, vec![0, 1]),
-                    Inst::Store {
-                        output: 0,
-                        value: 2,
-                    },
+                    store(0, 2),
                 ],
             ));
         }
@@ -1253,30 +1259,13 @@ mod tests {
                 op(Add, vec![11, 0]),
                 op(Abs, vec![12]),
                 op(Sqrt, vec![13]),
-                Inst::Store {
-                    output: 0,
-                    value: 14,
-                },
+                store(0, 14),
             ],
         ));
         // Staged: one outlined op reading a tensor directly (W1), one feeding an inline op
         // (W2), two in one stage, a later stage reloading inputs and spilled values, `pow`
         // with a constant exponent (a slot written from a fixed register), and outlined ops
         // nested (a bulk result feeding a bulk call), each with an output per stage.
-        let unary_store = |u: ScalarOp| {
-            spec(
-                1,
-                1,
-                vec![
-                    Inst::Load { input: 0 },
-                    op(u, vec![0]),
-                    Inst::Store {
-                        output: 0,
-                        value: 1,
-                    },
-                ],
-            )
-        };
         v.push(unary_store(GeluTanh));
         v.push(unary_store(Exp));
         v.push(spec(
@@ -1287,10 +1276,7 @@ mod tests {
                 op(Silu, vec![0]),
                 Inst::Load { input: 1 },
                 op(Mul, vec![1, 2]),
-                Inst::Store {
-                    output: 0,
-                    value: 3,
-                },
+                store(0, 3),
             ],
         ));
         v.push(spec(
@@ -1308,14 +1294,8 @@ mod tests {
                 op(Mul, vec![7, 1]),
                 op(Add, vec![5, 8]),
                 op(Sub, vec![9, 4]),
-                Inst::Store {
-                    output: 0,
-                    value: 10,
-                },
-                Inst::Store {
-                    output: 1,
-                    value: 4,
-                },
+                store(0, 10),
+                store(1, 4),
             ],
         ));
         v.push(spec(
@@ -1330,14 +1310,8 @@ mod tests {
                 op(Pow, vec![3, 4]),
                 op(Sigmoid, vec![5]),
                 op(Add, vec![6, 2]),
-                Inst::Store {
-                    output: 0,
-                    value: 7,
-                },
-                Inst::Store {
-                    output: 1,
-                    value: 3,
-                },
+                store(0, 7),
+                store(1, 3),
             ],
         ));
         // W3-like with two outputs, one of them a constant and one a maximum of loads.
@@ -1351,20 +1325,11 @@ mod tests {
                 op(Relu, vec![2]),
                 Inst::Load { input: 2 },
                 op(Add, vec![3, 4]),
-                Inst::Store {
-                    output: 0,
-                    value: 5,
-                },
+                store(0, 5),
                 konst(-2.5),
-                Inst::Store {
-                    output: 1,
-                    value: 7,
-                },
+                store(1, 7),
                 op(Maximum, vec![4, 1]),
-                Inst::Store {
-                    output: 2,
-                    value: 9,
-                },
+                store(2, 9),
             ],
         ));
         v
@@ -1606,10 +1571,7 @@ mod tests {
                 op(ScalarOp::Mul, vec![0, 1]),
                 Inst::Load { input: 0 },
                 op(ScalarOp::Sub, vec![3, 2]),
-                Inst::Store {
-                    output: 0,
-                    value: 4,
-                },
+                store(0, 4),
             ],
         );
         let layout = LoopLayout {
@@ -1658,10 +1620,7 @@ mod tests {
             vec![
                 Inst::Load { input: 0 },
                 op(ScalarOp::Exp, vec![0]),
-                Inst::Store {
-                    output: 0,
-                    value: 1,
-                },
+                store(0, 1),
             ],
         );
         let mut layout = LoopLayout {
@@ -1702,10 +1661,7 @@ mod tests {
             vec![
                 Inst::Load { input: 0 },
                 op(ScalarOp::Libm(tensorplay_ir::LibmFn::ALL[0]), vec![0]),
-                Inst::Store {
-                    output: 0,
-                    value: 1,
-                },
+                store(0, 1),
             ],
         );
         assert!(!eligible(&libm, &unit2));
@@ -1718,10 +1674,7 @@ mod tests {
                     arg: 0,
                     to: DType::F32,
                 },
-                Inst::Store {
-                    output: 0,
-                    value: 1,
-                },
+                store(0, 1),
             ],
         );
         assert!(!eligible(&cast, &unit2));
