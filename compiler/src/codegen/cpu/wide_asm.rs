@@ -9,8 +9,9 @@
 //! with `iced-x86`'s assembler: the loop nest, one full-width vector per operation, masked
 //! tails. Each inline operation ([`lowerable`]) is the same instruction the eager kernel and
 //! the Cranelift kernel execute per lane (`vaddps` for `addss`, `vsqrtps` for `sqrtss`,
-//! sign-mask `and`/`xor` for `abs`/`neg`, compares and blends for the NaN rules of `maximum`),
-//! so results are bit-identical to both; nothing is contracted into FMAs.
+//! sign-mask `and`/`xor` for `abs`/`neg`, compares and blends for the NaN rules of `maximum`;
+//! comparisons give all-ones lane masks, which `where` blends on), so results are
+//! bit-identical to both; nothing is contracted into FMAs.
 //!
 //! Transcendentals and the general `pow` are handed to the bulk kernels (the same algorithm,
 //! the same bits, see [`super::math::bulk`]), as Cranelift's staged kernels do: the row is
@@ -21,7 +22,7 @@
 //! reads again are spilled once, loads are repeated (from L1).
 //!
 //! Assembling takes tens of microseconds against Cranelift's half millisecond. Everything
-//! else (other dtypes, casts, bools, strided operands, deeper loop nests, reductions, softmax,
+//! else (other dtypes, casts, bool tensors, strided operands, deeper loop nests, reductions, softmax,
 //! in-place kernels with outlined operations) is compiled by Cranelift as before; [`assemble`]
 //! answers `None` for it.
 //!
@@ -48,14 +49,26 @@ pub(super) struct WideCode {
     _live: super::compile::LiveCode,
 }
 
-/// Whether `op` has a full-width lowering here (computing in f32): the IEEE operations, the
-/// exact sign operations, rounding to integral values, and the NaN-propagating
-/// `maximum`/`minimum`/`clamp`/`relu`.
+/// Whether `op` has a full-width lowering here: the IEEE operations, the exact sign
+/// operations, rounding to integral values, the NaN-propagating `maximum`/`minimum`/`clamp`/
+/// `relu`, comparisons and `where` on f32, and the logical operations on their bools (held as
+/// all-ones / all-zeros lanes).
 pub(super) fn lowerable(op: &ScalarOp) -> bool {
     use ScalarOp::*;
     matches!(
         op,
         Add | Sub
+            | Eq
+            | Ne
+            | Lt
+            | Le
+            | Gt
+            | Ge
+            | Where
+            | LogicalNot
+            | LogicalAnd
+            | LogicalOr
+            | LogicalXor
             | Mul
             | Div
             | Sqrt
@@ -104,14 +117,37 @@ pub(super) fn eligible(spec: &KernelSpec, layout: &LoopLayout) -> bool {
     let insts_ok = spec.insts.iter().zip(&live).all(|(inst, &l)| {
         !l || match inst {
             Inst::Load { .. } | Inst::Store { .. } => true,
-            Inst::Const { value, dtype } => *dtype == DType::F32 && matches!(value, Lit::Float(_)),
+            Inst::Const { value, dtype } => matches!(
+                (dtype, value),
+                (DType::F32, Lit::Float(_)) | (DType::Bool, Lit::Bool(_))
+            ),
             Inst::Param { dtype, .. } => *dtype == DType::F32,
+            // f32 arithmetic, f32 comparisons (to bool) and logic on those bools; the
+            // validated spec fixes each operand's dtype from `compute`.
             Inst::Op {
                 op, compute, out, ..
             } => {
-                *compute == DType::F32
-                    && *out == DType::F32
-                    && (lowerable(op) || outlined(op).is_some())
+                let logic = op.is_predicate()
+                    && !matches!(
+                        op,
+                        ScalarOp::Eq
+                            | ScalarOp::Ne
+                            | ScalarOp::Lt
+                            | ScalarOp::Le
+                            | ScalarOp::Gt
+                            | ScalarOp::Ge
+                    );
+                match compute {
+                    DType::F32 if !logic => {
+                        *out == if op.is_predicate() {
+                            DType::Bool
+                        } else {
+                            DType::F32
+                        } && (lowerable(op) || outlined(op).is_some())
+                    }
+                    DType::Bool => logic && *out == DType::Bool,
+                    _ => false,
+                }
             }
             Inst::Cast { .. } => false,
         }
@@ -218,8 +254,15 @@ mod imp {
     const ROUND_NEAREST: u32 = 0x08;
     const ROUND_DOWN: u32 = 0x09;
     const ROUND_UP: u32 = 0x0A;
-    /// `cmpps` predicate: unordered (either operand NaN).
+    /// `cmpps` predicates: unordered (either operand NaN); the comparisons (quiet, ordered
+    /// except `!=`).
     const CMP_UNORD: u32 = 3;
+    const CMP_EQ_OQ: u32 = 0x00;
+    const CMP_LT_OQ: u32 = 0x11;
+    const CMP_LE_OQ: u32 = 0x12;
+    const CMP_NEQ_UQ: u32 = 0x04;
+    const CMP_GE_OQ: u32 = 0x1D;
+    const CMP_GT_OQ: u32 = 0x1E;
 
     /// Constants an operation needs besides its operands, each held in a fixed register.
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -252,6 +295,7 @@ mod imp {
             Reciprocal | Rsqrt => vec![Helper::One],
             Abs => vec![Helper::AbsMask],
             Neg => vec![Helper::SignBit],
+            LogicalNot => vec![Helper::Bits(u32::MAX)],
             Clamp { min, max } => min.iter().chain(max).map(|&v| narrow(v)).collect(),
             _ => Vec::new(),
         }
@@ -869,6 +913,10 @@ mod imp {
                         value: Lit::Float(v),
                         ..
                     } => self.broadcast_bits(r, (*v as f32).to_bits())?,
+                    Inst::Const {
+                        value: Lit::Bool(b),
+                        ..
+                    } => self.broadcast_bits(r, if *b { u32::MAX } else { 0 })?,
                     Inst::Param { index, .. } => {
                         self.broadcast_mem(r, qword_ptr(rdx + 8 * *index as i32))?
                     }
@@ -1109,12 +1157,46 @@ mod imp {
                         vop!(self, vmovaps, d, v)?;
                     }
                 }
+                // Bools are lane masks: all ones for true. The predicates are Cranelift's
+                // `FloatCC` ones: ordered, except `!=` (true when either side is NaN).
+                Eq => self.compare(d, x[0], x[1], CMP_EQ_OQ)?,
+                Ne => self.compare(d, x[0], x[1], CMP_NEQ_UQ)?,
+                Lt => self.compare(d, x[0], x[1], CMP_LT_OQ)?,
+                Le => self.compare(d, x[0], x[1], CMP_LE_OQ)?,
+                Gt => self.compare(d, x[0], x[1], CMP_GT_OQ)?,
+                Ge => self.compare(d, x[0], x[1], CMP_GE_OQ)?,
+                LogicalNot => {
+                    let ones = self.helper(Helper::Bits(u32::MAX));
+                    vop!(self, vxorps, d, x[0], ones)?
+                }
+                LogicalAnd => vop!(self, vandps, d, x[0], x[1])?,
+                LogicalOr => vop!(self, vorps, d, x[0], x[1])?,
+                LogicalXor => vop!(self, vxorps, d, x[0], x[1])?,
+                // where(c, a, b): a in the lanes where c is set.
+                Where => {
+                    if self.wide {
+                        self.a.vpmovd2m(k2, zmm(x[0]))?;
+                        self.a.vblendmps(zmm(d).k2(), zmm(x[2]), zmm(x[1]))?;
+                    } else {
+                        self.a.vblendvps(ymm(d), ymm(x[2]), ymm(x[1]), ymm(x[0]))?;
+                    }
+                }
                 Floor => self.round(d, x[0], ROUND_DOWN)?,
                 Ceil => self.round(d, x[0], ROUND_UP)?,
                 Round => self.round(d, x[0], ROUND_NEAREST)?,
                 other => unreachable!("{other:?} is neither inline nor outlined"),
             }
             Ok(())
+        }
+
+        /// `d` = the lane mask of `a <pred> b`.
+        fn compare(&mut self, d: u8, a: u8, b: u8, pred: u32) -> Result<(), IcedError> {
+            if self.wide {
+                self.a.vcmpps(k2, zmm(a), zmm(b), pred)?;
+                self.a.vpmovm2d(zmm(d), k2)
+            } else {
+                self.a.vcmpps(ymm(d), ymm(a), ymm(b), pred)
+            }
         }
 
         /// Lanes of `d` where `a` is NaN become `a`.
@@ -1312,6 +1394,66 @@ mod tests {
                 op(Add, vec![6, 2]),
                 store(0, 7),
                 store(1, 3),
+            ],
+        ));
+        // Comparisons feeding `where`, through the logical ops and a bool constant:
+        // where(((x >= y) & !(x < 0)) | (x != y) ^ (x == 1) ^ (x <= y) ^ (x > 0) ^ true, x, 0.5 * y)
+        let cmp = |o: ScalarOp, args: Vec<ValueId>| Inst::Op {
+            op: o,
+            args,
+            compute: DType::F32,
+            out: DType::Bool,
+        };
+        let logic = |o: ScalarOp, args: Vec<ValueId>| Inst::Op {
+            op: o,
+            args,
+            compute: DType::Bool,
+            out: DType::Bool,
+        };
+        v.push(spec(
+            2,
+            1,
+            vec![
+                Inst::Load { input: 0 },
+                Inst::Load { input: 1 },
+                cmp(Ge, vec![0, 1]),
+                konst(0.0),
+                cmp(Lt, vec![0, 3]),
+                logic(LogicalNot, vec![4]),
+                logic(LogicalAnd, vec![2, 5]),
+                cmp(Ne, vec![0, 1]),
+                konst(1.0),
+                cmp(Eq, vec![0, 8]),
+                logic(LogicalXor, vec![7, 9]),
+                cmp(Le, vec![0, 1]),
+                logic(LogicalXor, vec![10, 11]),
+                cmp(Gt, vec![0, 3]),
+                logic(LogicalXor, vec![12, 13]),
+                Inst::Const {
+                    value: Lit::Bool(true),
+                    dtype: DType::Bool,
+                },
+                logic(LogicalXor, vec![14, 15]),
+                logic(LogicalOr, vec![6, 16]),
+                konst(0.5),
+                op(Mul, vec![18, 1]),
+                op(Where, vec![17, 0, 19]),
+                store(0, 20),
+            ],
+        ));
+        // A comparison whose bool crosses a bulk call: where(exp(x) > y, x, y).
+        v.push(spec(
+            2,
+            1,
+            vec![
+                Inst::Load { input: 0 },
+                Inst::Load { input: 1 },
+                cmp(Gt, vec![0, 1]),
+                op(Exp, vec![0]),
+                cmp(Gt, vec![3, 1]),
+                logic(LogicalAnd, vec![2, 4]),
+                op(Where, vec![5, 0, 1]),
+                store(0, 6),
             ],
         ));
         // W3-like with two outputs, one of them a constant and one a maximum of loads.
