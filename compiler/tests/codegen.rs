@@ -1335,9 +1335,13 @@ fn one_artifact_serves_every_size_with_the_same_layout() -> R<()> {
     assert!(Arc::ptr_eq(&arts[0].1, &arts[1].1));
     assert!(Arc::ptr_eq(&arts[0].1, &arts[2].1));
     assert!(arts[0].1.compile_time().as_secs_f64() > 0.0);
-    // W3 is f32 arithmetic: assembled at the host's full width, or Cranelift's 4 lanes.
-    let full_width =
-        tensorplay_compiler::codegen::cpu::math::bulk::level().map_or(4, |l| l.lanes());
+    // W3 is f32 arithmetic: assembled at the host's full width (unless `TP_WIDE_ASM=0`), or
+    // Cranelift's 4 lanes.
+    let assembled =
+        tensorplay_math::bulk::env_enables(std::env::var("TP_WIDE_ASM").ok().as_deref());
+    let full_width = tensorplay_compiler::codegen::cpu::math::bulk::level()
+        .filter(|_| assembled)
+        .map_or(4, |l| l.lanes());
     assert_eq!(arts[0].1.vector_lanes(), full_width);
     // A broadcast changes the layout (a new artifact), a contiguous 1-D input does too.
     let k = &arts[0].1;

@@ -256,7 +256,7 @@ impl CompiledKernel {
     }
 
     /// Lanes of the main vector loop: 8 (AVX2) or 16 (AVX-512) for kernels assembled at full
-    /// width (f32 arithmetic chains, see `CodegenOptions::bulk_math`), otherwise 4 for
+    /// width (f32 pointwise kernels, see `CodegenOptions::bulk_math`), otherwise 4 for
     /// f32-class kernels, 2 for f64, 1 when the kernel runs at scalar width.
     pub fn vector_lanes(&self) -> usize {
         self.vector_lanes
@@ -367,10 +367,11 @@ pub fn compile(spec: &KernelSpec, layout: &LoopLayout) -> Result<CompiledKernel>
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CodegenOptions {
     /// Run f32 work at the host's full vector width (AVX2: 8 lanes, AVX-512: 16), with the
-    /// same bits as the inline 4-lane code: pointwise kernels made only of f32 IEEE
-    /// arithmetic, sign and select operations are assembled directly at that width (no
-    /// Cranelift), and other kernels hand transcendentals, `pow`, division and `sqrt` on f32
-    /// to the wide bulk kernels of [`math::bulk`](super::math::bulk) (2–4x faster). The
+    /// same bits as the inline 4-lane code: f32 pointwise kernels over one or two loop dims are
+    /// assembled directly at that width (no Cranelift; `TP_WIDE_ASM=0` turns that part off),
+    /// and they and the other kernels hand transcendentals and `pow` (Cranelift's kernels also
+    /// division and `sqrt`) on f32 to the wide bulk kernels of
+    /// [`math::bulk`](super::math::bulk) (2–4x faster). The
     /// default is on when the host has them ([`bulk::level`](super::math::bulk::level), which
     /// `TP_BULK_MATH=0` turns off). `true` cannot force them: without bulk kernels on this host
     /// (or under `TP_BULK_MATH=0`) the kernel is compiled inline either way.
