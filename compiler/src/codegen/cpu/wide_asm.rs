@@ -100,7 +100,7 @@ fn outlined(op: &ScalarOp) -> Option<usize> {
 /// Whether `spec` under `layout` can be assembled: a pointwise kernel over one or two loop dims
 /// whose live instructions are all f32 loads, constants, parameters, [`lowerable`] operations
 /// and stores, with every input unit-stride or broadcast along the inner dim and every output
-/// unit-stride.
+/// unit-stride. `spec` is a validated one ([`KernelSpec::validate`]).
 pub(super) fn eligible(spec: &KernelSpec, layout: &LoopLayout) -> bool {
     let f32_only = spec
         .inputs
@@ -123,29 +123,13 @@ pub(super) fn eligible(spec: &KernelSpec, layout: &LoopLayout) -> bool {
             ),
             Inst::Param { dtype, .. } => *dtype == DType::F32,
             // f32 arithmetic, f32 comparisons (to bool) and logic on those bools; the
-            // validated spec fixes each operand's dtype from `compute`.
-            Inst::Op {
-                op, compute, out, ..
-            } => {
-                let logic = op.is_predicate()
-                    && !matches!(
-                        op,
-                        ScalarOp::Eq
-                            | ScalarOp::Ne
-                            | ScalarOp::Lt
-                            | ScalarOp::Le
-                            | ScalarOp::Gt
-                            | ScalarOp::Ge
-                    );
+            // validated spec fixes the result and operand dtypes from `compute`.
+            Inst::Op { op, compute, .. } => {
+                use ScalarOp::{LogicalAnd, LogicalNot, LogicalOr, LogicalXor};
+                let logical = matches!(op, LogicalNot | LogicalAnd | LogicalOr | LogicalXor);
                 match compute {
-                    DType::F32 if !logic => {
-                        *out == if op.is_predicate() {
-                            DType::Bool
-                        } else {
-                            DType::F32
-                        } && (lowerable(op) || outlined(op).is_some())
-                    }
-                    DType::Bool => logic && *out == DType::Bool,
+                    DType::F32 => !logical && (lowerable(op) || outlined(op).is_some()),
+                    DType::Bool => logical,
                     _ => false,
                 }
             }
