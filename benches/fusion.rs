@@ -486,21 +486,28 @@ fn compile_latency(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2));
 
-    // One fused kernel: Cranelift IR construction, compilation and JIT linking, no cache.
-    let kernels: [(&str, Workload, Vec<usize>); 3] = [
-        ("kernel_W1_gelu_tanh", w1, vec![4096]),
-        ("kernel_W5_softmax", w5, vec![4, COLS]),
-        ("kernel_W6_chain10", w6, vec![4096]),
+    // One fused kernel: code generation (assembled, or Cranelift IR construction, compilation
+    // and JIT linking), no cache.
+    /// (name, workload, input shape, inputs of that shape, output shape)
+    type Kernel = (&'static str, Workload, Vec<usize>, usize, Vec<usize>);
+    let kernels: [Kernel; 4] = [
+        ("kernel_W1_gelu_tanh", w1, vec![4096], 1, vec![4096]),
+        ("kernel_W4_weighted_sum", w4, vec![4096], 2, vec![]),
+        ("kernel_W5_softmax", w5, vec![4, COLS], 1, vec![4, COLS]),
+        ("kernel_W6_chain10", w6, vec![4096], 1, vec![4096]),
     ];
-    for (name, f, shape) in kernels {
-        let meta = TensorMeta::new(&shape, DType::F32, Device::Cpu);
-        let graph = capture(f, &[meta], CaptureOptions { dynamic: true }).unwrap();
+    for (name, f, shape, nin, out_shape) in kernels {
+        let metas = vec![TensorMeta::new(&shape, DType::F32, Device::Cpu); nin];
+        let graph = capture(f, &metas, CaptureOptions { dynamic: true }).unwrap();
         let compiled = tp_compile(&graph).unwrap();
         assert_eq!(compiled.num_kernels(), 1, "{name}: one region");
         let lowered = lower(compiled.graph(), &compiled.plan().regions[0]).unwrap();
-        let x = Tensor::randn_seeded(&shape, DType::F32, 1).unwrap();
-        let out = Tensor::zeros(&shape, DType::F32);
-        let layout = cpu::plan(&lowered.spec, &[&x], &[&out], Some(&shape))
+        let xs: Vec<Tensor> = (0..nin as u64)
+            .map(|k| Tensor::randn_seeded(&shape, DType::F32, 1 + k).unwrap())
+            .collect();
+        let inputs: Vec<&Tensor> = xs.iter().collect();
+        let out = Tensor::zeros(&out_shape, DType::F32);
+        let layout = cpu::plan(&lowered.spec, &inputs, &[&out], Some(&shape))
             .unwrap()
             .layout()
             .clone();

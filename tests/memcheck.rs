@@ -144,5 +144,21 @@ fn a_few_compiled_graphs() -> Result<()> {
     let got = g.call(std::slice::from_ref(&x))?;
     let want = x.mul_scalar(2.0)?.add_scalar(1.0)?.relu()?;
     assert!(got[0].equal(&want)?);
+    // A whole-tensor sum of products and row means, with rows of every tail length and
+    // longer than a summation block (assembled at full width where the CPU allows).
+    let h = compile(|xs: &[Tensor]| {
+        Ok(vec![
+            xs[0].mul(&xs[1])?.sum_all()?,
+            xs[0].mean(&[1], false)?,
+        ])
+    });
+    for n in [1usize, 5, 37, 4133] {
+        let x = ramp(2 * n).mul_scalar(0.01)?.view(&[2, n])?;
+        let w = ramp(2 * n).view(&[2, n])?;
+        let got = h.call(&[x.clone(), w.clone()])?;
+        let tol = 1e-6 * n as f64;
+        assert!(got[0].allclose(&x.mul(&w)?.sum_all()?, tol, tol)?);
+        assert!(got[1].allclose(&x.mean(&[1], false)?, tol, tol)?);
+    }
     Ok(())
 }

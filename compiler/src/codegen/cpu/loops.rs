@@ -16,13 +16,18 @@ use super::staging;
 use crate::codegen::kernel::LoopKind;
 
 /// Elements a float sum accumulates in its compute lanes before adding into the f64 total.
-const SUM_BLOCK: i64 = 4096;
+pub(super) const SUM_BLOCK: i64 = 4096;
 
 /// Kept points per column-mode panel (their accumulators live in a stack buffer).
 pub(super) const PANEL: i64 = 1024;
 
 /// Vectors per iteration of the unrolled loop.
 const UNROLL: i64 = 4;
+
+/// Vector accumulators of a float sum reduction (32 f32 lanes): enough independent add chains
+/// to hide the add latency at any vector width. The assembled full-width reductions keep the
+/// same 32 lanes (two zmm or four ymm registers), so every code generator adds in one order.
+pub(super) const SUM_UNROLL: i64 = 8;
 
 /// A loop body: gets the emitter, the induction value and the carried state, returns the new
 /// state.
@@ -121,8 +126,8 @@ impl<'a, 'b> Emitter<'a, 'b> {
         Ok((out[0], out[1..].to_vec()))
     }
 
-    /// Runs `step` over elements `[start, end)`: unrolled vectors, single vectors, then scalars
-    /// (scalars only in a scalar kernel).
+    /// Runs `step` over elements `[start, end)`: [`UNROLL`] vectors at a time, single vectors,
+    /// then scalars (scalars only in a scalar kernel).
     pub(super) fn run(
         &mut self,
         start: Value,
@@ -130,12 +135,25 @@ impl<'a, 'b> Emitter<'a, 'b> {
         state: Vec<Value>,
         step: &mut Step<'_, 'a, 'b>,
     ) -> Result<Vec<Value>> {
+        self.run_unrolled(start, end, UNROLL, state, step)
+    }
+
+    /// [`run`](Self::run) with `unroll` vectors per iteration of the unrolled loop (vector
+    /// steps get slots `0..unroll`, scalar steps slot `unroll`).
+    fn run_unrolled(
+        &mut self,
+        start: Value,
+        end: Value,
+        unroll: i64,
+        state: Vec<Value>,
+        step: &mut Step<'_, 'a, 'b>,
+    ) -> Result<Vec<Value>> {
         let l = self.lanes.count();
         let (mut i, mut st) = (start, state);
         if self.lanes != Lanes::Scalar {
-            (i, st) = self.strip(i, end, UNROLL * l, &st, &mut |e, i, s| {
+            (i, st) = self.strip(i, end, unroll * l, &st, &mut |e, i, s| {
                 let mut s = s.to_vec();
-                for u in 0..UNROLL {
+                for u in 0..unroll {
                     step(e, i, u * l, true, u as usize, &mut s)?;
                 }
                 Ok(s)
@@ -148,7 +166,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
         }
         let (_, st) = self.strip(i, end, 1, &st, &mut |e, i, s| {
             let mut s = s.to_vec();
-            step(e, i, 0, false, UNROLL as usize, &mut s)?;
+            step(e, i, 0, false, unroll as usize, &mut s)?;
             Ok(s)
         })?;
         Ok(st)
@@ -503,9 +521,16 @@ impl<'a, 'b> Emitter<'a, 'b> {
         } else {
             None
         };
-        // State: [v0..v3, s] (+ [nan_v0..nan_v3, nan_s] for float extrema).
+        // State: [v0..v_{slots-1}, s] (+ [nan_v0.., nan_s] for float extrema). Plain float
+        // sums take more accumulators (see SUM_UNROLL); softmax's sum of exponentials (a
+        // `map`) keeps four, its registers go to the exponential.
         let mut state = Vec::new();
-        let slots = UNROLL as usize;
+        let unroll = if acc == Acc::FloatSum && map.is_none() {
+            SUM_UNROLL
+        } else {
+            UNROLL
+        };
+        let slots = unroll as usize;
         for _ in 0..slots {
             if let Some(vty) = vty {
                 state.push(self.identity(acc, vty));
@@ -522,7 +547,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
         }
         let width = nvec + 1;
         let mut map = map;
-        let st = self.run(start, end, state, &mut |e, i, k, vec, slot, st| {
+        let st = self.run_unrolled(start, end, unroll, state, &mut |e, i, k, vec, slot, st| {
             let v = match map.as_deref_mut() {
                 Some(f) => f(e, i, k, vec)?,
                 None => e.reduce_value(value, acc, row, i, k, vec)?,

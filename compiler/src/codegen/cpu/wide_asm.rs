@@ -31,7 +31,7 @@
 //! flattened iteration, rows of any length, outer strides of any value.
 
 use memmap2::Mmap;
-use tensorplay_ir::{DType, ScalarOp};
+use tensorplay_ir::{DType, ReduceOp, ScalarOp};
 
 use super::emit::liveness;
 use super::math::bulk::Level;
@@ -97,10 +97,11 @@ fn outlined(op: &ScalarOp) -> Option<usize> {
     super::staging::bulk_op(*op, DType::F32).and_then(super::staging::bulk_addr)
 }
 
-/// Whether `spec` under `layout` can be assembled: a pointwise kernel over one or two loop dims
-/// whose live instructions are all f32 loads, constants, parameters, [`lowerable`] operations
-/// and stores, with every input unit-stride or broadcast along the inner dim and every output
-/// unit-stride. `spec` is a validated one ([`KernelSpec::validate`]).
+/// Whether `spec` under `layout` can be assembled: a pointwise kernel over one or two loop dims,
+/// or an f32 sum or mean over the inner dim of rows, whose live instructions are all f32 loads,
+/// constants, parameters, [`lowerable`] operations (pointwise kernels also outlined ones) and
+/// stores, with every input unit-stride or broadcast along the inner dim and every pointwise
+/// output unit-stride. `spec` is a validated one ([`KernelSpec::validate`]).
 pub(super) fn eligible(spec: &KernelSpec, layout: &LoopLayout) -> bool {
     let f32_only = spec
         .inputs
@@ -108,9 +109,11 @@ pub(super) fn eligible(spec: &KernelSpec, layout: &LoopLayout) -> bool {
         .chain(&spec.outputs)
         .all(|&d| d == DType::F32);
     let nin = spec.inputs.len();
+    let reduction = matches!(spec.kind, LoopKind::Reduce { .. });
     let classes_ok = layout.classes.iter().enumerate().all(|(k, c)| match c {
         StrideClass::Unit => true,
-        StrideClass::Zero => k < nin,
+        // A reduction's output is written once per row (class Zero).
+        StrideClass::Zero => k < nin || reduction,
         StrideClass::Strided => false,
     });
     let live = liveness(spec);
@@ -136,12 +139,24 @@ pub(super) fn eligible(spec: &KernelSpec, layout: &LoopLayout) -> bool {
             Inst::Cast { .. } => false,
         }
     });
-    matches!(spec.kind, LoopKind::Pointwise)
-        && (1..=2).contains(&layout.dims)
-        && !spec.outputs.is_empty()
-        && f32_only
-        && classes_ok
-        && insts_ok
+    let kind_ok =
+        match &spec.kind {
+            LoopKind::Pointwise => (1..=2).contains(&layout.dims) && !spec.outputs.is_empty(),
+            // f32 sums and means of rows: one kept and one reduced loop dim, the value computed
+            // inline (no bulk calls).
+            LoopKind::Reduce { op, value, .. } => {
+                matches!(op, ReduceOp::Sum | ReduceOp::Mean)
+                    && layout.dims == 2
+                    && layout.reduced == 1
+                    && !layout.kept_inner
+                    && spec.value_dtype(*value) == Some(DType::F32)
+                    && spec.insts.iter().zip(&live).all(|(inst, &l)| {
+                        !l || !matches!(inst, Inst::Op { op, .. } if !lowerable(op))
+                    })
+            }
+            LoopKind::Softmax { .. } => false,
+        };
+    kind_ok && f32_only && classes_ok && insts_ok
 }
 
 /// Assembles `spec` for `layout` at `level`'s width, or `None` when it is not [`eligible`], the
@@ -224,6 +239,17 @@ mod imp {
     fn stride_slot(k: usize) -> i32 {
         OPERANDS + 8 + 16 * k as i32
     }
+
+    // Reductions reuse slots the pointwise loop needs: no row segments, no tiles.
+    const TOTAL: i32 = COL; // the current row's f64 total
+    const REST: i32 = SEG; // where the current block's last partial vectors start
+    const PARTIALS_AT: i32 = REM; // `KernelArgs::partials`
+
+    /// Lanes a row sum accumulates in: the Cranelift kernels' order (`SUM_UNROLL` vectors of
+    /// four lanes), kept by every width.
+    const SUM_LANES: usize = 4 * super::super::loops::SUM_UNROLL as usize;
+    /// Elements a row sum accumulates in f32 lanes before adding into its f64 total.
+    const SUM_BLOCK: i32 = super::super::loops::SUM_BLOCK as i32;
 
     /// Largest tile of a staged kernel, in elements, and the scratch budget over all its slots
     /// (16 KiB: half of L1).
@@ -491,9 +517,16 @@ mod imp {
         let mut summary = String::new();
         let result = (|| -> Emit<Vec<u8>> {
             let plan = plan(spec, layout, vregs, wide)?;
-            summary = match plan.tile {
-                usize::MAX => format!("{} stage(s), no scratch", plan.stages),
-                t => format!(
+            let reduce = match &spec.kind {
+                LoopKind::Reduce { op, value, .. } => Some((*op, *value)),
+                _ => None,
+            };
+            // A row sum keeps SUM_LANES lanes in `groups` accumulator registers.
+            let groups = (SUM_LANES / level.lanes()) as u8;
+            summary = match (reduce, plan.tile) {
+                (Some(_), _) => format!("row sums: {SUM_LANES} lanes in {groups} accumulators"),
+                (None, usize::MAX) => format!("{} stage(s), no scratch", plan.stages),
+                (None, t) => format!(
                     "{} stages, {} scratch slots, tiles of {t}",
                     plan.stages, plan.slots
                 ),
@@ -521,7 +554,20 @@ mod imp {
             } else {
                 4 * plan.tile as i32
             };
-            let frame_end = slots_at + tile_bytes * plan.slots as i32;
+            let mut frame_end = slots_at + tile_bytes * plan.slots as i32;
+            let mut body_regs: Vec<u8> = (first_body..vregs).rev().collect();
+            let (mut accs, mut temps, mut sums_at) = (Vec::new(), [0u8; 4], 0);
+            if reduce.is_some() {
+                // Accumulators: the highest registers; four low ones (xmm-addressable) for
+                // combining them; the accumulators and the last partial vectors in memory.
+                accs = body_regs.drain(..groups as usize).collect();
+                if first_body + 4 > 16 || body_regs.len() < 4 {
+                    return Err(Refusal::TooLarge);
+                }
+                temps = [first_body, first_body + 1, first_body + 2, first_body + 3];
+                sums_at = (frame_end as u32).next_multiple_of(64) as i32;
+                frame_end = sums_at + 2 * 4 * SUM_LANES as i32;
+            }
             // Six pushes and the return address: a frame of 8 mod 16 keeps rsp 16-aligned.
             let frame = (frame_end as u32).next_multiple_of(16) as i32 + 8;
             let mut a = CodeAssembler::new(64)?;
@@ -534,13 +580,17 @@ mod imp {
                 lanes: level.lanes(),
                 mask_reg: first_body.saturating_sub(2),
                 scratch_reg: first_body.saturating_sub(1),
-                body_regs: (first_body..vregs).rev().collect(),
+                body_regs,
                 plan,
                 ptr_reg,
                 iota,
                 frame,
                 slots_at,
                 tile_bytes,
+                reduce,
+                accs,
+                temps,
+                sums_at,
             };
             asm.kernel()?;
             Ok(asm.a.assemble(0)?)
@@ -617,10 +667,21 @@ mod imp {
         /// Frame offset of scratch slot 0, and bytes per slot.
         slots_at: i32,
         tile_bytes: i32,
+        /// Reductions: the operation and the reduced value.
+        reduce: Option<(ReduceOp, ValueId)>,
+        /// Reductions: the accumulator registers (`SUM_LANES / lanes` of them), the registers
+        /// that combine them, and the frame offset of `SUM_LANES` f32 where the accumulators
+        /// are combined followed by `SUM_LANES` f32 holding a block's last partial vectors.
+        accs: Vec<u8>,
+        temps: [u8; 4],
+        sums_at: i32,
     }
 
     impl Asm<'_> {
         fn kernel(&mut self) -> Emit {
+            if let Some((op, _)) = self.reduce {
+                return self.reduce_kernel(op);
+            }
             let nops = self.layout.classes.len();
             let two_dims = self.layout.dims == 2;
             let tiled = self.plan.tile != usize::MAX;
@@ -629,30 +690,7 @@ mod imp {
             let mut tile = self.a.create_label();
             let mut next = self.a.create_label();
 
-            // Prologue: save callee-saved registers, grow the stack a page at a time.
-            for r in SAVED {
-                self.a.push(r)?;
-            }
-            let mut left = self.frame;
-            while left > PAGE {
-                self.a.sub(rsp, PAGE)?;
-                self.a.mov(qword_ptr(rsp), 0)?;
-                left -= PAGE;
-            }
-            self.a.sub(rsp, left)?;
-            // Arguments: rdi.
-            self.a.mov(r10, rdi)?;
-            self.a.mov(rax, qword_ptr(r10 + offsets::PARAMS))?;
-            self.a.mov(qword_ptr(rsp + PARAMS), rax)?;
-            self.a.mov(rax, qword_ptr(r10 + offsets::START))?;
-            self.a.mov(qword_ptr(rsp + POS), rax)?;
-            self.a.mov(rax, qword_ptr(r10 + offsets::END))?;
-            self.a.mov(qword_ptr(rsp + END), rax)?;
-            self.a.cmp(rax, qword_ptr(rsp + POS))?;
-            self.a.jle(done)?;
-            self.a.mov(r8, qword_ptr(r10 + offsets::PTRS))?;
-            self.a.mov(r9, qword_ptr(r10 + offsets::SHAPE))?;
-            self.a.mov(r11, qword_ptr(r10 + offsets::STRIDES))?;
+            self.prologue(done)?;
             let inner_at = 8 * (self.layout.dims as i32 - 1);
             self.a.mov(rax, qword_ptr(r9 + inner_at))?;
             self.a.mov(qword_ptr(rsp + INNER), rax)?;
@@ -744,7 +782,43 @@ mod imp {
             }
             self.a.jmp(row)?;
 
-            self.a.set_label(&mut done)?;
+            self.epilogue(&mut done)
+        }
+
+        /// Saves the callee-saved registers, grows the stack a page at a time, copies `params`,
+        /// `start` and `end` to the frame (jumping to `done` when the range is empty), and
+        /// leaves the argument pointer in `r10`, `ptrs` in `r8`, `shape` in `r9` and `strides`
+        /// in `r11`.
+        fn prologue(&mut self, done: CodeLabel) -> Emit {
+            for r in SAVED {
+                self.a.push(r)?;
+            }
+            let mut left = self.frame;
+            while left > PAGE {
+                self.a.sub(rsp, PAGE)?;
+                self.a.mov(qword_ptr(rsp), 0)?;
+                left -= PAGE;
+            }
+            self.a.sub(rsp, left)?;
+            // Arguments: rdi.
+            self.a.mov(r10, rdi)?;
+            self.a.mov(rax, qword_ptr(r10 + offsets::PARAMS))?;
+            self.a.mov(qword_ptr(rsp + PARAMS), rax)?;
+            self.a.mov(rax, qword_ptr(r10 + offsets::START))?;
+            self.a.mov(qword_ptr(rsp + POS), rax)?;
+            self.a.mov(rax, qword_ptr(r10 + offsets::END))?;
+            self.a.mov(qword_ptr(rsp + END), rax)?;
+            self.a.cmp(rax, qword_ptr(rsp + POS))?;
+            self.a.jle(done)?;
+            self.a.mov(r8, qword_ptr(r10 + offsets::PTRS))?;
+            self.a.mov(r9, qword_ptr(r10 + offsets::SHAPE))?;
+            self.a.mov(r11, qword_ptr(r10 + offsets::STRIDES))?;
+            Ok(())
+        }
+
+        /// Places `done`: restores the frame and returns; then the constant data.
+        fn epilogue(&mut self, done: &mut CodeLabel) -> Emit {
+            self.a.set_label(done)?;
             self.a.vzeroupper()?;
             self.a.add(rsp, self.frame)?;
             for r in SAVED.iter().rev() {
@@ -758,6 +832,206 @@ mod imp {
                 self.a.db(&iota)?;
             }
             Ok(())
+        }
+
+        /// The tail's lane mask for `rcx` remaining elements (any count: at least a vector's
+        /// worth enables every lane): `k1` on AVX-512, the mask register on AVX2.
+        fn tail_mask(&mut self) -> Emit {
+            if self.wide {
+                // `rcx` < 32 where this runs (`shl` counts modulo 32); `kmovw` keeps 16 bits.
+                self.a.mov(eax, 1)?;
+                self.a.shl(eax, cl)?;
+                self.a.sub(eax, 1)?;
+                self.a.kmovw(k1, eax)?;
+            } else {
+                let m = self.mask_reg;
+                self.a.vmovd(xmm(m), ecx)?;
+                self.a.vpbroadcastd(ymm(m), xmm(m))?;
+                self.a.vpcmpgtd(ymm(m), ymm(m), ymmword_ptr(self.iota))?;
+            }
+            Ok(())
+        }
+
+        /// A sum or mean of each row in `[start, end)` (loop dims `[kept, reduced]`), in the
+        /// order of the Cranelift kernel: per block of `SUM_BLOCK` elements, `SUM_LANES`
+        /// lanes (the accumulator registers side by side) add groups of `SUM_LANES` elements;
+        /// the block's last partial vectors are computed masked into memory, their groups of
+        /// four added to lanes 0..4, the rest one by one into a scalar; the lane groups of four
+        /// are then added in order, their four lanes in order, the scalar last, and the block's
+        /// f32 sum is added to the row's f64 total. The total goes to `partials[row]` when
+        /// `partials` is set, else (divided by the row length for a mean) to the output.
+        fn reduce_kernel(&mut self, op: ReduceOp) -> Emit {
+            let nops = self.layout.classes.len();
+            let out = self.spec.inputs.len();
+            let lanes = self.lanes as i32;
+            let accs = self.accs.clone();
+            let [t0, t1, t2, t3] = self.temps;
+            let sums = self.sums_at;
+            let rest_at = sums + 4 * SUM_LANES as i32;
+            let mut done = self.a.create_label();
+            let mut row = self.a.create_label();
+            let mut block = self.a.create_label();
+            let mut main = self.a.create_label();
+            let mut rest = self.a.create_label();
+            let mut combine = self.a.create_label();
+            let mut chunks = self.a.create_label();
+            let mut scalars = self.a.create_label();
+            let mut scalar = self.a.create_label();
+            let mut groups = self.a.create_label();
+            let mut finish = self.a.create_label();
+            let mut finalize = self.a.create_label();
+            let mut next = self.a.create_label();
+
+            self.prologue(done)?;
+            self.a.mov(rax, qword_ptr(r10 + offsets::PARTIALS))?;
+            self.a.mov(qword_ptr(rsp + PARTIALS_AT), rax)?;
+            self.a.mov(rax, qword_ptr(r9 + 8))?;
+            self.a.mov(qword_ptr(rsp + INNER), rax)?;
+            // Each operand's row address at `start` and row stride in bytes.
+            self.a.mov(rcx, qword_ptr(rsp + POS))?;
+            for k in 0..nops {
+                self.a.mov(rax, qword_ptr(r11 + 16 * k as i32))?;
+                self.a.shl(rax, 2)?;
+                self.a.mov(qword_ptr(rsp + stride_slot(k)), rax)?;
+                self.a.imul_2(rax, rcx)?;
+                self.a.add(rax, qword_ptr(r8 + 8 * k as i32))?;
+                self.a.mov(qword_ptr(rsp + row_slot(k)), rax)?;
+            }
+            self.fixed_values()?;
+
+            // One row: r11 walks its r9 elements.
+            self.a.set_label(&mut row)?;
+            for k in 0..nops {
+                if let Some(p) = self.ptr_reg[k] {
+                    self.a.mov(p, qword_ptr(rsp + row_slot(k)))?;
+                }
+            }
+            self.row_broadcasts()?;
+            self.a.mov(qword_ptr(rsp + TOTAL), 0)?;
+            self.a.xor(r11d, r11d)?;
+            self.a.mov(r9, qword_ptr(rsp + INNER))?;
+
+            // One block: [r11, r10 = min(r11 + SUM_BLOCK, r9)); full groups up to rcx.
+            self.a.set_label(&mut block)?;
+            self.a.cmp(r11, r9)?;
+            self.a.jae(finish)?;
+            self.a.lea(r10, qword_ptr(r11 + SUM_BLOCK))?;
+            self.a.cmp(r10, r9)?;
+            self.a.cmova(r10, r9)?;
+            for &acc in &accs {
+                vop!(self, vxorps, acc, acc, acc)?;
+            }
+            self.a.mov(rcx, r10)?;
+            self.a.and(rcx, -(SUM_LANES as i32))?;
+            self.a.cmp(r11, rcx)?;
+            self.a.jae(rest)?;
+            self.a.set_label(&mut main)?;
+            for &acc in &accs {
+                let v = self.body(0, Lanes::Full)?.expect("the reduced value");
+                vop!(self, vaddps, acc, acc, v)?;
+                self.a.add(r11, lanes)?;
+            }
+            self.a.cmp(r11, rcx)?;
+            self.a.jb(main)?;
+
+            // The block's last r10 - r11 < SUM_LANES elements, computed into memory.
+            self.a.set_label(&mut rest)?;
+            self.a.mov(qword_ptr(rsp + REST), r11)?;
+            for u in 0..accs.len() as i32 {
+                self.a.cmp(r11, r10)?;
+                self.a.jae(combine)?;
+                self.a.mov(rcx, r10)?;
+                self.a.sub(rcx, r11)?;
+                self.tail_mask()?;
+                let v = self.body(0, Lanes::Tail)?.expect("the reduced value");
+                self.store(rsp + (rest_at + 4 * lanes * u), v, Lanes::Full)?;
+                self.a.add(r11, lanes)?;
+            }
+
+            // Combine: lane groups of four in xmm registers.
+            self.a.set_label(&mut combine)?;
+            for (u, &acc) in accs.iter().enumerate() {
+                self.store(rsp + (sums + 4 * lanes * u as i32), acc, Lanes::Full)?;
+            }
+            self.a.mov(rax, r10)?;
+            self.a.sub(rax, qword_ptr(rsp + REST))?;
+            self.a.mov(r11, r10)?;
+            self.a.vmovups(xmm(t0), xmmword_ptr(rsp + sums))?;
+            // Groups of four of the rest into lanes 0..4 (rdx: elements of the rest used).
+            self.a.xor(edx, edx)?;
+            self.a.set_label(&mut chunks)?;
+            self.a.lea(rcx, qword_ptr(rdx + 4))?;
+            self.a.cmp(rcx, rax)?;
+            self.a.ja(scalars)?;
+            self.a
+                .vaddps(xmm(t0), xmm(t0), xmmword_ptr(rsp + rdx * 4 + rest_at))?;
+            self.a.mov(rdx, rcx)?;
+            self.a.jmp(chunks)?;
+            // The rest's last elements into a scalar.
+            self.a.set_label(&mut scalars)?;
+            self.a.vxorps(xmm(t1), xmm(t1), xmm(t1))?;
+            self.a.set_label(&mut scalar)?;
+            self.a.cmp(rdx, rax)?;
+            self.a.jae(groups)?;
+            self.a
+                .vaddss(xmm(t1), xmm(t1), dword_ptr(rsp + rdx * 4 + rest_at))?;
+            self.a.inc(rdx)?;
+            self.a.jmp(scalar)?;
+            self.a.set_label(&mut groups)?;
+            for g in 1..SUM_LANES as i32 / 4 {
+                self.a
+                    .vaddps(xmm(t0), xmm(t0), xmmword_ptr(rsp + (sums + 16 * g)))?;
+            }
+            // Lanes 0, 1, 2, 3 in order, then the scalar; into the f64 total.
+            self.a.vmovshdup(xmm(t2), xmm(t0))?;
+            self.a.vaddss(xmm(t3), xmm(t0), xmm(t2))?;
+            self.a.vpermilps(xmm(t2), xmm(t0), 2)?;
+            self.a.vaddss(xmm(t3), xmm(t3), xmm(t2))?;
+            self.a.vpermilps(xmm(t2), xmm(t0), 3)?;
+            self.a.vaddss(xmm(t3), xmm(t3), xmm(t2))?;
+            self.a.vaddss(xmm(t3), xmm(t3), xmm(t1))?;
+            self.a.vcvtss2sd(xmm(t3), xmm(t3), xmm(t3))?;
+            self.a.vmovsd(xmm(t2), qword_ptr(rsp + TOTAL))?;
+            self.a.vaddsd(xmm(t2), xmm(t2), xmm(t3))?;
+            self.a.vmovsd(qword_ptr(rsp + TOTAL), xmm(t2))?;
+            self.a.jmp(block)?;
+
+            // The row's result: raw to `partials[row]`, or finalized to the output.
+            self.a.set_label(&mut finish)?;
+            self.a.vmovsd(xmm(t0), qword_ptr(rsp + TOTAL))?;
+            self.a.mov(rax, qword_ptr(rsp + PARTIALS_AT))?;
+            self.a.test(rax, rax)?;
+            self.a.jz(finalize)?;
+            self.a.mov(rcx, qword_ptr(rsp + POS))?;
+            self.a.vmovsd(qword_ptr(rax + rcx * 8), xmm(t0))?;
+            self.a.jmp(next)?;
+            self.a.set_label(&mut finalize)?;
+            if op == ReduceOp::Mean {
+                // Eager: total * (1 / n) in f64 (a mean over nothing is 0 * inf = NaN).
+                self.a.vcvtsi2sd(xmm(t1), xmm(t1), qword_ptr(rsp + INNER))?;
+                self.a.mov(rax, 1.0f64.to_bits())?;
+                self.a.vmovq(xmm(t2), rax)?;
+                self.a.vdivsd(xmm(t2), xmm(t2), xmm(t1))?;
+                self.a.vmulsd(xmm(t0), xmm(t0), xmm(t2))?;
+            }
+            self.a.vcvtsd2ss(xmm(t0), xmm(t0), xmm(t0))?;
+            self.a.mov(rax, qword_ptr(rsp + row_slot(out)))?;
+            self.a.vmovss(dword_ptr(rax), xmm(t0))?;
+
+            // Next row.
+            self.a.set_label(&mut next)?;
+            self.a.mov(rax, qword_ptr(rsp + POS))?;
+            self.a.inc(rax)?;
+            self.a.mov(qword_ptr(rsp + POS), rax)?;
+            self.a.cmp(rax, qword_ptr(rsp + END))?;
+            self.a.jge(done)?;
+            for k in 0..nops {
+                self.a.mov(rax, qword_ptr(rsp + stride_slot(k)))?;
+                self.a.add(qword_ptr(rsp + row_slot(k)), rax)?;
+            }
+            self.a.jmp(row)?;
+
+            self.epilogue(&mut done)
         }
 
         /// Stage `s` over the tile's `r9` elements: full vectors, then a masked tail.
@@ -779,17 +1053,7 @@ mod imp {
             self.a.jae(end)?;
             self.a.mov(rcx, r9)?;
             self.a.sub(rcx, r11)?;
-            if self.wide {
-                self.a.mov(eax, 1)?;
-                self.a.shl(eax, cl)?;
-                self.a.sub(eax, 1)?;
-                self.a.kmovw(k1, eax)?;
-            } else {
-                let m = self.mask_reg;
-                self.a.vmovd(xmm(m), ecx)?;
-                self.a.vpbroadcastd(ymm(m), xmm(m))?;
-                self.a.vpcmpgtd(ymm(m), ymm(m), ymmword_ptr(self.iota))?;
-            }
+            self.tail_mask()?;
             self.body(s, Lanes::Tail)?;
             self.a.set_label(&mut end)?;
             // (A label of its own: the next instruction may carry another.)
@@ -940,8 +1204,9 @@ mod imp {
         }
 
         /// One vector of stage `s` at element `r11` of the tile: the loads, reloads and
-        /// operations the stage needs, its stores and its spills to scratch slots.
-        fn body(&mut self, s: usize, lanes: Lanes) -> Emit {
+        /// operations the stage needs, its stores and its spills to scratch slots. A
+        /// reduction's body answers the register holding the reduced value.
+        fn body(&mut self, s: usize, lanes: Lanes) -> Emit<Option<u8>> {
             let spec = self.spec;
             let n = spec.insts.len();
             let p = &self.plan;
@@ -973,6 +1238,11 @@ mod imp {
                     }
                     _ => {}
                 }
+            }
+            // The reduced value is read after the body (never released within it).
+            let result = self.reduce.map(|(_, v)| v);
+            if let Some(v) = result {
+                last[v] = Some(n);
             }
             let pinned: Vec<bool> = p.fixed.iter().map(Option::is_some).collect();
             let mut free = self.body_regs.clone();
@@ -1042,7 +1312,7 @@ mod imp {
                     release(i, i, &mut reg, &mut free);
                 }
             }
-            Ok(())
+            Ok(result.and_then(|v| reg[v]))
         }
 
         fn load(&mut self, d: u8, mem: AsmMemoryOperand, lanes: Lanes) -> Emit {
@@ -1685,6 +1955,228 @@ mod tests {
         assert!(checked > 1000, "{checked}");
     }
 
+    /// Reduction kernels over `[kept, reduced]` loop dims: `sum`/`mean` of `value` (insts as
+    /// in a pointwise spec, without stores).
+    fn row_reduction(op: tensorplay_ir::ReduceOp, nin: usize, insts: Vec<Inst>) -> KernelSpec {
+        let value = insts.len() - 1;
+        KernelSpec {
+            rank: 2,
+            inputs: vec![DType::F32; nin],
+            outputs: vec![DType::F32],
+            insts,
+            kind: LoopKind::Reduce {
+                op,
+                value,
+                dims: vec![1],
+                keepdim: false,
+            },
+        }
+    }
+
+    /// Runs a row reduction over rows `[start, end)` of `rows x inner` (input `k` with row
+    /// stride `outer[k]`, inner stride `stride[k]`); returns the output buffer and the partials
+    /// (when asked for), as bits.
+    #[allow(clippy::too_many_arguments)]
+    fn run_rows(
+        entry: crate::codegen::cpu::KernelFn,
+        rows: usize,
+        inner: usize,
+        outer: &[usize],
+        stride: &[usize],
+        inputs: &[Vec<f32>],
+        (start, end): (usize, usize),
+        partials: bool,
+    ) -> (Vec<u32>, Vec<u64>) {
+        let mut out = vec![f32::from_bits(GUARD); rows + 4];
+        let mut parts = vec![u64::from(GUARD); rows + 4];
+        let mut ptrs: Vec<*mut u8> = inputs.iter().map(|v| v.as_ptr() as *mut u8).collect();
+        ptrs.push(out.as_mut_ptr() as *mut u8);
+        let shape = [rows as i64, inner as i64];
+        let mut strides: Vec<i64> = Vec::new();
+        for (&o, &s) in outer.iter().zip(stride) {
+            strides.extend([o as i64, s as i64]);
+        }
+        strides.extend([1, 0]);
+        let params = [0.3f32.to_bits() as u64];
+        let args = KernelArgs {
+            ptrs: ptrs.as_ptr(),
+            shape: shape.as_ptr(),
+            strides: strides.as_ptr(),
+            start: start as i64,
+            end: end as i64,
+            partials: if partials {
+                parts.as_mut_ptr() as *mut u8
+            } else {
+                std::ptr::null_mut()
+            },
+            params: params.as_ptr(),
+        };
+        // SAFETY: every input holds `(rows - 1) * outer + (inner - 1) * stride + 1` elements,
+        // the output and the partials `rows` (plus guard); `[start, end)` are rows.
+        unsafe { entry(&args) };
+        (out.iter().map(|x| x.to_bits()).collect(), parts)
+    }
+
+    #[test]
+    fn assembled_row_sums_match_cranelift_bit_for_bit() {
+        use ScalarOp::*;
+        use tensorplay_ir::ReduceOp::{Mean, Sum};
+        let levels: Vec<Level> = Level::ALL.into_iter().filter(|l| host_ready(*l)).collect();
+        if levels.is_empty() {
+            eprintln!("skipped: this host has neither AVX2 nor AVX-512 (or is not x86-64 Unix)");
+            return;
+        }
+        let load = |input| Inst::Load { input };
+        let param = Inst::Param {
+            index: 0,
+            dtype: DType::F32,
+        };
+        let mut programs = Vec::new();
+        for op in [Sum, Mean] {
+            programs.push(row_reduction(op, 1, vec![load(0)]));
+            programs.push(row_reduction(
+                op,
+                2,
+                vec![load(0), load(1), self::op(Mul, vec![0, 1])],
+            ));
+            programs.push(row_reduction(
+                op,
+                2,
+                vec![
+                    load(0),
+                    param.clone(),
+                    self::op(Add, vec![0, 1]),
+                    self::op(Relu, vec![2]),
+                    load(1),
+                    self::op(Sub, vec![3, 4]),
+                ],
+            ));
+            programs.push(row_reduction(
+                op,
+                1,
+                vec![
+                    load(0),
+                    konst(0.0),
+                    Inst::Op {
+                        op: Gt,
+                        args: vec![0, 1],
+                        compute: DType::F32,
+                        out: DType::Bool,
+                    },
+                    konst(-2.5),
+                    self::op(Where, vec![2, 0, 3]),
+                ],
+            ));
+        }
+        let cranelift = CodegenOptions { bulk_math: false };
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut checked = 0usize;
+        for spec in &programs {
+            let nin = spec.inputs.len();
+            let mut input_classes = vec![vec![StrideClass::Unit; nin]];
+            if nin > 1 {
+                let mut c = vec![StrideClass::Unit; nin];
+                c[nin - 1] = StrideClass::Zero;
+                input_classes.push(c);
+            }
+            for in_classes in input_classes {
+                let mut classes = in_classes.clone();
+                classes.push(StrideClass::Zero);
+                let layout = LoopLayout {
+                    dims: 2,
+                    reduced: 1,
+                    kept_inner: false,
+                    in_place: false,
+                    classes,
+                };
+                assert!(eligible(spec, &layout), "{spec} {layout}");
+                let reference = compile_with(spec, &layout, &cranelift).expect("cranelift");
+                for &level in &levels {
+                    let wide = imp::assemble(spec, &layout, level)
+                        .expect("assembles")
+                        .unwrap_or_else(|| panic!("{spec} {layout} assembles"));
+                    // SAFETY: see `finish_wide`.
+                    let entry: crate::codegen::cpu::KernelFn =
+                        unsafe { std::mem::transmute(wide.map.as_ptr()) };
+                    for &(rows, inner) in &[
+                        (1, 0),
+                        (3, 1),
+                        (2, 3),
+                        (3, 4),
+                        (2, 7),
+                        (2, 31),
+                        (3, 32),
+                        (2, 33),
+                        (2, 47),
+                        (4, 100),
+                        (1, 4095),
+                        (2, 4096),
+                        (1, 4097),
+                        (2, 2 * 4096 + 37),
+                    ] {
+                        let mut outer = Vec::new();
+                        let mut stride = Vec::new();
+                        let mut inputs = Vec::new();
+                        for c in &in_classes {
+                            let (o, s) = match c {
+                                StrideClass::Zero => (1 + rng.below(2), 0),
+                                _ => (inner + rng.below(3), 1),
+                            };
+                            let len = rows * o + inner * s + 1;
+                            outer.push(o);
+                            stride.push(s);
+                            let values = (0..len).map(|_| match rng.below(500) {
+                                0 => rng.value(),
+                                _ => (rng.below(2_000_001) as f32 - 1e6) / 250_000.0,
+                            });
+                            inputs.push(values.collect::<Vec<f32>>());
+                        }
+                        let a = rng.below(rows + 1);
+                        let b = rng.below(rows + 1);
+                        for range in [(0, rows), (a.min(b), a.max(b))] {
+                            for partials in [false, true] {
+                                let args = (rows, inner, &outer, &stride, &inputs, range);
+                                let got = run_rows(
+                                    entry, args.0, args.1, args.2, args.3, args.4, args.5, partials,
+                                );
+                                // SAFETY: `reference` was compiled for this spec and layout.
+                                let want = run_rows(
+                                    unsafe { reference.entry() },
+                                    rows,
+                                    inner,
+                                    &outer,
+                                    &stride,
+                                    &inputs,
+                                    range,
+                                    partials,
+                                );
+                                let nan = |x: u32| f32::from_bits(x).is_nan();
+                                let nan64 = |x: u64| f64::from_bits(x).is_nan();
+                                for (j, (g, w)) in got.0.iter().zip(&want.0).enumerate() {
+                                    assert!(
+                                        g == w || (nan(*g) && nan(*w)),
+                                        "{level:?} {spec}{layout} rows {rows} inner {inner} \
+                                         {range:?} partials {partials} row {j}: {g:#x} vs \
+                                         Cranelift {w:#x}"
+                                    );
+                                }
+                                for (j, (g, w)) in got.1.iter().zip(&want.1).enumerate() {
+                                    assert!(
+                                        g == w || (nan64(*g) && nan64(*w)),
+                                        "{level:?} {spec}{layout} rows {rows} inner {inner} \
+                                         {range:?} partial {j}: {g:#x} vs Cranelift {w:#x}"
+                                    );
+                                }
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 400, "{checked}");
+    }
+
     #[test]
     fn in_place_kernels_read_before_they_write() {
         // p = p - 0.5 * g, with p both input 0 and output 0.
@@ -1779,8 +2271,8 @@ mod tests {
             s,
             &layout(vec![StrideClass::Unit; s.inputs.len() + s.outputs.len()])
         )));
-        // A libm function (no bulk kernel), a cast, a strided operand, a reduction, f64 and
-        // three loop dims are not.
+        // A libm function (no bulk kernel), a cast, a strided operand, f64 and three loop dims
+        // are not.
         let libm = spec(
             1,
             1,
@@ -1818,13 +2310,45 @@ mod tests {
         let mut deep = unit2.clone();
         deep.dims = 3;
         assert!(!eligible(&p[0], &deep));
-        let mut reduce = p[0].clone();
-        reduce.kind = LoopKind::Reduce {
-            op: tensorplay_ir::ReduceOp::Sum,
-            value: 1,
-            dims: vec![0],
+        // Reductions: f32 sums and means of rows computed inline; not other reductions, not
+        // column mode, not a value needing a bulk kernel, not without a kept loop dim.
+        let rows = LoopLayout {
+            dims: 2,
+            reduced: 1,
+            kept_inner: false,
+            in_place: false,
+            classes: vec![StrideClass::Unit, StrideClass::Zero],
+        };
+        let sum = row_reduction(
+            tensorplay_ir::ReduceOp::Sum,
+            1,
+            vec![Inst::Load { input: 0 }],
+        );
+        assert!(eligible(&sum, &rows));
+        let mut amax = sum.clone();
+        amax.kind = LoopKind::Reduce {
+            op: tensorplay_ir::ReduceOp::Amax,
+            value: 0,
+            dims: vec![1],
             keepdim: false,
         };
-        assert!(!eligible(&reduce, &unit2));
+        assert!(!eligible(&amax, &rows));
+        let columns = LoopLayout {
+            kept_inner: true,
+            dims: 3,
+            ..rows.clone()
+        };
+        assert!(!eligible(&sum, &columns));
+        let exp = row_reduction(
+            tensorplay_ir::ReduceOp::Sum,
+            1,
+            vec![Inst::Load { input: 0 }, op(ScalarOp::Exp, vec![0])],
+        );
+        assert!(!eligible(&exp, &rows));
+        let one_dim = LoopLayout {
+            dims: 1,
+            ..rows.clone()
+        };
+        assert!(!eligible(&sum, &one_dim));
     }
 }
