@@ -1045,6 +1045,16 @@ mod imp {
             self.a.jz(tail)?;
             self.a.set_label(&mut main)?;
             self.body(s, Lanes::Full)?;
+            if s == 0 && self.plan.tile != usize::MAX {
+                // Staged kernels read their inputs in bursts (a tile, then bulk calls that
+                // touch no tensor memory): fetch the next tile's inputs while this one runs.
+                let ahead = 4 * self.plan.tile as i32;
+                for k in 0..self.layout.classes.len() {
+                    if let Some(p) = self.ptr_reg[k] {
+                        self.a.prefetcht0(byte_ptr(p + r11 * 4 + ahead))?;
+                    }
+                }
+            }
             self.a.add(r11, self.lanes as i32)?;
             self.a.cmp(r11, r10)?;
             self.a.jb(main)?;
