@@ -1045,9 +1045,12 @@ mod imp {
             self.a.jz(tail)?;
             self.a.set_label(&mut main)?;
             self.body(s, Lanes::Full)?;
-            if s == 0 && self.plan.tile != usize::MAX {
-                // Staged kernels read their inputs in bursts (a tile, then bulk calls that
-                // touch no tensor memory): fetch the next tile's inputs while this one runs.
+            if s + 1 == self.plan.stages && self.plan.tile != usize::MAX {
+                // Staged kernels touch tensor memory in bursts (a tile's stages, then bulk
+                // calls that touch none), which the hardware prefetcher does not keep ahead
+                // of at DRAM sizes: the last stage fetches the next tile's operands (outputs
+                // too, so their lines are owned before the stores). Not stage 0: with nothing
+                // to compute there (`a * sigmoid(a)`) the prefetches would come in one burst.
                 let ahead = 4 * self.plan.tile as i32;
                 for k in 0..self.layout.classes.len() {
                     if let Some(p) = self.ptr_reg[k] {
