@@ -559,7 +559,8 @@ mod imp {
             let (mut accs, mut temps, mut sums_at) = (Vec::new(), [0u8; 4], 0);
             if reduce.is_some() {
                 // Accumulators: the highest registers; four low ones (xmm-addressable) for
-                // combining them; the accumulators and the last partial vectors in memory.
+                // combining them, which may coincide with accumulators (those are stored to
+                // the frame before the combination starts) or body registers (idle then).
                 accs = body_regs.drain(..groups as usize).collect();
                 if first_body + 4 > 16 || body_regs.len() < 4 {
                     return Err(Refusal::TooLarge);
@@ -868,19 +869,21 @@ mod imp {
             let [t0, t1, t2, t3] = self.temps;
             let sums = self.sums_at;
             let rest_at = sums + 4 * SUM_LANES as i32;
-            let mut done = self.a.create_label();
-            let mut row = self.a.create_label();
-            let mut block = self.a.create_label();
-            let mut main = self.a.create_label();
-            let mut rest = self.a.create_label();
-            let mut combine = self.a.create_label();
-            let mut chunks = self.a.create_label();
-            let mut scalars = self.a.create_label();
-            let mut scalar = self.a.create_label();
-            let mut groups = self.a.create_label();
-            let mut finish = self.a.create_label();
-            let mut finalize = self.a.create_label();
-            let mut next = self.a.create_label();
+            let [
+                mut done,
+                mut row,
+                mut block,
+                mut main,
+                mut rest,
+                mut combine,
+                mut chunks,
+                mut scalars,
+                mut scalar,
+                mut groups,
+                mut finish,
+                mut finalize,
+                mut next,
+            ]: [CodeLabel; 13] = std::array::from_fn(|_| self.a.create_label());
 
             self.prologue(done)?;
             self.a.mov(rax, qword_ptr(r10 + offsets::PARTIALS))?;
