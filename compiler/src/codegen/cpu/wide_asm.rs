@@ -1055,11 +1055,19 @@ mod imp {
                 // too, so their lines are owned before the stores). Not stage 0: with nothing
                 // to compute there (`a * sigmoid(a)`) the prefetches would come in one burst.
                 let ahead = 4 * self.plan.tile as i32;
+                let mut skip = self.a.create_label();
+                if !self.wide {
+                    // An AVX2 vector is half a cache line: prefetch on every other one.
+                    self.a.test(r11d, 8)?;
+                    self.a.jnz(skip)?;
+                }
                 for k in 0..self.layout.classes.len() {
                     if let Some(p) = self.ptr_reg[k] {
                         self.a.prefetcht0(byte_ptr(p + r11 * 4 + ahead))?;
                     }
                 }
+                self.a.set_label(&mut skip)?;
+                self.a.zero_bytes()?;
             }
             self.a.add(r11, self.lanes as i32)?;
             self.a.cmp(r11, r10)?;
