@@ -1,5 +1,5 @@
-//! f32 pointwise kernels assembled directly at the host's full vector width: 8 lanes with AVX2,
-//! 16 with AVX-512.
+//! f32 pointwise kernels and row sums assembled directly at the host's full vector width: 8
+//! lanes with AVX2, 16 with AVX-512.
 //!
 //! Cranelift's x86-64 back end has only 128-bit vector types, so its kernels run f32 work 4
 //! lanes at a time; a chain of cheap IEEE operations (`x * 1.1 + 0.3`, `relu(x + b) + r`) is
@@ -19,12 +19,20 @@
 //! calls read and spills it to scratch slots on the stack (a unit-stride input is read by the
 //! call straight from the tensor), the calls run over the tile, stage 1 reloads their results,
 //! and so on. Each store happens in the stage where its value exists; values a later stage
-//! reads again are spilled once, loads are repeated (from L1).
+//! reads again are spilled once, loads are repeated (from L1). The last stage prefetches the
+//! next tile's operands (the bulk calls touch no tensor memory, so the hardware prefetcher
+//! alone falls behind at DRAM sizes).
+//!
+//! f32 sums and means of rows whose value is computed inline are assembled too, in the
+//! accumulation order of Cranelift's reduction kernels (32 lanes per block of 4096 elements:
+//! two zmm or four ymm accumulators, the block tail and the combination in the same order), so
+//! a compiled sum is the same bits whichever generator and ISA produced it.
 //!
 //! Assembling takes tens of microseconds against Cranelift's half millisecond. Everything
-//! else (other dtypes, casts, bool tensors, strided operands, deeper loop nests, reductions, softmax,
-//! in-place kernels with outlined operations) is compiled by Cranelift as before; [`assemble`]
-//! answers `None` for it.
+//! else (other dtypes, casts, bool tensors, strided operands, deeper loop nests, other
+//! reductions, column reductions, reductions of outlined values, softmax, in-place kernels
+//! with outlined operations) is compiled by Cranelift as before; [`assemble`] answers `None`
+//! for it.
 //!
 //! The kernel has the common entry `extern "C" fn(*const KernelArgs)` (System V, the only ABI
 //! it is built for) and honours every field a pointwise kernel reads: any `[start, end)` of the
