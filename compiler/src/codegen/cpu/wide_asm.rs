@@ -712,15 +712,7 @@ mod imp {
                 self.a.div(qword_ptr(rsp + INNER))?;
                 self.a.mov(qword_ptr(rsp + COL), rdx)?;
                 self.a.mov(rcx, rax)?;
-                for k in 0..nops {
-                    let outer = 8 * (2 * k as i32);
-                    self.a.mov(rax, qword_ptr(r11 + outer))?;
-                    self.a.shl(rax, 2)?;
-                    self.a.mov(qword_ptr(rsp + stride_slot(k)), rax)?;
-                    self.a.imul_2(rax, rcx)?;
-                    self.a.add(rax, qword_ptr(r8 + 8 * k as i32))?;
-                    self.a.mov(qword_ptr(rsp + row_slot(k)), rax)?;
-                }
+                self.row_addresses()?;
             } else {
                 self.a.mov(rax, qword_ptr(rsp + POS))?;
                 self.a.mov(qword_ptr(rsp + COL), rax)?;
@@ -784,10 +776,7 @@ mod imp {
             self.a.jge(done)?;
             self.a.mov(qword_ptr(rsp + COL), 0)?;
             if two_dims {
-                for k in 0..nops {
-                    self.a.mov(rax, qword_ptr(rsp + stride_slot(k)))?;
-                    self.a.add(qword_ptr(rsp + row_slot(k)), rax)?;
-                }
+                self.next_row_addresses()?;
             }
             self.a.jmp(row)?;
 
@@ -822,6 +811,29 @@ mod imp {
             self.a.mov(r8, qword_ptr(r10 + offsets::PTRS))?;
             self.a.mov(r9, qword_ptr(r10 + offsets::SHAPE))?;
             self.a.mov(r11, qword_ptr(r10 + offsets::STRIDES))?;
+            Ok(())
+        }
+
+        /// Two loop dims: each operand's row stride in bytes and the address of row `rcx`'s
+        /// element 0, from `ptrs` in `r8` and `strides` in `r11` (as the prologue leaves them).
+        fn row_addresses(&mut self) -> Emit {
+            for k in 0..self.layout.classes.len() {
+                self.a.mov(rax, qword_ptr(r11 + 16 * k as i32))?;
+                self.a.shl(rax, 2)?;
+                self.a.mov(qword_ptr(rsp + stride_slot(k)), rax)?;
+                self.a.imul_2(rax, rcx)?;
+                self.a.add(rax, qword_ptr(r8 + 8 * k as i32))?;
+                self.a.mov(qword_ptr(rsp + row_slot(k)), rax)?;
+            }
+            Ok(())
+        }
+
+        /// Steps every operand's row address to the next row.
+        fn next_row_addresses(&mut self) -> Emit {
+            for k in 0..self.layout.classes.len() {
+                self.a.mov(rax, qword_ptr(rsp + stride_slot(k)))?;
+                self.a.add(qword_ptr(rsp + row_slot(k)), rax)?;
+            }
             Ok(())
         }
 
@@ -898,16 +910,8 @@ mod imp {
             self.a.mov(qword_ptr(rsp + PARTIALS_AT), rax)?;
             self.a.mov(rax, qword_ptr(r9 + 8))?;
             self.a.mov(qword_ptr(rsp + INNER), rax)?;
-            // Each operand's row address at `start` and row stride in bytes.
             self.a.mov(rcx, qword_ptr(rsp + POS))?;
-            for k in 0..nops {
-                self.a.mov(rax, qword_ptr(r11 + 16 * k as i32))?;
-                self.a.shl(rax, 2)?;
-                self.a.mov(qword_ptr(rsp + stride_slot(k)), rax)?;
-                self.a.imul_2(rax, rcx)?;
-                self.a.add(rax, qword_ptr(r8 + 8 * k as i32))?;
-                self.a.mov(qword_ptr(rsp + row_slot(k)), rax)?;
-            }
+            self.row_addresses()?;
             self.fixed_values()?;
 
             // One row: r11 walks its r9 elements.
@@ -1036,10 +1040,7 @@ mod imp {
             self.a.mov(qword_ptr(rsp + POS), rax)?;
             self.a.cmp(rax, qword_ptr(rsp + END))?;
             self.a.jge(done)?;
-            for k in 0..nops {
-                self.a.mov(rax, qword_ptr(rsp + stride_slot(k)))?;
-                self.a.add(qword_ptr(rsp + row_slot(k)), rax)?;
-            }
+            self.next_row_addresses()?;
             self.a.jmp(row)?;
 
             self.epilogue(&mut done)
@@ -1063,9 +1064,9 @@ mod imp {
                 // too, so their lines are owned before the stores). Not stage 0: with nothing
                 // to compute there (`a * sigmoid(a)`) the prefetches would come in one burst.
                 let ahead = 4 * self.plan.tile as i32;
-                let mut skip = self.a.create_label();
-                if !self.wide {
-                    // An AVX2 vector is half a cache line: prefetch on every other one.
+                // An AVX2 vector is half a cache line: prefetch on every other one.
+                let mut skip = (!self.wide).then(|| self.a.create_label());
+                if let Some(skip) = skip {
                     self.a.test(r11d, 8)?;
                     self.a.jnz(skip)?;
                 }
@@ -1074,8 +1075,9 @@ mod imp {
                         self.a.prefetcht0(byte_ptr(p + r11 * 4 + ahead))?;
                     }
                 }
-                self.a.set_label(&mut skip)?;
-                self.a.zero_bytes()?;
+                if let Some(skip) = skip.as_mut() {
+                    self.a.set_label(skip)?;
+                }
             }
             self.a.add(r11, self.lanes as i32)?;
             self.a.cmp(r11, r10)?;
