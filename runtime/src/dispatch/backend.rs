@@ -33,10 +33,17 @@ fn any_fake(args: &[Value]) -> bool {
 pub(super) fn run_builtin(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
     let device = super::common_device(op.name, args)?;
     let fake = device == Device::Meta || any_fake(args);
-    if !fake && device != Device::Cpu {
+    // Views only re-describe memory, so they work on every device; computing ops have CPU
+    // kernels only.
+    if !fake && device != Device::Cpu && !matches!(op.kernel, Kernel::View(_)) {
         return Err(Error::device(
             op.name,
-            format!("no kernel for device {device} in this build (built-in ops run on cpu)"),
+            format!(
+                "built-in op {} has no kernel for {device} yet (built-in eager ops run on cpu; \
+                 copy the tensors with to_device(Device::Cpu), or use a custom op with a `cuda` \
+                 kernel)",
+                op.name
+            ),
         ));
     }
     let a = Args::new(op.name, args);

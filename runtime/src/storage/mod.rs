@@ -1,5 +1,5 @@
-//! Reference-counted tensor storage: a byte buffer (or none, for fake and meta tensors) plus the
-//! version counter that every in-place write bumps.
+//! Reference-counted tensor storage: a host buffer, device memory on a CUDA device, or nothing
+//! (fake and meta tensors), plus the version counter that every in-place write bumps.
 
 pub mod allocator;
 
@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use allocator::Buffer;
+
+use crate::cuda::memory::DeviceBuffer;
 
 /// Shared storage behind one or more tensor views.
 ///
@@ -20,50 +22,75 @@ use allocator::Buffer;
 pub struct Storage(Arc<StorageImpl>);
 
 struct StorageImpl {
-    /// `None` for fake/meta storage: shapes only, no data.
-    buffer: Option<Buffer>,
+    data: Data,
     bytes: usize,
     version: AtomicU64,
+}
+
+/// Where a storage's bytes live.
+enum Data {
+    /// Fake/meta storage: shapes only, no data.
+    None,
+    /// Host memory.
+    Host(Buffer),
+    /// Memory of a CUDA device.
+    Cuda(DeviceBuffer),
 }
 
 impl Storage {
     /// Uninitialized storage of `bytes` bytes, or `None` when the allocation fails.
     pub(crate) fn uninit(bytes: usize) -> Option<Storage> {
-        Some(Storage::with_buffer(
-            Some(Buffer::try_new(bytes, false)?),
+        Some(Storage::with_data(
+            Data::Host(Buffer::try_new(bytes, false)?),
             bytes,
         ))
     }
 
     /// Zero-filled storage of `bytes` bytes, or `None` when the allocation fails.
     pub(crate) fn zeroed(bytes: usize) -> Option<Storage> {
-        Some(Storage::with_buffer(
-            Some(Buffer::try_new(bytes, true)?),
+        Some(Storage::with_data(
+            Data::Host(Buffer::try_new(bytes, true)?),
             bytes,
         ))
     }
 
     /// Storage with no data, for fake and meta tensors.
     pub(crate) fn fake(bytes: usize) -> Storage {
-        Storage::with_buffer(None, bytes)
+        Storage::with_data(Data::None, bytes)
     }
 
-    fn with_buffer(buffer: Option<Buffer>, bytes: usize) -> Storage {
+    /// Storage of `bytes` bytes over the device memory `buffer` (at least that large).
+    pub(crate) fn cuda(buffer: DeviceBuffer, bytes: usize) -> Storage {
+        Storage::with_data(Data::Cuda(buffer), bytes)
+    }
+
+    fn with_data(data: Data, bytes: usize) -> Storage {
         Storage(Arc::new(StorageImpl {
-            buffer,
+            data,
             bytes,
             version: AtomicU64::new(0),
         }))
     }
 
-    /// Base pointer, or `None` for fake storage.
+    /// Host base pointer, or `None` for fake and device storage.
     pub(crate) fn ptr(&self) -> Option<*mut u8> {
-        self.0.buffer.as_ref().map(|b| b.as_ptr())
+        match &self.0.data {
+            Data::Host(b) => Some(b.as_ptr()),
+            Data::None | Data::Cuda(_) => None,
+        }
+    }
+
+    /// The device memory of a CUDA storage.
+    pub(crate) fn device_buffer(&self) -> Option<&DeviceBuffer> {
+        match &self.0.data {
+            Data::Cuda(b) => Some(b),
+            Data::None | Data::Host(_) => None,
+        }
     }
 
     /// True when this storage holds no data.
     pub fn is_fake(&self) -> bool {
-        self.0.buffer.is_none()
+        matches!(self.0.data, Data::None)
     }
 
     /// Size in bytes.

@@ -28,6 +28,10 @@ impl Tensor {
                 format!("tensor has dtype {}, requested {}", self.dtype(), T::DTYPE),
             ));
         }
+        if matches!(self.device(), tensorplay_ir::Device::Cuda(_)) && !self.is_fake() {
+            // Values of a CUDA tensor are read from a host copy.
+            return self.to_device(tensorplay_ir::Device::Cpu)?.read_out(op);
+        }
         // Reading data records nothing, even for a non-contiguous tensor that requires grad.
         let _g = crate::autograd::no_grad();
         let src = self.contiguous()?;

@@ -107,6 +107,15 @@ impl fmt::Display for Tensor {
         if self.is_fake() {
             return write!(f, "tensor(<fake {}>)", self.meta());
         }
+        let device = self.device();
+        if device != tensorplay_ir::Device::Cpu {
+            // Device values print from a host copy, with the device named (as PyTorch does).
+            let Ok(host) = self.to_device(tensorplay_ir::Device::Cpu) else {
+                return write!(f, "tensor(<unreadable {}>)", self.meta());
+            };
+            let text = host.to_string();
+            return write!(f, "{}, device='{device}')", &text[..text.len() - 1]);
+        }
         let dtype = self.dtype();
         let values = if dtype == DType::Bool {
             self.to_vec::<bool>().map(Values::Bool)

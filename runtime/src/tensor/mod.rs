@@ -324,6 +324,16 @@ impl Tensor {
                 "cannot read the data of a batched tensor inside vmap",
             ));
         }
+        if self.0.storage.device_buffer().is_some() {
+            return Err(Error::device(
+                op,
+                format!(
+                    "tensor {} is in device memory, which CPU code cannot read; copy it with \
+                     to_device(Device::Cpu) first",
+                    self.meta()
+                ),
+            ));
+        }
         let base = self.0.storage.ptr().ok_or_else(|| {
             if crate::capture::current().is_some() {
                 // The user's closure is being traced on shape-only proxies.

@@ -1,0 +1,132 @@
+//! The real CUDA driver, through cudarc's `result` layer (`libcuda.so.1` loaded at run time).
+//!
+//! Each device gets its primary context (retained on first use, never released: it lives as
+//! long as the process) and one non-blocking stream. Every operation makes the context current
+//! on the calling thread first, so any thread may use any device. All work of a device —
+//! copies, memsets, kernel launches — is ordered on its one stream, which is what lets the
+//! caching allocator hand a freed block to the next tensor without waiting: whatever still uses
+//! the block was queued before whatever will use it next.
+
+use std::ffi::c_void;
+
+use cudarc::driver::{result, sys};
+
+/// A driver error as text (the error's name and description).
+fn describe(what: &str, e: result::DriverError) -> String {
+    let name = e
+        .error_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("{:?}", e.0));
+    let text = e
+        .error_string()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!("{what} failed: {name} ({text})")
+}
+
+/// Number of devices the driver reports; an error when there is no driver or it fails.
+pub(super) fn probe() -> Result<usize, String> {
+    // SAFETY: only tries to open the driver library (libloading), with no other effect.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("no CUDA driver library (libcuda.so.1) was found".into());
+    }
+    result::init().map_err(|e| describe("cuInit", e))?;
+    let n = result::device::get_count().map_err(|e| describe("cuDeviceGetCount", e))?;
+    if n <= 0 {
+        return Err("the CUDA driver reports no devices".into());
+    }
+    Ok(n as usize)
+}
+
+/// One device's primary context and stream.
+pub(crate) struct Context {
+    ctx: sys::CUcontext,
+    stream: sys::CUstream,
+}
+
+// SAFETY: CUDA contexts and streams are process-wide driver objects that every thread may use
+// (the driver API is thread-safe); the handles are plain pointers that are never freed.
+unsafe impl Send for Context {}
+// SAFETY: as above; no method mutates the handles themselves.
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// Retains device `index`'s primary context and creates its stream.
+    pub(super) fn new(index: usize) -> Result<Context, String> {
+        let dev = result::device::get(index as i32).map_err(|e| describe("cuDeviceGet", e))?;
+        // SAFETY: `dev` came from `cuDeviceGet`.
+        let ctx = unsafe { result::primary_ctx::retain(dev) }
+            .map_err(|e| describe("cuDevicePrimaryCtxRetain", e))?;
+        // SAFETY: `ctx` is the live primary context just retained.
+        unsafe { result::ctx::set_current(ctx) }.map_err(|e| describe("cuCtxSetCurrent", e))?;
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(|e| describe("cuStreamCreate", e))?;
+        Ok(Context { ctx, stream })
+    }
+
+    fn bind(&self) -> Result<(), String> {
+        // SAFETY: the context was retained in `new` and is never released.
+        unsafe { result::ctx::set_current(self.ctx) }.map_err(|e| describe("cuCtxSetCurrent", e))
+    }
+
+    /// The stream every operation of this device is queued on (a `CUstream`).
+    pub(super) fn stream(&self) -> *mut c_void {
+        self.stream.cast()
+    }
+
+    pub(super) fn alloc(&self, bytes: usize) -> Result<u64, String> {
+        self.bind()?;
+        // SAFETY: a plain allocation in the current (bound) context.
+        unsafe { result::malloc_sync(bytes) }.map_err(|e| describe("cuMemAlloc", e))
+    }
+
+    /// Frees `ptr` after the stream's queued work (which may still use it) has finished.
+    pub(super) fn free(&self, ptr: u64) -> Result<(), String> {
+        self.synchronize()?;
+        // SAFETY: `ptr` came from `alloc` on this context and nothing uses it any more.
+        unsafe { result::free_sync(ptr) }.map_err(|e| describe("cuMemFree", e))
+    }
+
+    pub(super) fn synchronize(&self) -> Result<(), String> {
+        self.bind()?;
+        // SAFETY: the stream was created in `new` and is never destroyed.
+        unsafe { result::stream::synchronize(self.stream) }
+            .map_err(|e| describe("cuStreamSynchronize", e))
+    }
+
+    /// Copies `src` to device address `dst`, waiting until the copy is done (so `src` may be
+    /// freed right after).
+    ///
+    /// # Safety
+    /// `dst..dst + src.len()` must be device memory of this context.
+    pub(super) unsafe fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<(), String> {
+        self.bind()?;
+        // SAFETY: the caller guarantees the destination range; `src` is a live host slice.
+        unsafe { result::memcpy_htod_async(dst, src, self.stream) }
+            .map_err(|e| describe("cuMemcpyHtoDAsync", e))?;
+        self.synchronize()
+    }
+
+    /// Copies device memory at `src` into `dst` after the stream's queued work.
+    ///
+    /// # Safety
+    /// `src..src + dst.len()` must be device memory of this context.
+    pub(super) unsafe fn copy_to_host(&self, dst: &mut [u8], src: u64) -> Result<(), String> {
+        self.bind()?;
+        // SAFETY: the caller guarantees the source range; `dst` is a live host slice.
+        unsafe { result::memcpy_dtoh_async(dst, src, self.stream) }
+            .map_err(|e| describe("cuMemcpyDtoHAsync", e))?;
+        self.synchronize()
+    }
+
+    /// Queues zeroing `bytes` bytes at `dst`.
+    ///
+    /// # Safety
+    /// The range must be device memory of this context.
+    pub(super) unsafe fn zero(&self, dst: u64, bytes: usize) -> Result<(), String> {
+        self.bind()?;
+        // SAFETY: the caller guarantees the range.
+        unsafe { result::memset_d8_async(dst, 0, bytes, self.stream) }
+            .map_err(|e| describe("cuMemsetD8Async", e))
+    }
+}
