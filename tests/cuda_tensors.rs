@@ -231,3 +231,102 @@ fn concurrent_copies_keep_their_data() {
         }
     });
 }
+
+/// `a` and `b` agree within `tol` (relative, with an absolute floor for values near zero).
+fn close(a: &Tensor, b: &Tensor, tol: f64) -> Result<()> {
+    assert_eq!(a.shape(), b.shape());
+    let (x, y) = (a.to_vec_f64()?, b.to_vec_f64()?);
+    for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+        assert!(
+            (p - q).abs() <= tol * (1.0 + q.abs()) || (p.is_nan() && q.is_nan()),
+            "element {i}: {p} vs {q}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn compiled_regions_run_as_cuda_kernels_on_the_device() -> Result<()> {
+    devices();
+    // Pointwise with a broadcast bias, a row reduction and softmax rows: three kernel classes.
+    let f = tensorplay::compiler::compile(|xs: &[Tensor]| {
+        let h = xs[0].mul(&xs[1])?.add(&xs[2])?.relu()?;
+        let rows = h.sum(&[1], false)?;
+        let mean = xs[0].exp()?.mean(&[0], true)?;
+        Ok(vec![h.clone(), rows, xs[0].softmax(1)?, mean])
+    });
+    for (m, n) in [(3, 5), (17, 40), (64, 129)] {
+        let x = Tensor::randn_seeded(&[m, n], DType::F32, 1)?;
+        let w = Tensor::randn_seeded(&[m, n], DType::F32, 2)?;
+        let b = Tensor::randn_seeded(&[n], DType::F32, 3)?;
+        let want = f.call(&[x.clone(), w.clone(), b.clone()])?;
+        let on_gpu: Vec<Tensor> = [&x, &w, &b]
+            .iter()
+            .map(|t| t.to_device(GPU))
+            .collect::<Result<_>>()?;
+        let got = f.call(&on_gpu)?;
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.device(), GPU, "outputs stay on the device");
+            close(g, w, 1e-5)?;
+        }
+        // A transposed (non-contiguous) device input runs the same kernels with its strides.
+        let xt = x.t()?.contiguous()?.to_device(GPU)?.t()?;
+        let got = f.call(&[xt, on_gpu[1].clone(), on_gpu[2].clone()])?;
+        close(&got[0], &want[0], 1e-6)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn compiled_graphs_keep_custom_cuda_kernels_and_constants_on_the_device() -> Result<()> {
+    devices();
+    let shift = custom_op("cuda_test::shift")
+        .arg_names(&["x"])
+        .build(|x: Tensor| -> Result<Tensor> { x.add_scalar(10.0) })?;
+    shift.register_kernel(&["cuda"], |x: Tensor| -> Result<Tensor> {
+        assert!(x.is_contiguous());
+        let out = Tensor::zeros_on(x.shape(), x.dtype(), x.device())?;
+        let (src, dst) = (
+            x.data_ptr_cuda()? as *const f32,
+            out.data_ptr_cuda()? as *mut f32,
+        );
+        for i in 0..x.numel() {
+            // SAFETY: contiguous f32 tensors of `numel` elements in (emulated) host memory.
+            unsafe { *dst.add(i) = *src.add(i) + 10.0 };
+        }
+        Ok(out)
+    })?;
+    shift.register_fake(|x: Tensor| -> Result<Tensor> { Ok(Tensor::empty_like(&x)) })?;
+    let table = Tensor::from_vec(vec![0.5f32, -1.0, 2.0, 4.0], &[4])?;
+    // The same program for inputs on `device`, its tensor constant there too.
+    let program = |device: Device| -> Result<tensorplay::compiler::CompiledFn> {
+        let (op, table) = (shift.clone(), table.to_device(device)?);
+        Ok(tensorplay::compiler::compile(move |xs: &[Tensor]| {
+            let a = xs[0].mul_scalar(2.0)?.add(&table)?; // region 1, with a tensor constant
+            let b = op.call1(&[a.into()])?; // a barrier: the op's cpu or cuda kernel
+            Ok(vec![b.tanh()?]) // region 2
+        }))
+    };
+    let x = Tensor::randn_seeded(&[3, 4], DType::F32, 7)?;
+    let want = program(Device::Cpu)?.call(std::slice::from_ref(&x))?;
+    let got = program(GPU)?.call(&[x.to_device(GPU)?])?;
+    assert_eq!(got[0].device(), GPU);
+    close(&got[0], &want[0], 1e-6)?;
+    Ok(())
+}
+
+#[test]
+fn compiled_graphs_with_builtin_barriers_on_the_device_fail_clearly() -> Result<()> {
+    devices();
+    let f = tensorplay::compiler::compile(|xs: &[Tensor]| Ok(vec![xs[0].matmul(&xs[0])?.relu()?]));
+    let x = Tensor::ones(&[4, 4], DType::F32).to_device(GPU)?;
+    let e = f.call(&[x]).unwrap_err().to_string();
+    assert!(e.contains("matmul") && e.contains("cuda:0"), "{e}");
+    // Inputs on two devices.
+    let f = tensorplay::compiler::compile(|xs: &[Tensor]| Ok(vec![xs[0].add(&xs[1])?]));
+    let a = Tensor::ones(&[4], DType::F32).to_device(Device::Cuda(0))?;
+    let b = Tensor::ones(&[4], DType::F32).to_device(Device::Cuda(1))?;
+    assert!(f.call(&[a, b]).is_err());
+    Ok(())
+}

@@ -32,7 +32,9 @@ use tensorplay_runtime::{Scalar, Tensor, Value};
 
 use crate::arena::{Arena, Slots};
 use crate::codegen::cache;
-use crate::codegen::cpu::{CompiledKernel, LaunchPlan, PlanKey, ScalarArgs, plan as plan_launch};
+use crate::codegen::cpu::{
+    CompiledKernel, LaunchPlan, PlanKey, ScalarArgs, plan as plan_launch, plan_on,
+};
 use crate::codegen::kernel::{KernelSpec, Lit, LoopKind, LoweredRegion, lower};
 use crate::passes::{BufferPlan, FusionPlan, RegionKind, Step, buffer_plan, dce, fusion, logging};
 
@@ -291,14 +293,24 @@ fn attr_value(a: &Attr) -> Value {
     }
 }
 
-/// The tensor a constant node stands for (scalars become wrapped Rust scalars, as captured).
+/// The tensor a constant node stands for (scalars become wrapped Rust scalars, as captured,
+/// which stay on the host whatever the graph's device); tensor constants of a CUDA graph are
+/// copied to its device once, here.
 fn constant_tensor(c: &Constant, device: Device) -> Result<Tensor> {
-    if device != Device::Cpu {
+    if device == Device::Meta {
         return Err(Error::compile(
             CompileKind::Launch,
             format!("constants on {device} are not supported"),
         ));
     }
+    let t = host_constant(c)?;
+    if device == Device::Cpu || t.is_wrapped_scalar() {
+        return Ok(t);
+    }
+    t.to_device(device)
+}
+
+fn host_constant(c: &Constant) -> Result<Tensor> {
     Ok(match c {
         Constant::Float { value, dtype } => {
             let t = Tensor::wrapped_scalar(Scalar::Float(*value));
@@ -324,6 +336,36 @@ fn constant_tensor(c: &Constant, device: Device) -> Result<Tensor> {
             Tensor::from_slice(data, shape)?.to_dtype(*dtype)?
         }
     })
+}
+
+/// The CUDA device the inputs live on, `None` when none does; an error when they mix devices
+/// (a CUDA device with the CPU or another CUDA device).
+fn cuda_device(inputs: &[Tensor]) -> Result<Option<Device>> {
+    let mut found: Option<Device> = None;
+    for t in inputs {
+        if let Device::Cuda(_) = t.device() {
+            match found {
+                Some(d) if d != t.device() => {
+                    return Err(Error::device(
+                        "compiled function",
+                        format!("inputs on {d} and {}: move them to one device", t.device()),
+                    ));
+                }
+                _ => found = Some(t.device()),
+            }
+        }
+    }
+    if let Some(d) = found
+        && let Some(t) = inputs
+            .iter()
+            .find(|t| t.device() != d && !t.is_wrapped_scalar())
+    {
+        return Err(Error::device(
+            "compiled function",
+            format!("inputs on {d} and {}: move them to one device", t.device()),
+        ));
+    }
+    Ok(found)
 }
 
 impl CompiledGraph {
@@ -984,6 +1026,10 @@ impl CompiledGraph {
             let _ac = tensorplay_runtime::autocast::suspend();
             return self.interpret_accepted(inputs, &shapes.syms);
         }
+        if let Some(device) = cuda_device(inputs)? {
+            let _ac = tensorplay_runtime::autocast::suspend();
+            return self.run_on_device(inputs, shapes, device);
+        }
         if let (Some(sole), [Exec::Region(r)]) = (&self.sole, self.steps.as_slice())
             && let Some(region_inputs) = &sole.inputs
         {
@@ -1009,6 +1055,7 @@ impl CompiledGraph {
         let region_inputs = sole.inputs.as_ref()?;
         if (is_grad_enabled() && inputs.iter().any(Tensor::requires_grad))
             || crate::codegen::hook::current().is_some()
+            || inputs.iter().any(|t| t.device() != Device::Cpu)
         {
             return None;
         }
@@ -1088,6 +1135,66 @@ impl CompiledGraph {
             }
         }
         Ok(outs)
+    }
+
+    /// The steps of one call on a CUDA device: regions launch their CUDA kernels on fresh
+    /// device outputs (the arena holds host memory, so it is not used), other nodes go through
+    /// the dispatcher (custom ops with a `cuda` kernel, views; built-in computing ops have no
+    /// CUDA kernels yet and say so).
+    fn run_on_device(
+        &self,
+        inputs: &[Tensor],
+        shapes: &ShapeEntry,
+        device: Device,
+    ) -> Result<Vec<Tensor>> {
+        let mut env = self.env_with_inputs(inputs);
+        for (si, step) in self.steps.iter().enumerate() {
+            match step {
+                Exec::Node(call) => {
+                    Self::call_node(call, &mut env, &shapes.syms)?;
+                    self.check_node_outputs(call, &shapes.shapes, &env)?;
+                }
+                Exec::Region(r) => {
+                    let outs: SmallVec<[Tensor; 4]> = r
+                        .outs
+                        .iter()
+                        // SAFETY: the region kernel launched below writes every element of
+                        // each output before anything reads it (later work on the device's
+                        // stream, or a copy to the host, which waits for the stream).
+                        .map(|&o| unsafe {
+                            tensorplay_runtime::cuda::empty_uninit(
+                                &shapes.shapes[o],
+                                self.dtypes[o],
+                                device,
+                            )
+                        })
+                        .collect::<Result<_>>()?;
+                    {
+                        let mut in_refs: SmallVec<[&Tensor; 8]> = SmallVec::new();
+                        for &i in &r.ins {
+                            in_refs.push(env[i].as_ref().ok_or_else(|| {
+                                Error::compile(
+                                    CompileKind::Launch,
+                                    format!("region input {i} not computed"),
+                                )
+                            })?);
+                        }
+                        let out_refs: SmallVec<[&Tensor; 4]> = outs.iter().collect();
+                        let spec = &r.lowered.spec;
+                        let iter_shape = Some(&shapes.shapes[r.iter_value][..]);
+                        let plan = plan_on(spec, &in_refs, &out_refs, iter_shape, device)?;
+                        crate::codegen::cuda::launch::launch(spec, &plan, &r.params, device)?;
+                    }
+                    for (&o, t) in r.outs.iter().zip(outs) {
+                        env[o] = Some(t);
+                    }
+                }
+            }
+            for &v in &self.dies_after[si] {
+                env[v] = None;
+            }
+        }
+        self.collect_outputs(&env)
     }
 
     /// The steps of one call, intermediates in the arena's `slots`.

@@ -40,6 +40,7 @@ pub(super) fn probe() -> Result<usize, String> {
 
 /// One device's primary context and stream.
 pub(crate) struct Context {
+    dev: sys::CUdevice,
     ctx: sys::CUcontext,
     stream: sys::CUstream,
 }
@@ -61,7 +62,7 @@ impl Context {
         unsafe { result::ctx::set_current(ctx) }.map_err(|e| describe("cuCtxSetCurrent", e))?;
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
             .map_err(|e| describe("cuStreamCreate", e))?;
-        Ok(Context { ctx, stream })
+        Ok(Context { dev, ctx, stream })
     }
 
     fn bind(&self) -> Result<(), String> {
@@ -128,5 +129,66 @@ impl Context {
         // SAFETY: the caller guarantees the range.
         unsafe { result::memset_d8_async(dst, 0, bytes, self.stream) }
             .map_err(|e| describe("cuMemsetD8Async", e))
+    }
+
+    /// The device's compute capability (major, minor).
+    pub(super) fn compute_capability(&self) -> Result<(i32, i32), String> {
+        use sys::CUdevice_attribute::*;
+        let get = |a| {
+            // SAFETY: `dev` came from `cuDeviceGet`.
+            unsafe { result::device::get_attribute(self.dev, a) }
+                .map_err(|e| describe("cuDeviceGetAttribute", e))
+        };
+        Ok((
+            get(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            get(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ))
+    }
+
+    /// Loads a PTX module and looks up `entry` in it; the module stays loaded for the process.
+    pub(super) fn load_ptx(&self, ptx: &str, entry: &str) -> Result<usize, String> {
+        self.bind()?;
+        let image = std::ffi::CString::new(ptx).map_err(|_| "the PTX text contains a NUL byte")?;
+        let name =
+            std::ffi::CString::new(entry).map_err(|_| "the entry name contains a NUL byte")?;
+        // SAFETY: `image` is a NUL-terminated PTX image, alive for the call.
+        let module = unsafe { result::module::load_data(image.as_ptr().cast()) }
+            .map_err(|e| describe("cuModuleLoadData", e))?;
+        // SAFETY: `module` was just loaded and is never unloaded.
+        let f = unsafe { result::module::get_function(module, name) }
+            .map_err(|e| describe(&format!("cuModuleGetFunction({entry})"), e))?;
+        Ok(f as usize)
+    }
+
+    /// Queues `function` (from `load_ptx`) on the stream with one by-value struct argument
+    /// whose bytes are `args`.
+    ///
+    /// # Safety
+    /// The kernel's parameter must be a struct of `args.len()` 8-byte fields, and every device
+    /// address in it must be valid for what the kernel accesses.
+    pub(super) unsafe fn launch(
+        &self,
+        function: usize,
+        grid: u32,
+        block: u32,
+        shared_bytes: u32,
+        args: &[u64],
+    ) -> Result<(), String> {
+        self.bind()?;
+        // The driver copies the parameter when the launch is queued, so `args` may go after.
+        let mut params = [args.as_ptr().cast_mut().cast::<c_void>()];
+        // SAFETY: the caller guarantees the kernel's signature and its memory accesses;
+        // `function` is a live `CUfunction` of this context.
+        unsafe {
+            result::launch_kernel(
+                function as sys::CUfunction,
+                (grid, 1, 1),
+                (block, 1, 1),
+                shared_bytes,
+                self.stream,
+                &mut params,
+            )
+        }
+        .map_err(|e| describe("cuLaunchKernel", e))
     }
 }

@@ -33,6 +33,7 @@
 pub(crate) mod device;
 #[cfg(feature = "cuda")]
 mod driver;
+mod kernel;
 pub(crate) mod memory;
 mod transfer;
 
@@ -41,6 +42,7 @@ use std::sync::OnceLock;
 use tensorplay_ir::{Device, Error, Result};
 
 use device::{CudaDevice, Engine};
+pub use kernel::{DeviceFunction, compute_capability, launch, load_ptx};
 pub use memory::cache_limit_bytes;
 pub use transfer::empty_uninit;
 

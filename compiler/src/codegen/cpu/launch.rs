@@ -41,6 +41,9 @@ pub struct LaunchPlan {
     /// Element strides, operand-major (`operands * dims`).
     strides: Vec<i64>,
     ptrs: Ptrs,
+    /// Where the operands live: `ptrs` are host addresses on the CPU, device addresses on a
+    /// CUDA device (such a plan is only handed to the CUDA launcher).
+    device: Device,
     /// Pointwise: elements; reductions and softmax: rows (kept points).
     range: usize,
     /// Elements per unit of `range` (1 for pointwise, the row length otherwise).
@@ -150,6 +153,11 @@ impl LaunchPlan {
         &self.ptrs
     }
 
+    /// The device the operands live on (what the pointers address).
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
     /// Pointwise: elements; reductions and softmax: rows (kept points).
     pub fn range(&self) -> usize {
         self.range
@@ -184,7 +192,13 @@ impl LaunchPlan {
 
 /// Checks an operand's dtype and device and returns its data pointer. The argument name for
 /// the error (`input k` / `output k`) is only built on the error path: this runs on every launch.
-fn check_tensor(t: &Tensor, k: usize, output: bool, want: DType) -> Result<*mut u8> {
+fn check_tensor(
+    t: &Tensor,
+    k: usize,
+    output: bool,
+    want: DType,
+    device: Device,
+) -> Result<*mut u8> {
     let what = || format!("{} {k}", if output { "output" } else { "input" });
     if t.dtype() != want {
         return Err(Error::argument(
@@ -194,24 +208,33 @@ fn check_tensor(t: &Tensor, k: usize, output: bool, want: DType) -> Result<*mut 
             format!("a {} tensor", t.dtype()),
         ));
     }
-    if t.device() != Device::Cpu {
+    if t.device() != device {
         return Err(Error::device(
             OP,
             format!(
-                "{} is on {}, but CPU kernels need CPU tensors",
+                "{} is on {}, but the kernel runs on {device}",
                 what(),
                 t.device()
             ),
         ));
     }
-    t.data_ptr_raw()
+    match device {
+        // A device address, carried as a pointer the CPU never dereferences.
+        Device::Cuda(_) => Ok(t.data_ptr_cuda()? as *mut u8),
+        _ => t.data_ptr_raw(),
+    }
 }
 
 /// The operand count check and the data pointers of every operand (inputs, then outputs),
 /// their dtypes and devices checked against `spec`; and whether some output of a pointwise
 /// kernel is exactly an input's elements (the layout is then
 /// [in place](LoopLayout::in_place)). Any other overlap of an output with an input is an error.
-fn bind(spec: &KernelSpec, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<(Ptrs, bool)> {
+fn bind(
+    spec: &KernelSpec,
+    inputs: &[&Tensor],
+    outputs: &[&Tensor],
+    device: Device,
+) -> Result<(Ptrs, bool)> {
     if inputs.len() != spec.inputs.len() || outputs.len() != spec.outputs.len() {
         return Err(Error::argument(
             OP,
@@ -226,10 +249,10 @@ fn bind(spec: &KernelSpec, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<(P
     }
     let mut ptrs = Ptrs::new();
     for (k, (t, &d)) in inputs.iter().zip(&spec.inputs).enumerate() {
-        ptrs.push(check_tensor(t, k, false, d)?);
+        ptrs.push(check_tensor(t, k, false, d, device)?);
     }
     for (k, (t, &d)) in outputs.iter().zip(&spec.outputs).enumerate() {
-        ptrs.push(check_tensor(t, k, true, d)?);
+        ptrs.push(check_tensor(t, k, true, d, device)?);
     }
     let n_in = inputs.len();
     let pointwise = matches!(spec.kind, LoopKind::Pointwise);
@@ -328,7 +351,19 @@ pub fn plan(
     outputs: &[&Tensor],
     iter_shape: Option<&[usize]>,
 ) -> Result<LaunchPlan> {
-    let (ptrs, in_place) = bind(spec, inputs, outputs)?;
+    plan_on(spec, inputs, outputs, iter_shape, Device::Cpu)
+}
+
+/// [`plan`] for operands on `device` (all of them there): on a CUDA device the plan carries
+/// device addresses, for the CUDA launcher.
+pub(crate) fn plan_on(
+    spec: &KernelSpec,
+    inputs: &[&Tensor],
+    outputs: &[&Tensor],
+    iter_shape: Option<&[usize]>,
+    device: Device,
+) -> Result<LaunchPlan> {
+    let (ptrs, in_place) = bind(spec, inputs, outputs, device)?;
     let rank = spec.rank;
     // The iteration shape.
     let shape: SmallVec<[usize; 8]> = match (iter_shape, &spec.kind) {
@@ -544,6 +579,7 @@ pub fn plan(
         shape: all.iter().map(|d| d.0 as i64).collect(),
         strides,
         ptrs,
+        device,
         range,
         per_unit: if matches!(spec.kind, LoopKind::Pointwise) {
             1
@@ -687,6 +723,12 @@ impl CompiledKernel {
     /// code that made the plan from tensors it still borrows may use them; callers outside keep
     /// detached plans and go through [`CompiledKernel::relaunch`], which binds fresh tensors.
     pub(crate) fn launch_plan(&self, p: &LaunchPlan, params: &ScalarArgs) -> Result<()> {
+        if p.device != Device::Cpu {
+            return Err(Error::device(
+                OP,
+                format!("a plan over {} tensors cannot run a CPU kernel", p.device),
+            ));
+        }
         self.run_plan(p, &p.ptrs, params)
     }
 
@@ -718,7 +760,7 @@ impl CompiledKernel {
                 format!("{OP}: a launch plan made for another kernel spec"),
             ));
         }
-        let (ptrs, in_place) = bind(spec, inputs, outputs)?;
+        let (ptrs, in_place) = bind(spec, inputs, outputs, Device::Cpu)?;
         if in_place && !p.layout.in_place {
             // Aliased operands need the in-place variant of the kernel: plan anew.
             return Ok(false);

@@ -16,6 +16,7 @@
 
 mod emit;
 pub mod emulate;
+pub(crate) mod launch;
 pub mod nvrtc;
 
 use std::collections::HashMap;
