@@ -4,17 +4,21 @@
 #   scripts/gpu-check.sh build   here: builds the GPU test binaries (no CUDA toolkit needed) into
 #                                target/gpu-check/, stripped so the bundle stays well under the
 #                                64 MiB a device run carries.
-#   scripts/gpu-check.sh run     on the GPU machine: runs them. The device queries must find the
-#                                GPU (TP_EXPECT_GPU=1); the kernel check compiles every generated
-#                                kernel of the op-table sweep with the NVRTC found there and runs
-#                                them under the host emulation. Output: $OUT/gpu-check.log.
+#   scripts/gpu-check.sh run     on the GPU machine: runs them. The device tests must find the
+#                                GPU (TP_EXPECT_GPU=1): tensors copy to the device and back,
+#                                compiled graphs launch their regions as NVRTC-compiled kernels on
+#                                cuda:0 and match the CPU (pointwise, reductions, softmax, W3, W6),
+#                                and fused W3/W6 at 2^28 elements print their bandwidth against a
+#                                device-to-device copy (TP_GPU_BENCH=1). The kernel check then
+#                                compiles every generated kernel of the op-table sweep with the
+#                                NVRTC found there and runs them under the host emulation.
+#                                Output: $OUT/gpu-check.log.
 #
 # One device call does the second step:
 #   run(command="bash scripts/gpu-check.sh run", carry=["target/gpu-check"], timeout_s=400)
 #
-# What it does not do yet: launch generated kernels on the device (CUDA tensors and the launch
-# path are not implemented), so no compiled-vs-eager comparison on hardware and no bandwidth
-# numbers; see docs/PERFORMANCE.md.
+# The compiled-on-device comparison needs an NVRTC library on the GPU machine (found below and
+# passed as TP_NVRTC).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=target/gpu-check
@@ -29,7 +33,9 @@ build() {
   bin=$(cargo test --release -p tensorplay-compiler --test cuda --no-run 2>&1 \
     | grep -o 'target/release/deps/cuda-[0-9a-f]*' | head -n 1)
   cp "$bin" "$bundle/cuda_kernels"
-  strip --strip-debug "$bundle"/cuda_devices "$bundle"/cuda_kernels
+  # All symbols go: with them the two binaries (each links the whole compiler) weigh ~66 MB,
+  # over the 64 MiB a device run carries; stripped, ~47 MB.
+  strip --strip-all "$bundle"/cuda_devices "$bundle"/cuda_kernels
   du -sh "$bundle"
   echo "gpu-check: bundle ready in $bundle (carry it to the GPU machine and run: bash scripts/gpu-check.sh run)"
 }
@@ -40,11 +46,12 @@ run() {
   {
     echo "== $(date -u +%FT%TZ) gpu-check on $(hostname)"
     nvidia-smi -L || echo "nvidia-smi: not available"
-    echo "== device queries (TP_EXPECT_GPU=${TP_EXPECT_GPU:-1})"
-    TP_EXPECT_GPU=${TP_EXPECT_GPU:-1} "$bundle/cuda_devices" --nocapture
     local nvrtc
     nvrtc=$(find / \( -name 'libnvrtc.so.13' -o -name 'libnvrtc.so.12' \) -not -path '/proc/*' \
       2>/dev/null | head -n 1 || true)
+    echo "== device tests (TP_EXPECT_GPU=${TP_EXPECT_GPU:-1}, NVRTC ${nvrtc:-none found})"
+    TP_EXPECT_GPU=${TP_EXPECT_GPU:-1} TP_GPU_BENCH=1 TP_NVRTC="$nvrtc" \
+      "$bundle/cuda_devices" --nocapture --test-threads=1
     echo "== generated kernels: NVRTC (${nvrtc:-none found}) and the host emulation"
     if [ -n "$nvrtc" ]; then
       TP_NVRTC="$nvrtc" TP_REQUIRE_NVRTC=1 "$bundle/cuda_kernels" --nocapture

@@ -62,3 +62,145 @@ fn moving_a_tensor_to_cuda_round_trips_or_is_a_clear_error() {
     assert!(x.to_device(Device::Cpu).unwrap().equal(&x).unwrap());
     assert_eq!(x.to_device(Device::Meta).unwrap().device(), Device::Meta);
 }
+
+/// W3 of the anchors: `relu(x + bias) + r`.
+fn w3(xs: &[Tensor]) -> tensorplay::Result<Vec<Tensor>> {
+    Ok(vec![xs[0].add(&xs[1])?.relu()?.add(&xs[2])?])
+}
+
+/// W6 of the anchors: `sqrt(abs((((x*1.1+0.3)*x-0.7)/(x*x+1))+x))`.
+fn w6(xs: &[Tensor]) -> tensorplay::Result<Vec<Tensor>> {
+    let x = &xs[0];
+    let num = x
+        .mul_scalar(1.1)?
+        .add_scalar(0.3)?
+        .mul(x)?
+        .sub_scalar(0.7)?;
+    let den = x.mul(x)?.add_scalar(1.0)?;
+    Ok(vec![num.div(&den)?.add(x)?.abs()?.sqrt()?])
+}
+
+/// The largest relative difference between two tensors' values (NaN matching NaN).
+fn max_rel_diff(a: &Tensor, b: &Tensor) -> f64 {
+    let (x, y) = (a.to_vec_f64().unwrap(), b.to_vec_f64().unwrap());
+    assert_eq!(x.len(), y.len());
+    x.iter()
+        .zip(&y)
+        .filter(|(p, q)| !(p.is_nan() && q.is_nan()))
+        .map(|(p, q)| (p - q).abs() / (1.0 + q.abs()))
+        .fold(0.0, f64::max)
+}
+
+/// On a GPU machine: compiled graphs whose inputs are on `cuda:0` launch their regions as
+/// NVRTC-compiled kernels on the device, and match the same graphs on the CPU (pointwise with
+/// broadcasts, row and column reductions, softmax rows, W3 and W6), at sizes that take the
+/// vector path and its tail. Skips without a device.
+#[test]
+fn compiled_regions_on_a_gpu_match_the_cpu() {
+    if !cuda::is_available() || cuda::is_emulated() {
+        println!("cuda: no GPU, compiled-on-device check skipped");
+        return;
+    }
+    let gpu = Device::Cuda(0);
+    let programs: Vec<(&str, tensorplay::compiler::CompiledFn)> = vec![
+        ("w3", tensorplay::compiler::compile(w3)),
+        (
+            "w6",
+            tensorplay::compiler::compile(|xs: &[Tensor]| w6(&xs[..1])),
+        ),
+        (
+            "reductions",
+            tensorplay::compiler::compile(|xs: &[Tensor]| {
+                let h = xs[0].mul(&xs[2])?;
+                Ok(vec![
+                    h.sum(&[1], false)?,
+                    h.mean(&[0], true)?,
+                    xs[0].softmax(1)?,
+                ])
+            }),
+        ),
+    ];
+    let mut checked = 0;
+    for (rows, cols) in [(1, 7), (33, 1024), (1000, 1027), (4096, 1024)] {
+        let x = Tensor::randn_seeded(&[rows, cols], DType::F32, 1).unwrap();
+        let bias = Tensor::randn_seeded(&[cols], DType::F32, 2).unwrap();
+        let r = Tensor::randn_seeded(&[rows, cols], DType::F32, 3).unwrap();
+        let host = [x, bias, r];
+        let dev: Vec<Tensor> = host.iter().map(|t| t.to_device(gpu).unwrap()).collect();
+        for (name, f) in &programs {
+            let want = f.call(&host).unwrap();
+            let got = f.call(&dev).unwrap();
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.device(), gpu);
+                let d = max_rel_diff(g, w);
+                assert!(
+                    d <= 1e-5,
+                    "{name} at [{rows}, {cols}]: max relative difference {d}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    cuda::synchronize(gpu).unwrap();
+    println!("cuda-device: {checked} compiled outputs on {gpu} matched the CPU");
+}
+
+/// Median seconds of `f` over `reps` runs, each ended by a device synchronization.
+fn median_secs(reps: usize, mut f: impl FnMut()) -> f64 {
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            f();
+            cuda::synchronize(Device::Cuda(0)).unwrap();
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[reps / 2]
+}
+
+/// On a GPU machine with `TP_GPU_BENCH=1` (set by `scripts/gpu-check.sh`): the bandwidth of
+/// fused W3 and W6 at 2^28 f32 elements as a fraction of a device-to-device copy of one input
+/// measured in the same run (a copy moves 8 bytes per element; W3 moves 12, W6 8). Prints; asserts
+/// nothing about speed.
+#[test]
+fn fused_bandwidth_on_a_gpu() {
+    if !cuda::is_available()
+        || cuda::is_emulated()
+        || std::env::var("TP_GPU_BENCH").map_or(true, |v| v != "1")
+    {
+        println!("cuda: bandwidth check skipped (needs a GPU and TP_GPU_BENCH=1)");
+        return;
+    }
+    let gpu = Device::Cuda(0);
+    let n: usize = 1 << 28;
+    let cols = 1024;
+    let x = Tensor::rand_seeded(&[n / cols, cols], DType::F32, 1)
+        .unwrap()
+        .to_device(gpu)
+        .unwrap();
+    let bias = Tensor::rand_seeded(&[cols], DType::F32, 2)
+        .unwrap()
+        .to_device(gpu)
+        .unwrap();
+    let r = Tensor::rand_seeded(&[n / cols, cols], DType::F32, 3)
+        .unwrap()
+        .to_device(gpu)
+        .unwrap();
+    let copy = median_secs(7, || drop(x.clone_on_device().unwrap()));
+    let copy_gbs = 8.0 * n as f64 / copy / 1e9;
+    println!("gpu-bandwidth: device-to-device copy {copy_gbs:.0} GB/s (2^28 f32)");
+    let f3 = tensorplay::compiler::compile(w3);
+    let f6 = tensorplay::compiler::compile(w6);
+    let ins3 = [x.clone(), bias, r];
+    let ins6 = [x];
+    for (name, f, ins, bytes) in [("W3", &f3, &ins3[..], 12.0), ("W6", &f6, &ins6[..], 8.0)] {
+        drop(f.call(ins).unwrap()); // compile and load
+        let secs = median_secs(7, || drop(f.call(ins).unwrap()));
+        let gbs = bytes * n as f64 / secs / 1e9;
+        println!(
+            "gpu-bandwidth: {name} fused {gbs:.0} GB/s = {:.2} of the copy",
+            gbs / copy_gbs
+        );
+    }
+}

@@ -128,6 +128,28 @@ impl CudaDevice {
         }
     }
 
+    /// Copies `bytes` bytes within the device (queued on its stream).
+    ///
+    /// # Safety
+    /// Both ranges must lie in live allocations of this device and must not overlap.
+    pub(crate) unsafe fn copy_on_device(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: usize,
+    ) -> Result<(), String> {
+        match &self.engine {
+            #[cfg(feature = "cuda")]
+            // SAFETY: forwarded contract.
+            Engine::Driver(c) => unsafe { c.copy_on_device(dst, src, bytes) },
+            Engine::Emulated => {
+                // SAFETY: the caller guarantees both ranges and that they are disjoint.
+                unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes) };
+                Ok(())
+            }
+        }
+    }
+
     /// Zeroes `bytes` bytes at `dst`.
     ///
     /// # Safety

@@ -120,6 +120,22 @@ impl Context {
         self.synchronize()
     }
 
+    /// Queues a device-to-device copy of `bytes` bytes.
+    ///
+    /// # Safety
+    /// Both ranges must be device memory of this context.
+    pub(super) unsafe fn copy_on_device(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: usize,
+    ) -> Result<(), String> {
+        self.bind()?;
+        // SAFETY: the caller guarantees both ranges.
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream) }
+            .map_err(|e| describe("cuMemcpyDtoDAsync", e))
+    }
+
     /// Queues zeroing `bytes` bytes at `dst`.
     ///
     /// # Safety

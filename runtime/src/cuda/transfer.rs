@@ -190,6 +190,54 @@ impl Tensor {
         view.contiguous()
     }
 
+    /// A copy of this contiguous CUDA tensor in new memory of its device, made by the device's
+    /// copy engine (a device-to-device `memcpy`, the bandwidth reference of the GPU check).
+    /// Non-contiguous tensors are an error: gathering strided elements needs a kernel, which
+    /// built-in eager ops do not have on CUDA yet.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{cuda, DType, Device, Tensor};
+    /// cuda::use_emulated_devices(1)?;
+    /// let x = Tensor::arange(0.0, 6.0, 1.0, DType::F32)?.to_device(Device::Cuda(0))?;
+    /// let y = x.clone_on_device()?;
+    /// assert!(!y.storage().same(x.storage()) && y.equal(&x)?);
+    /// assert!(x.reshape(&[2, 3])?.t()?.clone_on_device().is_err());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn clone_on_device(&self) -> Result<Tensor> {
+        const OP: &str = "clone_on_device";
+        let device = self.device();
+        let src = self.data_ptr_cuda().map_err(|_| {
+            Error::device(
+                OP,
+                format!("tensor {} is not a CUDA tensor with data", self.meta()),
+            )
+        })?;
+        if !self.is_contiguous() {
+            return Err(Error::unsupported(
+                OP,
+                format!(
+                    "tensor {} is not contiguous (strided copies on CUDA need a kernel)",
+                    self.meta()
+                ),
+            ));
+        }
+        let bytes = checked_nbytes(OP, self.shape(), self.dtype())?;
+        let (storage, dst) = alloc(OP, device, bytes)?;
+        if bytes > 0 {
+            let d = super::device(OP, device)?;
+            // SAFETY: `src` addresses this contiguous tensor's `bytes` bytes; `dst` a fresh
+            // block of at least `bytes` bytes on the same device.
+            unsafe { d.copy_on_device(dst, src, bytes) }.map_err(|e| fail(OP, device, e))?;
+        }
+        Ok(Tensor::contiguous_over(
+            storage,
+            self.shape(),
+            self.dtype(),
+            device,
+        ))
+    }
+
     /// Device address of element `[0, .., 0]` of a CUDA tensor (a `CUdeviceptr`; on an emulated
     /// device, a host address), for `cuda` kernels of custom ops. Work on it belongs on the
     /// device's stream ([`crate::cuda::stream`]). An error for tensors elsewhere.

@@ -52,7 +52,7 @@ fn err(msg: impl Into<String>) -> Error {
 fn candidates() -> Vec<PathBuf> {
     let names = ["libnvrtc.so.12", "libnvrtc.so.13", "libnvrtc.so"];
     let mut v = Vec::new();
-    if let Some(p) = std::env::var_os("TP_NVRTC") {
+    if let Some(p) = std::env::var_os("TP_NVRTC").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         if p.is_dir() {
             v.extend(names.iter().map(|n| p.join(n)));
