@@ -184,15 +184,21 @@ impl Tensor {
         dtype: DType,
     ) -> Result<Tensor> {
         let bytes = checked_nbytes("from_recycled_storage", shape, dtype)?;
-        if storage.is_fake() || storage.nbytes() < bytes {
+        if storage.is_fake() || storage.device_buffer().is_some() || storage.nbytes() < bytes {
             return Err(Error::argument(
                 "from_recycled_storage",
                 "storage",
-                format!("a real storage of at least {bytes} bytes"),
+                format!("a host storage of at least {bytes} bytes"),
                 format!(
                     "{} bytes{}",
                     storage.nbytes(),
-                    if storage.is_fake() { " (fake)" } else { "" }
+                    if storage.is_fake() {
+                        " (fake)"
+                    } else if storage.device_buffer().is_some() {
+                        " (device memory)"
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }
