@@ -350,3 +350,64 @@ fn compiled_graphs_with_builtin_barriers_on_the_device_fail_clearly() -> Result<
     assert!(f.call(&[a, b]).is_err());
     Ok(())
 }
+
+#[test]
+fn run_into_updates_device_tensors_in_place() -> Result<()> {
+    use tensorplay::compiler::capture::{CaptureOptions, capture};
+    use tensorplay::compiler::tp_compile;
+    use tensorplay::ir::TensorMeta;
+    devices();
+    if !can_emulate_kernels() {
+        return Ok(());
+    }
+    let meta = TensorMeta::new(&[5], DType::F32, GPU);
+    let g = capture(
+        |xs| Ok(vec![xs[0].mul_scalar(2.0)?.add_scalar(1.0)?]),
+        &[meta],
+        CaptureOptions::default(),
+    )?;
+    let compiled = tp_compile(&g)?;
+    let x = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0, 4.0], &[5])?.to_device(GPU)?;
+    let before = x.version();
+    compiled.run_into(std::slice::from_ref(&x), std::slice::from_ref(&x))?;
+    assert_eq!(x.to_vec::<f32>()?, vec![1.0, 3.0, 5.0, 7.0, 9.0]);
+    assert!(x.version() > before);
+    // A destination on the host is refused, naming the devices.
+    let e = compiled
+        .run_into(std::slice::from_ref(&x), &[Tensor::zeros(&[5], DType::F32)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cuda:0") && e.contains("cpu"), "{e}");
+    Ok(())
+}
+
+#[test]
+fn gpu_kernels_do_not_run_on_emulated_devices() -> Result<()> {
+    use tensorplay::library::{GpuImage, GpuKernel, LaunchArg, triton_op, wrap_triton};
+    devices();
+    let kernel = wrap_triton(GpuKernel {
+        name: "k_ptx".into(),
+        entry: "k".into(),
+        image: GpuImage::Ptx(".version 8.0\n.target sm_90\n".into()),
+        num_warps: 4,
+        shared_mem_bytes: 0,
+    });
+    let op =
+        triton_op("cuda_test::k")
+            .arg_names(&["x"])
+            .build(move |x: Tensor| -> Result<Tensor> {
+                let out = Tensor::zeros_on(x.shape(), x.dtype(), x.device())?;
+                kernel.launch([1, 1, 1], &[LaunchArg::In(x), LaunchArg::Out(out.clone())])?;
+                Ok(out)
+            })?;
+    let x = Tensor::ones(&[4], DType::F32);
+    let e = op
+        .call1(&[x.to_device(GPU)?.into()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("emulated") && e.contains("cuda:0"), "{e}");
+    // Host tensors are refused, naming the kernel.
+    let e = op.call1(&[x.into()]).unwrap_err().to_string();
+    assert!(e.contains("k_ptx") && e.contains("CUDA"), "{e}");
+    Ok(())
+}

@@ -1169,25 +1169,7 @@ impl CompiledGraph {
                             )
                         })
                         .collect::<Result<_>>()?;
-                    {
-                        let mut in_refs: SmallVec<[&Tensor; 8]> = SmallVec::new();
-                        for &i in &r.ins {
-                            in_refs.push(env[i].as_ref().ok_or_else(|| {
-                                Error::compile(
-                                    CompileKind::Launch,
-                                    format!("region input {i} not computed"),
-                                )
-                            })?);
-                        }
-                        let out_refs: SmallVec<[&Tensor; 4]> = outs.iter().collect();
-                        let spec = &r.lowered.spec;
-                        let iter_shape = Some(&shapes.shapes[r.iter_value][..]);
-                        let plan = plan_on(spec, &in_refs, &out_refs, iter_shape, device)?;
-                        crate::codegen::cuda::launch::launch(spec, &plan, &r.params, device)?;
-                    }
-                    for (&o, t) in r.outs.iter().zip(outs) {
-                        env[o] = Some(t);
-                    }
+                    self.launch_region(r, &shapes.shapes, &mut env, outs, device)?;
                 }
             }
             for &v in &self.dies_after[si] {
@@ -1286,7 +1268,8 @@ impl CompiledGraph {
     /// must be a real tensor of the output's shape and dtype; it may be exactly an input's
     /// elements (same address, dtype, shape and strides: an update in place, run by the
     /// kernel's in-place variant), and any other overlap with an input is an error. Each
-    /// destination's version counter is bumped.
+    /// destination's version counter is bumped. Inputs and destinations on a CUDA device run the
+    /// region's CUDA kernel there.
     pub fn run_into(&self, inputs: &[Tensor], dests: &[Tensor]) -> Result<()> {
         let err = |msg: String| Error::compile(CompileKind::Launch, format!("run_into: {msg}"));
         let [Exec::Region(r)] = self.steps.as_slice() else {
@@ -1333,7 +1316,8 @@ impl CompiledGraph {
         let _ac = tensorplay_runtime::autocast::suspend();
         let mut env = self.env_with_inputs(inputs);
         let outs = order.iter().map(|&k| dests[k].clone()).collect();
-        self.launch_region(r, &shapes.shapes, &mut env, outs)?;
+        let device = cuda_device(inputs)?.unwrap_or(Device::Cpu);
+        self.launch_region(r, &shapes.shapes, &mut env, outs, device)?;
         for d in dests {
             d.storage().bump_version();
         }
@@ -1390,16 +1374,18 @@ impl CompiledGraph {
             // before anything reads it; if the launch fails, `outs` are dropped unread.
             .map(|&o| unsafe { slots.tensor(self.slot_of_id[o], &shapes[o], self.dtypes[o]) })
             .collect::<Result<_>>()?;
-        self.launch_region(r, shapes, env, outs)
+        self.launch_region(r, shapes, env, outs, Device::Cpu)
     }
 
-    /// Launches region `r` writing `outs`, then binds them in `env`.
+    /// Launches region `r` writing `outs` (all operands on `device`: its CPU kernel, or its
+    /// CUDA kernel on a CUDA device), then binds them in `env`.
     fn launch_region(
         &self,
         r: &RegionRun,
         shapes: &[Shape],
         env: &mut [Option<Tensor>],
         outs: SmallVec<[Tensor; 4]>,
+        device: Device,
     ) -> Result<()> {
         // The operand references borrow `env` and `outs` until the launch is done.
         {
@@ -1413,7 +1399,14 @@ impl CompiledGraph {
                 })?);
             }
             let out_refs: SmallVec<[&Tensor; 4]> = outs.iter().collect();
-            self.launch(r, &shapes[r.iter_value], &in_refs, &out_refs)?;
+            let iter_shape = &shapes[r.iter_value];
+            if device == Device::Cpu {
+                self.launch(r, iter_shape, &in_refs, &out_refs)?;
+            } else {
+                let spec = &r.lowered.spec;
+                let plan = plan_on(spec, &in_refs, &out_refs, Some(iter_shape), device)?;
+                crate::codegen::cuda::launch::launch(spec, &plan, &r.params, device)?;
+            }
         }
         for (&o, t) in r.outs.iter().zip(outs) {
             env[o] = Some(t);

@@ -8,7 +8,9 @@ use tensorplay_runtime::{DType, Device, Error, Tensor, manual_seed};
 
 type R = tensorplay_runtime::Result<()>;
 
-/// Serializes the tests that watch allocator counters (tests in this binary run in parallel).
+/// Serializes the tests that watch allocator counters or draw from the global generator (tests in
+/// this binary run in parallel; a draw between `manual_seed` and the next draw breaks the
+/// reproducibility check).
 static ALLOC_LOCK: Mutex<()> = Mutex::new(());
 
 #[test]
@@ -194,6 +196,8 @@ fn from_vec_and_scalar() -> R {
 
 #[test]
 fn like_factories_copy_shape_and_dtype() -> R {
+    // `rand_like`/`randn_like` below draw from the global generator.
+    let _l = ALLOC_LOCK.lock().unwrap();
     let base = Tensor::from_vec(vec![1i32, 2, 3, 4, 5, 6], &[2, 3])?.t()?;
     for t in [
         Tensor::zeros_like(&base),
@@ -221,8 +225,8 @@ fn like_factories_copy_shape_and_dtype() -> R {
 
 #[test]
 fn seeded_random_numbers_are_reproducible_and_well_distributed() -> R {
-    // The only test in this binary that uses the global generator. Its large buffers would
-    // disturb the allocator-counter tests, hence the lock.
+    // The generator's sequence after `manual_seed` must not be disturbed by another test's
+    // draw, and its large buffers would disturb the allocator-counter tests, hence the lock.
     let _l = ALLOC_LOCK.lock().unwrap();
     manual_seed(1234);
     let a = Tensor::rand(&[64], DType::F32)?.to_vec::<f32>()?;

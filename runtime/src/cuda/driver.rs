@@ -161,48 +161,66 @@ impl Context {
         ))
     }
 
-    /// Loads a PTX module and looks up `entry` in it; the module stays loaded for the process.
-    pub(super) fn load_ptx(&self, ptx: &str, entry: &str) -> Result<usize, String> {
+    /// Loads a module image (PTX text, NUL-terminated, or a cubin) and looks up `entry` in it;
+    /// the module stays loaded for the process. `shared_bytes` above the 48 KiB default opts
+    /// the function into that much dynamic shared memory.
+    pub(super) fn load_module(
+        &self,
+        image: &[u8],
+        entry: &str,
+        shared_bytes: u32,
+    ) -> Result<usize, String> {
         self.bind()?;
-        let image = std::ffi::CString::new(ptx).map_err(|_| "the PTX text contains a NUL byte")?;
         let name =
             std::ffi::CString::new(entry).map_err(|_| "the entry name contains a NUL byte")?;
-        // SAFETY: `image` is a NUL-terminated PTX image, alive for the call.
+        // SAFETY: `image` is a complete module image (the caller NUL-terminates PTX), alive for
+        // the call.
         let module = unsafe { result::module::load_data(image.as_ptr().cast()) }
             .map_err(|e| describe("cuModuleLoadData", e))?;
         // SAFETY: `module` was just loaded and is never unloaded.
         let f = unsafe { result::module::get_function(module, name) }
             .map_err(|e| describe(&format!("cuModuleGetFunction({entry})"), e))?;
+        if shared_bytes > 48 * 1024 {
+            use sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            // SAFETY: `f` is the live function just looked up.
+            unsafe {
+                result::function::set_function_attribute(
+                    f,
+                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared_bytes as i32,
+                )
+            }
+            .map_err(|e| describe("cuFuncSetAttribute", e))?;
+        }
         Ok(f as usize)
     }
 
-    /// Queues `function` (from `load_ptx`) on the stream with one by-value struct argument
-    /// whose bytes are `args`.
+    /// Queues `function` (from `load_module`) on the stream; `params[i]` points at the value of
+    /// the kernel's parameter `i`.
     ///
     /// # Safety
-    /// The kernel's parameter must be a struct of `args.len()` 8-byte fields, and every device
-    /// address in it must be valid for what the kernel accesses.
+    /// `params` must match the kernel's parameter list, and every device address among the
+    /// values must be valid for what the kernel accesses.
     pub(super) unsafe fn launch(
         &self,
         function: usize,
-        grid: u32,
-        block: u32,
+        grid: [u32; 3],
+        block: [u32; 3],
         shared_bytes: u32,
-        args: &[u64],
+        params: &mut [*mut c_void],
     ) -> Result<(), String> {
         self.bind()?;
-        // The driver copies the parameter when the launch is queued, so `args` may go after.
-        let mut params = [args.as_ptr().cast_mut().cast::<c_void>()];
-        // SAFETY: the caller guarantees the kernel's signature and its memory accesses;
-        // `function` is a live `CUfunction` of this context.
+        // The driver copies the parameter values when the launch is queued.
+        // SAFETY: the caller guarantees the parameters and memory accesses; `function` is a
+        // live `CUfunction` of this context.
         unsafe {
             result::launch_kernel(
                 function as sys::CUfunction,
-                (grid, 1, 1),
-                (block, 1, 1),
+                (grid[0], grid[1], grid[2]),
+                (block[0], block[1], block[2]),
                 shared_bytes,
                 self.stream,
-                &mut params,
+                params,
             )
         }
         .map_err(|e| describe("cuLaunchKernel", e))

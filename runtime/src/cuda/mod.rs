@@ -42,7 +42,7 @@ use std::sync::OnceLock;
 use tensorplay_ir::{Device, Error, Result};
 
 use device::{CudaDevice, Engine};
-pub use kernel::{DeviceFunction, compute_capability, launch, load_ptx};
+pub use kernel::{DeviceFunction, ModuleImage, compute_capability, launch, load_module, load_ptx};
 pub use memory::cache_limit_bytes;
 pub use transfer::empty_uninit;
 

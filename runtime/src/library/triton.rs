@@ -7,12 +7,14 @@
 //! tensors the op declared as mutated or to tensors the body allocated itself.
 
 use std::cell::RefCell;
+use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
 
 use rayon::prelude::*;
-use tensorplay_ir::{DType, Error, Result};
+use tensorplay_ir::{DType, Device, Error, Result};
 
+use crate::cuda;
 use crate::parallel;
 use crate::tensor::Tensor;
 
@@ -186,7 +188,15 @@ pub enum GpuImage {
 }
 
 /// A compiled GPU kernel (e.g. from Triton's ahead-of-time output): image, entry point and launch
-/// metadata. It runs through the CUDA backend; builds without it report an error on launch.
+/// metadata. A launch loads the image once per device (`cuda::load_module`) and queues it on
+/// the stream of the device its tensor arguments live on, with `num_warps * 32` threads per
+/// block and `shared_mem_bytes` of dynamic shared memory.
+///
+/// Parameters follow the arguments in order, one 8-byte value each: a tensor is its device
+/// address (element 0; tensors must be contiguous CUDA tensors on one device), an `Int` a
+/// little-endian 64-bit integer (so it also fills an `i32` parameter when it fits), a `Float`
+/// an `f32` (Triton's scalar floats). Tensors elsewhere, emulated devices (which run no PTX) and
+/// builds without the `cuda` feature are errors naming the kernel.
 #[derive(Debug, Clone)]
 pub struct GpuKernel {
     pub name: String,
@@ -201,11 +211,90 @@ impl GridLauncher for GpuKernel {
         &self.name
     }
 
-    fn launch(&self, _grid: [u32; 3], _args: &[LaunchArg]) -> Result<()> {
-        Err(Error::unsupported(
-            &self.name,
-            "launching GPU kernels needs the CUDA backend, which this build does not include",
-        ))
+    fn launch(&self, grid: [u32; 3], args: &[LaunchArg]) -> Result<()> {
+        let name = self.name.as_str();
+        let mut device = None;
+        for (k, a) in args.iter().enumerate() {
+            let (LaunchArg::In(t) | LaunchArg::Out(t)) = a else {
+                continue;
+            };
+            if !matches!(t.device(), Device::Cuda(_)) || t.is_fake() {
+                return Err(Error::unsupported(
+                    name,
+                    format!(
+                        "GPU kernels launch on CUDA tensors; argument {k} is {} (move it with \
+                         to_device(Device::Cuda(i)))",
+                        t.meta()
+                    ),
+                ));
+            }
+            match device {
+                Some(d) if d != t.device() => {
+                    return Err(Error::device(
+                        name,
+                        format!("tensor arguments on {d} and {}", t.device()),
+                    ));
+                }
+                _ => device = Some(t.device()),
+            }
+            if !t.is_contiguous() {
+                return Err(Error::argument(
+                    name,
+                    "args",
+                    "contiguous tensors",
+                    format!("argument {k} with strides {:?}", t.strides()),
+                ));
+            }
+        }
+        let device = device.ok_or_else(|| {
+            Error::unsupported(
+                name,
+                "a GPU kernel needs a CUDA tensor argument to know its device (CUDA)",
+            )
+        })?;
+        if !(1..=32).contains(&self.num_warps) || grid.contains(&0) {
+            return Err(Error::argument(
+                name,
+                "num_warps, grid",
+                "1..=32 warps and a grid of at least one block per dim",
+                format!("{} warps, grid {grid:?}", self.num_warps),
+            ));
+        }
+        let image = match &self.image {
+            GpuImage::Ptx(text) => cuda::ModuleImage::Ptx(text),
+            GpuImage::Cubin(bytes) => cuda::ModuleImage::Cubin(bytes),
+        };
+        let f = cuda::load_module(device, image, &self.entry, self.shared_mem_bytes)?;
+        let mut values = args
+            .iter()
+            .map(|a| match a {
+                LaunchArg::In(t) | LaunchArg::Out(t) => t.data_ptr_cuda(),
+                LaunchArg::Int(v) => Ok(*v as u64),
+                LaunchArg::Float(v) => Ok(u64::from((*v as f32).to_bits())),
+            })
+            .collect::<Result<Vec<u64>>>()?;
+        let mut params: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| (v as *mut u64).cast::<c_void>())
+            .collect();
+        // SAFETY: the kernel's parameters are the arguments in order (the documented
+        // convention, which the kernel's author matches); the device addresses are of live,
+        // contiguous tensors on `device`, whose memory stays valid for the stream's later work.
+        unsafe {
+            cuda::launch(
+                &f,
+                grid,
+                [self.num_warps * 32, 1, 1],
+                self.shared_mem_bytes,
+                &mut params,
+            )
+        }?;
+        for a in args {
+            if let LaunchArg::Out(t) = a {
+                t.storage().bump_version();
+            }
+        }
+        Ok(())
     }
 }
 

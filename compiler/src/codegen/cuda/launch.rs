@@ -109,10 +109,12 @@ pub(crate) fn launch(
         }
         Loaded::Driver(f) => {
             let grid = driver_grid(&kernel, plan.range());
+            let mut params = [args.as_ptr().cast_mut().cast::<std::ffi::c_void>()];
             // SAFETY: the kernel's one parameter is its argument struct of 8-byte fields
-            // (`pack_args`); the addresses are the device memory of live tensors that the
-            // plan's checks cover, which stays valid for the stream's later work.
-            unsafe { cuda::launch(&f, grid, BLOCK, 0, &args) }
+            // (`pack_args`), which `params[0]` points at; the addresses are the device memory
+            // of live tensors that the plan's checks cover, which stays valid for the stream's
+            // later work.
+            unsafe { cuda::launch(&f, [grid, 1, 1], [BLOCK, 1, 1], 0, &mut params) }
         }
     }
 }
