@@ -1,5 +1,6 @@
 //! The memory-safety suite: small eager ops (including in-place ops that write into their own
-//! input, and views), the caching allocator, and a few compiled graphs. `.ci/run` runs this binary
+//! input, and views), the caching allocator, a few compiled graphs, and CUDA tensors on an
+//! emulated device. `.ci/run` runs this binary
 //! under valgrind memcheck (`--error-exitcode=1`), so it stays small and quick; it is also an
 //! ordinary test target with its own assertions.
 
@@ -160,5 +161,49 @@ fn a_few_compiled_graphs() -> Result<()> {
         assert!(got[0].allclose(&x.mul(&w)?.sum_all()?, tol, tol)?);
         assert!(got[1].allclose(&x.mean(&[1], false)?, tol, tol)?);
     }
+    Ok(())
+}
+
+/// CUDA tensors on an emulated device (device memory is host memory, so memcheck sees every
+/// copy): round trips of views whose span starts and ends inside the storage, reused allocator
+/// blocks, device-to-device copies, and a pointwise region launched as its emulated CUDA kernel.
+#[test]
+fn cuda_tensors_on_an_emulated_device() -> Result<()> {
+    use tensorplay::{Device, cuda};
+    cuda::use_emulated_devices(1)?;
+    let gpu = Device::Cuda(0);
+    let x = Tensor::from_vec((0..60).map(|i| i as f32).collect(), &[3, 4, 5])?;
+    let g = x.to_device(gpu)?;
+    for (view, host) in [
+        (g.narrow(2, 1, 3)?, x.narrow(2, 1, 3)?),
+        (
+            g.transpose(0, 2)?.select(0, 4)?,
+            x.transpose(0, 2)?.select(0, 4)?,
+        ),
+        (
+            g.narrow(0, 2, 1)?.narrow(1, 3, 1)?,
+            x.narrow(0, 2, 1)?.narrow(1, 3, 1)?,
+        ),
+    ] {
+        assert_eq!(view.to_vec::<f32>()?, host.to_vec::<f32>()?);
+    }
+    for n in [0usize, 1, 100, 300] {
+        let z = Tensor::zeros_on(&[n], DType::Bool, gpu)?;
+        assert!(z.to_vec::<bool>()?.iter().all(|&b| !b));
+        let c = ramp(n).to_device(gpu)?.clone_on_device()?;
+        assert_eq!(c.to_vec::<f32>()?, ramp(n).to_vec::<f32>()?);
+    }
+    if tensorplay::compiler::codegen::cuda::emulate::compiler_available() {
+        let f = compile(|xs: &[Tensor]| Ok(vec![xs[0].mul(&xs[0])?.add_scalar(1.0)?]));
+        let y = f.call(&[ramp(37).to_device(gpu)?])?;
+        let want: Vec<f32> = ramp(37)
+            .to_vec::<f32>()?
+            .iter()
+            .map(|v| v * v + 1.0)
+            .collect();
+        assert_eq!(y[0].to_vec::<f32>()?, want);
+    }
+    drop(g);
+    cuda::empty_cache()?;
     Ok(())
 }
