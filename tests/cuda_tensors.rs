@@ -411,3 +411,34 @@ fn gpu_kernels_do_not_run_on_emulated_devices() -> Result<()> {
     assert!(e.contains("k_ptx") && e.contains("CUDA"), "{e}");
     Ok(())
 }
+
+#[test]
+fn a_compiled_function_runs_on_the_device_from_many_threads() -> Result<()> {
+    devices();
+    if !can_emulate_kernels() {
+        return Ok(());
+    }
+    // A kernel no other test uses, so the threads race to its first build and load.
+    let f = std::sync::Arc::new(tensorplay::compiler::compile(|xs: &[Tensor]| {
+        let y = xs[0].sigmoid()?.mul_scalar(3.0)?.sub(&xs[0])?;
+        Ok(vec![y.clone(), y.sum(&[1], false)?]) // a pointwise and a block-tree kernel
+    }));
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let f = f.clone();
+            s.spawn(move || {
+                for i in 0..3u64 {
+                    let x = Tensor::randn_seeded(&[9, 31], DType::F32, t * 10 + i).unwrap();
+                    let want = f.call(std::slice::from_ref(&x)).unwrap();
+                    let dev = Device::Cuda((t % 2) as u16);
+                    let got = f.call(&[x.to_device(dev).unwrap()]).unwrap();
+                    for (g, w) in got.iter().zip(&want) {
+                        assert_eq!(g.device(), dev);
+                        close(g, w, 1e-5).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    Ok(())
+}

@@ -40,10 +40,13 @@ fn loads() -> &'static Loads {
     LOADS.get_or_init(Default::default)
 }
 
-/// The kernel loaded on `device`, compiling and loading it on first use.
+/// The kernel loaded on `device`, compiling and loading it on first use. The cache's lock is
+/// held through a first load, so concurrent first launches of one kernel build it once (an
+/// emulation build writes into a directory named after the kernel).
 fn load(kernel: &Arc<CudaKernel>, device: Device) -> Result<Loaded> {
     let key = (device, kernel.name.clone());
-    if let Some(l) = loads().lock().map_err(|_| poisoned())?.get(&key) {
+    let mut cache = loads().lock().map_err(|_| poisoned())?;
+    if let Some(l) = cache.get(&key) {
         return Ok(l.clone());
     }
     let loaded = if cuda::is_emulated() {
@@ -59,8 +62,8 @@ fn load(kernel: &Arc<CudaKernel>, device: Device) -> Result<Loaded> {
             nvrtc::load()?.compile_ptx(&kernel.source, &format!("{}.cu", kernel.name), &arch)?;
         Loaded::Driver(cuda::load_ptx(device, &ptx, &kernel.name)?)
     };
-    let mut l = loads().lock().map_err(|_| poisoned())?;
-    Ok(l.entry(key).or_insert(loaded).clone())
+    cache.insert(key, loaded.clone());
+    Ok(loaded)
 }
 
 fn poisoned() -> Error {
