@@ -24,8 +24,54 @@
 pub use tensorplay_runtime::vmap::vmap;
 pub use tensorplay_runtime::{
     Args, CompileKind, DType, Device, Element, Error, Idx, Result, Scalar, SymInt, Tensor, Value,
-    autocast, autograd, cuda, dispatch, manual_seed, nn, ops, parallel, vmap,
+    autocast, autograd, dispatch, manual_seed, nn, ops, parallel, vmap,
 };
+
+/// CUDA devices and tensors (`tensorplay_runtime::cuda`, whose docs say what runs where).
+///
+/// Eager built-in ops on CUDA tensors run kernels the compiler generates from the op table;
+/// [`cuda::init`] installs them, and so do this module's device queries
+/// ([`cuda::is_available`], [`cuda::device_count`], [`cuda::use_emulated_devices`]) and every
+/// compile — whichever a program calls first.
+///
+/// ```
+/// use tensorplay::{cuda, DType, Device, Tensor};
+/// cuda::use_emulated_devices(1)?; // host-emulated devices: runs without a GPU
+/// let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0], &[3])?.to_device(Device::Cuda(0))?;
+/// # if !tensorplay::compiler::codegen::cuda::emulate::compiler_available() { return Ok(()); }
+/// let y = x.relu()?.mul_scalar(2.0)?; // generated CUDA kernels
+/// assert_eq!(y.device(), Device::Cuda(0));
+/// assert_eq!(y.to_vec::<f32>()?, vec![2.0, 0.0, 6.0]);
+/// # Ok::<(), tensorplay::Error>(())
+/// ```
+pub mod cuda {
+    pub use tensorplay_runtime::cuda::*;
+
+    /// Installs the eager CUDA kernels (idempotent): built-in elementwise, reduction, softmax,
+    /// cast and copy ops then run on CUDA tensors.
+    pub fn init() {
+        tensorplay_compiler::codegen::cuda::eager::install();
+    }
+
+    /// Whether at least one CUDA device can be used (and [`init`]).
+    pub fn is_available() -> bool {
+        init();
+        tensorplay_runtime::cuda::is_available()
+    }
+
+    /// Number of CUDA devices, 0 without a driver or a GPU (and [`init`]).
+    pub fn device_count() -> usize {
+        init();
+        tensorplay_runtime::cuda::device_count()
+    }
+
+    /// Selects `n` host-emulated CUDA devices for this process (and [`init`]); see
+    /// `tensorplay_runtime::cuda::use_emulated_devices`.
+    pub fn use_emulated_devices(n: usize) -> crate::Result<()> {
+        init();
+        tensorplay_runtime::cuda::use_emulated_devices(n)
+    }
+}
 
 /// The IR: dtypes, shapes, schemas and graphs (re-exported from `tensorplay-ir`).
 pub use tensorplay_ir as ir;

@@ -145,6 +145,76 @@ fn compiled_regions_on_a_gpu_match_the_cpu() {
     println!("cuda-device: {checked} compiled outputs on {gpu} matched the CPU");
 }
 
+/// On a GPU machine: eager built-in ops on `cuda:0` tensors (the compiler's generated kernels,
+/// through the driver) match the CPU kernels, autograd included. Skips without a device.
+#[test]
+fn eager_ops_on_a_gpu_match_the_cpu() {
+    if !cuda::is_available() || cuda::is_emulated() {
+        println!("cuda: no GPU, eager-on-device check skipped");
+        return;
+    }
+    let gpu = Device::Cuda(0);
+    let mut checked = 0;
+    for (rows, cols) in [(3, 5), (257, 1031)] {
+        let x = Tensor::randn_seeded(&[rows, cols], DType::F32, 4).unwrap();
+        let b = Tensor::randn_seeded(&[cols], DType::F32, 5).unwrap();
+        let (gx, gb) = (x.to_device(gpu).unwrap(), b.to_device(gpu).unwrap());
+        let pairs = [
+            (
+                gx.add(&gb).unwrap().gelu("tanh").unwrap(),
+                x.add(&b).unwrap().gelu("tanh").unwrap(),
+            ),
+            (
+                gx.mul_scalar(3.0).unwrap().exp().unwrap(),
+                x.mul_scalar(3.0).unwrap().exp().unwrap(),
+            ),
+            (
+                gx.t().unwrap().contiguous().unwrap(),
+                x.t().unwrap().contiguous().unwrap(),
+            ),
+            (
+                gx.to_dtype(DType::F16).unwrap(),
+                x.to_dtype(DType::F16).unwrap(),
+            ),
+            (gx.sum(&[1], false).unwrap(), x.sum(&[1], false).unwrap()),
+            (gx.amax(&[0], true).unwrap(), x.amax(&[0], true).unwrap()),
+            (gx.softmax(1).unwrap(), x.softmax(1).unwrap()),
+            (gx.log_softmax(0).unwrap(), x.log_softmax(0).unwrap()),
+        ];
+        for (k, (g, w)) in pairs.iter().enumerate() {
+            assert_eq!(g.device(), gpu);
+            let d = max_rel_diff(g, w);
+            assert!(
+                d <= 1e-3,
+                "op {k} at [{rows}, {cols}]: max relative difference {d}"
+            );
+            checked += 1;
+        }
+        // In place, and autograd with the grads on the device.
+        let t = gx.clone_tensor().unwrap();
+        t.add_(&gb).unwrap();
+        t.mul_scalar_(0.5).unwrap();
+        let want = x.add(&b).unwrap().mul_scalar(0.5).unwrap();
+        assert!(max_rel_diff(&t, &want) <= 1e-6);
+        let leaf = gx.requires_grad_(true).unwrap();
+        leaf.tanh().unwrap().sum_all().unwrap().backward().unwrap();
+        let grad = leaf.grad().unwrap();
+        assert_eq!(grad.device(), gpu);
+        let cpu_leaf = x.requires_grad_(true).unwrap();
+        cpu_leaf
+            .tanh()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert!(max_rel_diff(&grad, &cpu_leaf.grad().unwrap()) <= 1e-5);
+        checked += 2;
+    }
+    cuda::synchronize(gpu).unwrap();
+    println!("cuda-device: {checked} eager results on {gpu} matched the CPU");
+}
+
 /// Median seconds of `f` over `reps` runs, each ended by a device synchronization.
 fn median_secs(reps: usize, mut f: impl FnMut()) -> f64 {
     let mut t: Vec<f64> = (0..reps)

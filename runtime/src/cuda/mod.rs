@@ -9,9 +9,10 @@
 //! A tensor on `cuda:N` owns device memory from a caching allocator (`memory.rs`); each device
 //! orders its work on one stream (`driver.rs`). [`Tensor::to_device`] copies between the host and
 //! devices; reading a CUDA tensor's values (`to_vec`, `item`, printing) copies them to the host
-//! first. Built-in eager ops do not run on CUDA tensors yet; custom ops with a `cuda` kernel do
-//! (see `library::custom_op`), and the kernel gets device addresses from
-//! [`Tensor::data_ptr_cuda`].
+//! first. Built-in elementwise, reduction, softmax, cast and copy ops run on CUDA tensors through
+//! kernels the compiler generates from the op table (installed by `tensorplay::cuda::init`; see
+//! [`install_eager_kernels`]); custom ops with a `cuda` kernel run too (see
+//! `library::custom_op`), and the kernel gets device addresses from [`Tensor::data_ptr_cuda`].
 //!
 //! **Emulated devices.** [`use_emulated_devices`] (or `TP_CUDA_EMULATE=N` in the environment)
 //! selects `N` host-emulated CUDA devices instead of the driver: device memory is host memory and
@@ -33,6 +34,7 @@
 pub(crate) mod device;
 #[cfg(feature = "cuda")]
 mod driver;
+pub(crate) mod eager;
 mod kernel;
 pub(crate) mod memory;
 mod transfer;
@@ -42,6 +44,7 @@ use std::sync::OnceLock;
 use tensorplay_ir::{Device, Error, Result};
 
 use device::{CudaDevice, Engine};
+pub use eager::{EagerKernels, ProviderScope, eager_kernels_installed, install_eager_kernels};
 pub use kernel::{DeviceFunction, ModuleImage, compute_capability, launch, load_module, load_ptx};
 pub use memory::cache_limit_bytes;
 pub use transfer::empty_uninit;

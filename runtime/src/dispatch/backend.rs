@@ -1,7 +1,7 @@
 //! The backend layer, the bottom of the stack: the capture hook while one is installed (see
 //! `capture`), else the kernel the op handle selects. Also the builtin kernel runner.
 
-use tensorplay_ir::{Device, Error, Result};
+use tensorplay_ir::{Device, Result};
 
 use super::capture;
 use super::layer::{Layer, Next};
@@ -34,17 +34,10 @@ pub(super) fn run_builtin(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tens
     let device = super::common_device(op.name, args)?;
     let fake = device == Device::Meta || any_fake(args);
     // Views only re-describe memory, so they work on every device; computing ops have CPU
-    // kernels only.
-    if !fake && device != Device::Cpu && !matches!(op.kernel, Kernel::View(_)) {
-        return Err(Error::device(
-            op.name,
-            format!(
-                "built-in op {} has no kernel for {device} yet (built-in eager ops run on cpu; \
-                 copy the tensors with to_device(Device::Cpu), or use a custom op with a `cuda` \
-                 kernel)",
-                op.name
-            ),
-        ));
+    // kernels, and on CUDA tensors the kernels the compiler generates (`cuda::eager`).
+    let on_cuda = !fake && matches!(device, Device::Cuda(_));
+    if on_cuda && let Kernel::Compute { .. } = op.kernel {
+        return crate::cuda::eager::run(op, args, device);
     }
     let a = Args::new(op.name, args);
     match &op.kernel {
@@ -62,6 +55,9 @@ pub(super) fn run_builtin(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tens
         Kernel::View(view) => view(a),
         Kernel::Mutate { check, fill } => {
             check(a)?;
+            if on_cuda {
+                return crate::cuda::eager::run(op, args, device);
+            }
             let target = a.tensor(0)?;
             if !fake {
                 fill(a)?;

@@ -671,7 +671,7 @@ impl Tensor {
         if t.is_fake() {
             return Tensor::empty_fake(t.shape(), t.dtype(), t.device());
         }
-        Tensor::zeros(t.shape(), t.dtype())
+        on_device_of(t, Tensor::zeros(t.shape(), t.dtype()))
     }
 
     /// Ones with this tensor's shape and dtype.
@@ -679,7 +679,7 @@ impl Tensor {
         if t.is_fake() {
             return Tensor::empty_fake(t.shape(), t.dtype(), t.device());
         }
-        Tensor::ones(t.shape(), t.dtype())
+        on_device_of(t, Tensor::ones(t.shape(), t.dtype()))
     }
 
     /// `value` everywhere, with this tensor's shape and dtype.
@@ -690,7 +690,7 @@ impl Tensor {
         if t.is_fake() {
             return Tensor::empty_fake(t.shape(), t.dtype(), t.device());
         }
-        Tensor::full(t.shape(), value, t.dtype())
+        on_device_of(t, Tensor::full(t.shape(), value, t.dtype()))
     }
 
     /// Like [`Tensor::empty`] (zero-filled), with this tensor's shape and dtype.
@@ -698,17 +698,30 @@ impl Tensor {
         if t.is_fake() {
             return Tensor::empty_fake(t.shape(), t.dtype(), t.device());
         }
-        Tensor::empty(t.shape(), t.dtype())
+        on_device_of(t, Tensor::empty(t.shape(), t.dtype()))
     }
 
     /// Uniform random values with this tensor's shape and (floating) dtype.
     pub fn rand_like(t: &Tensor) -> Result<Tensor> {
-        Tensor::rand(t.shape(), t.dtype())
+        Tensor::rand(t.shape(), t.dtype())?.to_device(t.device())
     }
 
     /// Normal random values with this tensor's shape and (floating) dtype.
     pub fn randn_like(t: &Tensor) -> Result<Tensor> {
-        Tensor::randn(t.shape(), t.dtype())
+        Tensor::randn(t.shape(), t.dtype())?.to_device(t.device())
+    }
+}
+
+/// `host` (a fresh CPU tensor made like `t`) on `t`'s device: the `_like` factories keep the
+/// device, as PyTorch's do.
+///
+/// # Panics
+/// When the copy to a CUDA device fails (its memory is exhausted): these factories return a
+/// tensor, not a `Result`, as `Tensor::full` does.
+fn on_device_of(t: &Tensor, host: Tensor) -> Tensor {
+    match t.device() {
+        Device::Cuda(_) => host.to_device(t.device()).unwrap_or_else(|e| panic!("{e}")),
+        _ => host,
     }
 }
 

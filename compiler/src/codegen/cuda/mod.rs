@@ -11,9 +11,13 @@
 //!   runs the same source on the host ([`emulate`]).
 //! - [`nvrtc`] loads NVRTC at run time (no toolkit needed to build) and compiles to PTX.
 //!
+//! - [`eager`] serves eager built-in ops on CUDA tensors to the runtime: each call is compiled as
+//!   a one-op graph, so eager kernels are these same generated kernels.
+//!
 //! Kernels are cached by region structure ([`get_or_emit`]); `TP_LOGS=cuda` prints each
 //! kernel's source when it is first emitted.
 
+pub mod eager;
 mod emit;
 pub mod emulate;
 pub(crate) mod launch;
