@@ -267,3 +267,66 @@ fn kernels_are_cached_by_structure_and_16_bit_floats_compute_in_f32() {
     assert!(src.contains("tp_vec<tp_half, 8>"), "{src}");
     assert!(src.contains("tp_st(a.out0 + i, y0);"), "{src}");
 }
+
+/// The on-disk PTX cache: a second compile of a kernel reads the stored PTX, a changed source or
+/// architecture misses, a corrupted key misses (and is rewritten), and no directory (or one that
+/// cannot be written) still compiles.
+#[test]
+fn nvrtc_output_is_cached_on_disk() {
+    use tensorplay_compiler::codegen::cuda::{disk_cache, nvrtc};
+    if let Err(e) = nvrtc::load() {
+        assert!(!cuda_emu::required(), "NVRTC is required here: {e}");
+        println!("nvrtc: skipped (disk cache): {e}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tp-ptx-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let k = get_or_emit(
+        &exp_spec(),
+        &CudaLayout {
+            dims: 1,
+            reduced: 0,
+            kept_inner: false,
+        },
+    )
+    .unwrap();
+    let compile = |src: &str, arch: &str| {
+        disk_cache::compile_ptx(Some(&dir), src, "k.cu", arch).expect("compiles")
+    };
+    let hits = disk_cache::hits();
+    let first = compile(&k.source, "compute_90");
+    assert!(first.contains(&format!(".entry {}(", k.name)));
+    assert_eq!(disk_cache::hits(), hits, "an empty cache misses");
+    let files = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(files, 2, "one entry: its key and its PTX");
+    assert_eq!(compile(&k.source, "compute_90"), first);
+    assert_eq!(disk_cache::hits(), hits + 1, "the second compile is a hit");
+    // Another architecture or source is another entry.
+    let sm80 = compile(&k.source, "compute_80");
+    assert!(sm80.contains(".target sm_80"));
+    let edited = format!("{}\n// edited\n", k.source);
+    compile(&edited, "compute_90");
+    assert_eq!(disk_cache::hits(), hits + 1);
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 6);
+    // A key that does not match what is asked (a collision, a stale entry) is a miss.
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "key") {
+            std::fs::write(&p, "something else").unwrap();
+        }
+    }
+    assert_eq!(compile(&k.source, "compute_90"), first);
+    assert_eq!(
+        disk_cache::hits(),
+        hits + 1,
+        "a mismatched key is not trusted"
+    );
+    assert_eq!(compile(&k.source, "compute_90"), first);
+    assert_eq!(disk_cache::hits(), hits + 2, "the rewritten entry is");
+    // A directory that cannot be created (a file is in the way) still compiles.
+    let blocked = dir.join("k.ptx.not-a-dir");
+    std::fs::write(&blocked, "x").unwrap();
+    let ptx = disk_cache::compile_ptx(Some(&blocked.join("sub")), &k.source, "k.cu", "compute_90");
+    assert_eq!(ptx.unwrap(), first);
+    let _ = std::fs::remove_dir_all(&dir);
+}

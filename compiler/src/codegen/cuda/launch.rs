@@ -1,8 +1,9 @@
 //! Launching a fused region on a CUDA device: the region's kernel ([`super::get_or_emit`]) over
 //! a launch plan whose pointers are device addresses (`plan_on`).
 //!
-//! On a driver device the kernel is compiled by NVRTC for the device's architecture, loaded
-//! once per device and queued on the device's stream. On an emulated device
+//! On a driver device the kernel is compiled by NVRTC for the device's architecture (or read
+//! from the on-disk cache, [`disk_cache`]), loaded once per device and queued on the device's
+//! stream. On an emulated device
 //! (`tensorplay::cuda::use_emulated_devices`) the same source is built by the host C++ compiler
 //! against the emulation header (once per kernel) and run over the grid at once. Compiled
 //! kernels are cached per device and kernel name for the process.
@@ -13,7 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tensorplay_ir::{CompileKind, Device, Error, Result};
 use tensorplay_runtime::cuda;
 
-use super::{CudaKernel, CudaLayout, emulate, nvrtc, pack_args};
+use super::{CudaKernel, CudaLayout, disk_cache, emulate, pack_args};
 use crate::codegen::cpu::{LaunchPlan, ScalarArgs};
 use crate::codegen::kernel::KernelSpec;
 
@@ -58,8 +59,12 @@ fn load(kernel: &Arc<CudaKernel>, device: Device) -> Result<Loaded> {
     } else {
         let (major, minor) = cuda::compute_capability(device)?;
         let arch = format!("compute_{major}{minor}");
-        let ptx =
-            nvrtc::load()?.compile_ptx(&kernel.source, &format!("{}.cu", kernel.name), &arch)?;
+        let ptx = disk_cache::compile_ptx(
+            disk_cache::default_dir().as_deref(),
+            &kernel.source,
+            &format!("{}.cu", kernel.name),
+            &arch,
+        )?;
         Loaded::Driver(cuda::load_ptx(device, &ptx, &kernel.name)?)
     };
     cache.insert(key, loaded.clone());

@@ -9,7 +9,8 @@
 //!   Sizes, strides and scalar constants are kernel arguments, so one kernel serves every size.
 //! - `prelude.cuh` holds the scalar semantics (one overload per register type); `emulation.h`
 //!   runs the same source on the host ([`emulate`]).
-//! - [`nvrtc`] loads NVRTC at run time (no toolkit needed to build) and compiles to PTX.
+//! - [`nvrtc`] loads NVRTC at run time (no toolkit needed to build) and compiles to PTX;
+//!   [`disk_cache`] keeps its output on disk across processes (`TP_CUDA_KERNEL_DIR`).
 //!
 //! - [`eager`] serves eager built-in ops on CUDA tensors to the runtime: each call is compiled as
 //!   a one-op graph, so eager kernels are these same generated kernels.
@@ -17,6 +18,7 @@
 //! Kernels are cached by region structure ([`get_or_emit`]); `TP_LOGS=cuda` prints each
 //! kernel's source when it is first emitted.
 
+pub mod disk_cache;
 pub mod eager;
 mod emit;
 pub mod emulate;

@@ -149,14 +149,10 @@ impl Nvrtc {
     pub fn compile_ptx(&self, source: &str, file_name: &str, arch: &str) -> Result<String> {
         let src = CString::new(source).map_err(|_| err("the source contains a NUL byte"))?;
         let name = CString::new(file_name).map_err(|_| err("the file name contains a NUL"))?;
-        let options: Vec<CString> = [
-            format!("--gpu-architecture={arch}"),
-            "--fmad=false".to_string(),
-            "-std=c++17".to_string(),
-        ]
-        .into_iter()
-        .map(|o| CString::new(o).expect("options have no NUL"))
-        .collect();
+        let options: Vec<CString> = options(arch)
+            .into_iter()
+            .map(|o| CString::new(o).map_err(|_| err("the architecture contains a NUL")))
+            .collect::<Result<_>>()?;
         let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
         let mut prog: Program = std::ptr::null_mut();
         // SAFETY: the pointers are valid NUL-terminated strings for the duration of each call;
@@ -205,6 +201,16 @@ impl Nvrtc {
             String::from_utf8(buf).map_err(|_| err("the PTX is not UTF-8"))
         }
     }
+}
+
+/// The options every kernel is compiled with for `arch`: no contraction of a multiply and an add
+/// into an FMA (the numerics contract: generated code rounds as eager does), C++17.
+pub fn options(arch: &str) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture={arch}"),
+        "--fmad=false".to_string(),
+        "-std=c++17".to_string(),
+    ]
 }
 
 /// The process's NVRTC, loaded on first use; the error says what was tried.
