@@ -255,3 +255,33 @@ fn ops_without_a_cuda_kernel_fail_clearly() -> Result<()> {
     assert!(e.contains("cuda:0") && e.contains("cuda:1"), "{e}");
     Ok(())
 }
+
+#[test]
+fn gradients_flow_back_through_device_copies() -> Result<()> {
+    if !devices() {
+        return Ok(());
+    }
+    let x = Tensor::randn_seeded(&[4, 3], DType::F32, 31)?;
+    // A CPU leaf used on the device: its grad comes back to the CPU.
+    let leaf = Tensor::randn_seeded(&[4, 3], DType::F32, 31)?.requires_grad_(true)?;
+    let on_gpu = leaf.to_device(GPU)?;
+    assert!(on_gpu.requires_grad() && on_gpu.device() == GPU);
+    on_gpu.exp()?.mul(&on_gpu)?.sum_all()?.backward()?;
+    let grad = leaf.grad().expect("the CPU leaf's grad");
+    assert_eq!(grad.device(), Device::Cpu);
+    let want = x.exp()?.mul(&x.add_scalar(1.0)?)?; // d/dx x·eˣ
+    let (g, w) = (grad.to_vec::<f32>()?, want.to_vec::<f32>()?);
+    for (p, q) in g.iter().zip(&w) {
+        assert!((p - q).abs() <= 1e-5 * q.abs().max(1.0), "{p} vs {q}");
+    }
+    // A device leaf whose result is finished on the CPU: its grad lands on the device.
+    let dev_leaf = gpu(&x)?.requires_grad_(true)?;
+    dev_leaf.to_device(Device::Cpu)?.sum_all()?.backward()?;
+    let g = dev_leaf.grad().expect("the device leaf's grad");
+    assert_eq!(g.device(), GPU);
+    assert_eq!(g.to_vec::<f32>()?, vec![1.0; 12]);
+    // Without grad mode (or for tensors that need none) the copy is a plain leaf.
+    let _off = tensorplay::autograd::no_grad();
+    assert!(!leaf.to_device(GPU)?.requires_grad());
+    Ok(())
+}

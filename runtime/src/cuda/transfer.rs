@@ -72,8 +72,9 @@ impl Tensor {
 
     /// This tensor on `device`: itself when it is already there, else a contiguous copy (fake
     /// tensors give fake tensors; anything to `meta` gives a data-less tensor). Copies to or
-    /// from a CUDA device are done when this returns. Not recorded by autograd: the copy is a
-    /// new leaf.
+    /// from a CUDA device are done when this returns. Differentiable: under grad mode, the copy
+    /// of a tensor that requires grad records a node whose backward moves the gradient back to
+    /// this tensor's device (so a CPU leaf moved to a GPU gets its `.grad` on the CPU).
     ///
     /// ```
     /// use tensorplay_runtime::{DType, Device, Tensor};
@@ -85,10 +86,32 @@ impl Tensor {
     /// # Ok::<(), tensorplay_runtime::Error>(())
     /// ```
     pub fn to_device(&self, device: Device) -> Result<Tensor> {
-        const OP: &str = "to_device";
         if device == self.device() {
             return Ok(self.clone());
         }
+        let moved = {
+            let _g = crate::autograd::no_grad();
+            self.copy_to_device(device)?
+        };
+        if device == Device::Meta || !self.requires_grad() || !crate::autograd::is_grad_enabled() {
+            return Ok(moved);
+        }
+        let back = ToDeviceBackward {
+            source: self.device(),
+        };
+        let mut out = crate::autograd::attach_backward(
+            "to_device",
+            Box::new(back),
+            &[self],
+            &[],
+            vec![moved],
+        );
+        Ok(out.swap_remove(0))
+    }
+
+    /// [`Tensor::to_device`] without autograd.
+    fn copy_to_device(&self, device: Device) -> Result<Tensor> {
+        const OP: &str = "to_device";
         if self.is_batched() {
             return Err(Error::unsupported(
                 OP,
@@ -277,4 +300,16 @@ pub unsafe fn empty_uninit(shape: &[usize], dtype: DType, device: Device) -> Res
         dtype,
         device,
     )))
+}
+
+/// The backward of a copy between devices: the gradient goes back to where the input lives.
+struct ToDeviceBackward {
+    source: Device,
+}
+
+impl crate::autograd::BackwardFn for ToDeviceBackward {
+    fn apply(&self, grads: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
+        let g = grads.first().cloned().flatten();
+        Ok(vec![g.map(|g| g.to_device(self.source)).transpose()?])
+    }
 }
