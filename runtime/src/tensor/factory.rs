@@ -654,7 +654,7 @@ impl Tensor {
         values.to_dtype(dtype)
     }
 
-    /// Zeros with this tensor's shape and dtype.
+    /// Zeros with this tensor's shape, dtype and device.
     /// Fake (and meta) inputs give fake results on the same device, so these are usable in fake
     /// kernels.
     pub fn zeros_like(t: &Tensor) -> Tensor {
@@ -674,7 +674,7 @@ impl Tensor {
         on_device_of(t, Tensor::zeros(t.shape(), t.dtype()))
     }
 
-    /// Ones with this tensor's shape and dtype.
+    /// Ones with this tensor's shape, dtype and device.
     pub fn ones_like(t: &Tensor) -> Tensor {
         if t.is_fake() {
             return Tensor::empty_fake(t.shape(), t.dtype(), t.device());
@@ -682,7 +682,7 @@ impl Tensor {
         on_device_of(t, Tensor::ones(t.shape(), t.dtype()))
     }
 
-    /// `value` everywhere, with this tensor's shape and dtype.
+    /// `value` everywhere, with this tensor's shape, dtype and device.
     ///
     /// # Panics
     /// As [`Tensor::full`] does.
@@ -693,7 +693,7 @@ impl Tensor {
         on_device_of(t, Tensor::full(t.shape(), value, t.dtype()))
     }
 
-    /// Like [`Tensor::empty`] (zero-filled), with this tensor's shape and dtype.
+    /// Like [`Tensor::empty`] (zero-filled), with this tensor's shape, dtype and device.
     pub fn empty_like(t: &Tensor) -> Tensor {
         if t.is_fake() {
             return Tensor::empty_fake(t.shape(), t.dtype(), t.device());
@@ -701,12 +701,12 @@ impl Tensor {
         on_device_of(t, Tensor::empty(t.shape(), t.dtype()))
     }
 
-    /// Uniform random values with this tensor's shape and (floating) dtype.
+    /// Uniform random values with this tensor's shape, (floating) dtype and device.
     pub fn rand_like(t: &Tensor) -> Result<Tensor> {
         Tensor::rand(t.shape(), t.dtype())?.to_device(t.device())
     }
 
-    /// Normal random values with this tensor's shape and (floating) dtype.
+    /// Normal random values with this tensor's shape, (floating) dtype and device.
     pub fn randn_like(t: &Tensor) -> Result<Tensor> {
         Tensor::randn(t.shape(), t.dtype())?.to_device(t.device())
     }
