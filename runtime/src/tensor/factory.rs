@@ -657,6 +657,9 @@ impl Tensor {
     /// Zeros with this tensor's shape, dtype and device.
     /// Fake (and meta) inputs give fake results on the same device, so these are usable in fake
     /// kernels.
+    ///
+    /// # Panics
+    /// When a CUDA device's memory is exhausted (as [`Tensor::zeros`] does on the host).
     pub fn zeros_like(t: &Tensor) -> Tensor {
         if t.is_fake() && crate::capture::is_installed() {
             // Under capture (a traced backward's missing gradient), zeros made by an op on `t` —
@@ -671,7 +674,7 @@ impl Tensor {
         if t.is_fake() {
             return Tensor::empty_fake(t.shape(), t.dtype(), t.device());
         }
-        on_device_of(t, Tensor::zeros(t.shape(), t.dtype()))
+        Tensor::zeros_on(t.shape(), t.dtype(), t.device()).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Ones with this tensor's shape, dtype and device.

@@ -238,14 +238,11 @@ fn softmax_dim(op: &'static OpDef, args: &[Value]) -> Option<(i64, i64)> {
 
 /// Writes `value(target, rest...)` over `target` (an in-place op's `args`, checked).
 fn run_in_place(op: &'static OpDef, args: &[Value], device: Device) -> Result<Vec<Tensor>> {
-    let internal = || {
-        Error::compile(
+    let (Some(Value::Tensor(target)), Some(second)) = (args.first(), args.get(1)) else {
+        return Err(Error::compile(
             CompileKind::Launch,
             format!("{}: unexpected arguments {args:?}", op.name),
-        )
-    };
-    let (Some(Value::Tensor(target)), Some(second)) = (args.first(), args.get(1)) else {
-        return Err(internal());
+        ));
     };
     let target = target.clone();
     let dtype = target.dtype();
@@ -263,7 +260,8 @@ fn run_in_place(op: &'static OpDef, args: &[Value], device: Device) -> Result<Ve
     }
     // The value to write in the target's dtype (arithmetic results already have its shape: the
     // op's check saw to that). The `clone` keeps a same-dtype copy one pointwise region.
-    let body: Body = match out_of_place(op) {
+    let math = out_of_place(op);
+    let body: Body = match math {
         Some(math) => Arc::new(move |a| Ok(vec![dispatch::call1(math, a)?.to_dtype(dtype)?])),
         None => Arc::new(move |a| match a.get(1) {
             Some(Value::Tensor(src)) => Ok(vec![src.to_dtype(dtype)?.clone_tensor()?]),
@@ -275,7 +273,7 @@ fn run_in_place(op: &'static OpDef, args: &[Value], device: Device) -> Result<Ve
             )),
         }),
     };
-    if out_of_place(op).is_none()
+    if math.is_none()
         && let Value::Tensor(src) = &args[1]
     {
         // Broadcast the source here (a view, on any device), so the graph is the region alone.
