@@ -25,7 +25,7 @@ use tensorplay_runtime::ops::{Kernel, Lower, OpDef, binary, inplace};
 use tensorplay_runtime::{Args, Tensor, Value};
 
 use crate::capture::{CaptureOptions, capture};
-use crate::executor::{Admission, CompiledGraph};
+use crate::executor::{Admission, CompiledGraph, ShapeEntry};
 
 /// Makes built-in ops run on CUDA tensors in eager mode (idempotent; `tensorplay::cuda::init`
 /// and every compile call it).
@@ -142,14 +142,21 @@ impl Form {
 /// What a graph computes from the call's arguments.
 type Body = Arc<dyn Fn(&[Value]) -> Result<Vec<Tensor>> + Send + Sync>;
 
-/// The graph of `op` for this call form that accepts `inputs`, captured and compiled on a miss.
-fn graph_for(op: &'static OpDef, form: &Form, body: Body) -> Result<Arc<CompiledGraph>> {
+/// The graph of `op` for this call form that accepts `inputs`, captured and compiled on a miss,
+/// with the shapes it admitted the inputs at (when it was found rather than compiled).
+fn graph_for(
+    op: &'static OpDef,
+    form: &Form,
+    body: Body,
+) -> Result<(Arc<CompiledGraph>, Option<Arc<ShapeEntry>>)> {
     let key = (op.name, form.key.clone());
     {
         let forms = FORMS.lock().unwrap_or_else(|e| e.into_inner());
         for g in forms.get(&key).into_iter().flatten().rev() {
-            if g.accepts(&form.inputs) && matches!(g.admit(&form.inputs)?, Admission::Run(_)) {
-                return Ok(g.clone());
+            if g.accepts(&form.inputs)
+                && let Admission::Run(shapes) = g.admit(&form.inputs)?
+            {
+                return Ok((g.clone(), Some(shapes)));
             }
         }
     }
@@ -170,7 +177,7 @@ fn graph_for(op: &'static OpDef, form: &Form, body: Body) -> Result<Arc<Compiled
         kept.remove(0);
     }
     kept.push(compiled.clone());
-    Ok(compiled)
+    Ok((compiled, None))
 }
 
 /// The out-of-place op whose result an in-place op writes (`add_` → `add`), if it is one of
@@ -218,9 +225,12 @@ fn run_compute(op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
         }),
         None => Arc::new(move |a| dispatch::call(op, a)),
     };
-    let graph = graph_for(op, &form, body)?;
+    let (graph, admitted) = graph_for(op, &form, body)?;
     let _scope = ProviderScope::enter();
-    graph.run(&form.inputs)
+    match admitted {
+        Some(shapes) => graph.run_admitted(&form.inputs, &shapes),
+        None => graph.run(&form.inputs),
+    }
 }
 
 /// For a softmax over a dim other than the last: that dim and the last one.
@@ -280,7 +290,7 @@ fn run_in_place(op: &'static OpDef, args: &[Value], device: Device) -> Result<Ve
         args[1] = Value::Tensor(src.expand(target.shape())?);
     }
     let form = Form::of(&args)?;
-    let graph = graph_for(op, &form, body)?;
+    let (graph, _) = graph_for(op, &form, body)?;
     let _scope = ProviderScope::enter();
     graph.run_into(&form.inputs, std::slice::from_ref(&target))?;
     Ok(vec![target])
