@@ -18,7 +18,7 @@
 #   run(command="bash scripts/gpu-check.sh run", carry=["target/gpu-check"], timeout_s=400)
 #
 # The compiled-on-device comparison needs an NVRTC library on the GPU machine (found below and
-# passed as TP_NVRTC).
+# passed as TP_NVRTC), and matmul on the device a cuBLAS (passed as TP_CUBLAS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=target/gpu-check
@@ -49,8 +49,12 @@ run() {
     local nvrtc
     nvrtc=$(find / \( -name 'libnvrtc.so.13' -o -name 'libnvrtc.so.12' \) -not -path '/proc/*' \
       2>/dev/null | head -n 1 || true)
-    echo "== device tests (TP_EXPECT_GPU=${TP_EXPECT_GPU:-1}, NVRTC ${nvrtc:-none found})"
-    TP_EXPECT_GPU=${TP_EXPECT_GPU:-1} TP_GPU_BENCH=1 TP_NVRTC="$nvrtc" \
+    # matmul on the device needs cuBLAS: the loader's path, or the first libcublas found.
+    local cublas
+    cublas=$(find / -name 'libcublas.so.12' -not -path '/proc/*' 2>/dev/null | head -n 1 || true)
+    echo "== device tests (TP_EXPECT_GPU=${TP_EXPECT_GPU:-1}, NVRTC ${nvrtc:-none found}," \
+      "cuBLAS ${cublas:-none found})"
+    TP_EXPECT_GPU=${TP_EXPECT_GPU:-1} TP_GPU_BENCH=1 TP_NVRTC="$nvrtc" TP_CUBLAS="$cublas" \
       "$bundle/cuda_devices" --nocapture --test-threads=1
     echo "== generated kernels: NVRTC (${nvrtc:-none found}) and the host emulation"
     if [ -n "$nvrtc" ]; then

@@ -180,6 +180,12 @@ fn eager_ops_on_a_gpu_match_the_cpu() {
             (gx.amax(&[0], true).unwrap(), x.amax(&[0], true).unwrap()),
             (gx.softmax(1).unwrap(), x.softmax(1).unwrap()),
             (gx.log_softmax(0).unwrap(), x.log_softmax(0).unwrap()),
+            // cuBLAS: a product with a transposed view (op = T) and a vector.
+            (
+                gx.matmul(&gx.t().unwrap()).unwrap(),
+                x.matmul(&x.t().unwrap()).unwrap(),
+            ),
+            (gx.matmul(&gb).unwrap(), x.matmul(&b).unwrap()),
         ];
         for (k, (g, w)) in pairs.iter().enumerate() {
             assert_eq!(g.device(), gpu);

@@ -1,8 +1,9 @@
 //! Eager built-in ops on CUDA tensors (two host-emulated devices): every call runs a kernel the
 //! compiler generated from the op table, and its result must equal the CPU kernel's under the
 //! numerics contract. Covers elementwise ops with broadcasting, strided views and 0-d scalars,
-//! casts, reductions, softmax, the in-place ops, autograd and autocast on the device, and the
-//! errors for what has no CUDA kernel.
+//! casts, reductions, softmax, the in-place ops, autograd and autocast on the device, matmul
+//! (cuBLAS's calls, run by the emulation with cuBLAS's argument rules), a compiled MLP block on
+//! the device, and the errors for what has no CUDA kernel.
 
 use std::sync::Once;
 
@@ -234,16 +235,18 @@ fn ops_without_a_cuda_kernel_fail_clearly() -> Result<()> {
         return Ok(());
     }
     let g = gpu(&Tensor::ones(&[4, 4], DType::F32))?;
-    for (what, e) in [
-        ("matmul", g.matmul(&g).unwrap_err()),
-        ("cumsum", g.cumsum(0, None).unwrap_err()),
-    ] {
-        let e = e.to_string();
-        assert!(
-            e.contains(what) && e.contains("cuda:0") && e.contains("to_device"),
-            "{e}"
-        );
-    }
+    let e = g.cumsum(0, None).unwrap_err().to_string();
+    assert!(
+        e.contains("cumsum") && e.contains("cuda:0") && e.contains("to_device"),
+        "{e}"
+    );
+    // cuBLAS multiplies floating types only.
+    let i = gpu(&Tensor::ones(&[4, 4], DType::I64))?;
+    let e = i.matmul(&i).unwrap_err().to_string();
+    assert!(
+        e.contains("matmul") && e.contains("cuda:0") && e.contains("i64"),
+        "{e}"
+    );
     // Integer division by zero is an error eager reports on the CPU; its integer form has no
     // generated kernel (it runs through the dispatcher), so the device names it.
     let i = gpu(&Tensor::ones(&[4], DType::I64))?;
@@ -283,5 +286,121 @@ fn gradients_flow_back_through_device_copies() -> Result<()> {
     // Without grad mode (or for tensors that need none) the copy is a plain leaf.
     let _off = tensorplay::autograd::no_grad();
     assert!(!leaf.to_device(GPU)?.requires_grad());
+    Ok(())
+}
+
+/// `got` (on the device) is within `tol` of `want` (on the CPU), relative to the larger of 1 and
+/// the value: products sum in a different order than the CPU's gemm.
+fn close(got: &Tensor, want: &Tensor, tol: f64, what: &str) -> Result<()> {
+    assert_eq!(got.device(), GPU, "{what}: the result stays on the device");
+    assert_eq!(
+        (got.shape(), got.dtype()),
+        (want.shape(), want.dtype()),
+        "{what}"
+    );
+    let (g, w) = (got.to_vec_f64()?, want.to_vec_f64()?);
+    for (i, (p, q)) in g.iter().zip(&w).enumerate() {
+        assert!(
+            (p - q).abs() <= tol * q.abs().max(1.0),
+            "{what}: element {i}: {p} on the device, {q} on the cpu"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn matmul_matches_the_cpu_for_every_layout() -> Result<()> {
+    if !devices() {
+        return Ok(());
+    }
+    let r = |shape: &[usize], seed: u64| Tensor::randn_seeded(shape, DType::F32, seed);
+    let check = |x: &Tensor, y: &Tensor, what: &str| -> Result<()> {
+        let got = gpu(x)?.matmul(&gpu(y)?)?;
+        close(&got, &x.matmul(y)?, 1e-5, what)
+    };
+    let (a, b) = (r(&[5, 7], 1)?, r(&[7, 3], 2)?);
+    check(&a, &b, "[5, 7] @ [7, 3]")?;
+    // Transposed views are read in place (cuBLAS's op = T), on either side.
+    let (at, bt) = (r(&[7, 5], 3)?.t()?, r(&[3, 7], 4)?.t()?);
+    check(&at, &b, "a.T @ b")?;
+    check(&a, &bt, "a @ b.T")?;
+    check(&at, &bt, "a.T @ b.T")?;
+    // Vectors on either side, and a dot product.
+    let (v7, v5) = (r(&[7], 5)?, r(&[5], 6)?);
+    check(&v7, &b, "[7] @ [7, 3]")?;
+    check(&a, &v7, "[5, 7] @ [7]")?;
+    check(&v5, &at, "[5] @ a.T")?;
+    check(&v7, &v7, "dot")?;
+    // Batches: a shared right side (batch stride 0), broadcast batch dims, and a permuted batch
+    // whose entries have no common stride (one cuBLAS call per entry).
+    check(
+        &r(&[2, 3, 4, 5], 7)?,
+        &r(&[5, 6], 8)?,
+        "[2, 3, 4, 5] @ [5, 6]",
+    )?;
+    check(
+        &r(&[2, 1, 4, 5], 9)?,
+        &r(&[3, 5, 6], 10)?,
+        "broadcast batch",
+    )?;
+    let permuted = r(&[3, 2, 4, 5], 11)?.permute(&[1, 0, 2, 3])?;
+    check(&permuted, &r(&[2, 3, 5, 2], 12)?, "permuted batch")?;
+    // Strides neither cuBLAS reading can take: copied to contiguous first.
+    let every_other = r(&[5, 14], 13)?.slice(1, None, None, 2)?;
+    check(&every_other, &b, "x[:, ::2] @ b")?;
+    let expanded = r(&[1, 7], 14)?.expand(&[5, 7])?;
+    check(&expanded, &b, "expanded rows @ b")?;
+    // Empty products: k = 0 gives zeros, m = 0 an empty result.
+    check(&r(&[3, 0], 15)?, &r(&[0, 4], 16)?, "k = 0")?;
+    check(&r(&[0, 7], 17)?, &b, "m = 0")?;
+    // Other floating types: f64 exactly as precise, half types accumulate in f32.
+    for (dtype, tol) in [(DType::F64, 1e-12), (DType::F16, 4e-3), (DType::BF16, 3e-2)] {
+        let (x, y) = (a.to_dtype(dtype)?, b.to_dtype(dtype)?);
+        let got = gpu(&x)?.matmul(&gpu(&y)?)?;
+        close(&got, &x.matmul(&y)?, tol, &format!("{dtype} matmul"))?;
+        let (xb, yb) = (
+            r(&[2, 3, 4], 18)?.to_dtype(dtype)?,
+            r(&[4, 2], 19)?.to_dtype(dtype)?,
+        );
+        let got = gpu(&xb)?.matmul(&gpu(&yb)?)?;
+        close(&got, &xb.matmul(&yb)?, tol, &format!("batched {dtype}"))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn matmul_gradients_and_a_compiled_mlp_run_on_the_device() -> Result<()> {
+    if !devices() {
+        return Ok(());
+    }
+    let x = Tensor::randn_seeded(&[6, 8], DType::F32, 41)?;
+    let w = Tensor::randn_seeded(&[8, 4], DType::F32, 42)?;
+    let gx = gpu(&x)?.requires_grad_(true)?;
+    let gw = gpu(&w)?.requires_grad_(true)?;
+    gx.matmul(&gw)?.tanh()?.sum_all()?.backward()?;
+    let cx = x.requires_grad_(true)?;
+    let cw = w.requires_grad_(true)?;
+    cx.matmul(&cw)?.tanh()?.sum_all()?.backward()?;
+    close(&gx.grad().expect("dx"), &cx.grad().unwrap(), 1e-5, "dx")?;
+    close(&gw.grad().expect("dw"), &cw.grad().unwrap(), 1e-5, "dw")?;
+
+    // The quickstart's block, compiled, on device inputs: matmuls are barriers that run on the
+    // device; the bias/gelu and bias/residual regions are generated CUDA kernels.
+    let block = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        let h = xs[0].matmul(&xs[1])?.add(&xs[2])?.gelu("tanh")?;
+        Ok(vec![h.matmul(&xs[3])?.add(&xs[4])?.add(&xs[0])?])
+    };
+    let inputs = [
+        Tensor::randn_seeded(&[16, 8], DType::F32, 43)?,
+        Tensor::randn_seeded(&[8, 32], DType::F32, 44)?.mul_scalar(0.35)?,
+        Tensor::randn_seeded(&[32], DType::F32, 45)?,
+        Tensor::randn_seeded(&[32, 8], DType::F32, 46)?.mul_scalar(0.18)?,
+        Tensor::randn_seeded(&[8], DType::F32, 47)?,
+    ];
+    let want = block(&inputs)?.remove(0);
+    let on_device: Vec<Tensor> = inputs.iter().map(gpu).collect::<Result<_>>()?;
+    let compiled = tensorplay::compiler::compile(block);
+    let got = compiled.call(&on_device)?.remove(0);
+    close(&got, &want, 1e-5, "compiled MLP block on cuda:0")?;
     Ok(())
 }

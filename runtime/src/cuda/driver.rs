@@ -8,8 +8,12 @@
 //! the block was queued before whatever will use it next.
 
 use std::ffi::c_void;
+use std::sync::OnceLock;
 
+use cudarc::cublas;
 use cudarc::driver::{result, sys};
+
+use super::blas::Gemm;
 
 /// A driver error as text (the error's name and description).
 fn describe(what: &str, e: result::DriverError) -> String {
@@ -43,6 +47,8 @@ pub(crate) struct Context {
     dev: sys::CUdevice,
     ctx: sys::CUcontext,
     stream: sys::CUstream,
+    /// The cuBLAS handle bound to `stream` (a `cublasHandle_t`), made on the first product.
+    cublas: OnceLock<Result<usize, String>>,
 }
 
 // SAFETY: CUDA contexts and streams are process-wide driver objects that every thread may use
@@ -62,7 +68,12 @@ impl Context {
         unsafe { result::ctx::set_current(ctx) }.map_err(|e| describe("cuCtxSetCurrent", e))?;
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
             .map_err(|e| describe("cuStreamCreate", e))?;
-        Ok(Context { dev, ctx, stream })
+        Ok(Context {
+            dev,
+            ctx,
+            stream,
+            cublas: OnceLock::new(),
+        })
     }
 
     fn bind(&self) -> Result<(), String> {
@@ -225,4 +236,135 @@ impl Context {
         }
         .map_err(|e| describe("cuLaunchKernel", e))
     }
+
+    /// This device's cuBLAS handle, created on first use with the device's stream.
+    fn cublas(&self) -> Result<cublas::sys::cublasHandle_t, String> {
+        let handle = self.cublas.get_or_init(|| {
+            self.bind()?;
+            // cudarc panics on a missing library or symbol: probe first, and contain the rest.
+            std::panic::catch_unwind(|| -> Result<usize, String> {
+                preload_cublas()?;
+                // SAFETY: only tries to open the library.
+                if !unsafe { cublas::sys::is_culib_present() } {
+                    return Err("no cuBLAS library (libcublas.so.12) was found: put its \
+                                directory on LD_LIBRARY_PATH or set TP_CUBLAS to it"
+                        .into());
+                }
+                let h = cublas::result::create_handle()
+                    .map_err(|e| format!("cublasCreate failed: {e}"))?;
+                // SAFETY: `h` was just created; the stream lives as long as the process.
+                unsafe { cublas::result::set_stream(h, self.stream.cast()) }
+                    .map_err(|e| format!("cublasSetStream failed: {e}"))?;
+                Ok(h as usize)
+            })
+            .unwrap_or_else(|_| Err("loading cuBLAS failed unexpectedly".into()))
+        });
+        handle.clone().map(|h| h as cublas::sys::cublasHandle_t)
+    }
+
+    /// Queues `g` through `cublasGemmStridedBatchedEx` (half types accumulate in f32).
+    ///
+    /// # Safety
+    /// Every matrix of `g` must be device memory of this context; C must not overlap A or B.
+    pub(super) unsafe fn gemm(&self, g: &Gemm) -> Result<(), String> {
+        use cublas::sys::{cublasComputeType_t as Compute, cublasOperation_t as Op};
+        use cublas::sys::{cublasGemmAlgo_t, cudaDataType_t as Ty};
+        use tensorplay_ir::DType;
+        let handle = self.cublas()?;
+        self.bind()?;
+        let (ty, compute) = match g.dtype {
+            DType::F32 => (Ty::CUDA_R_32F, Compute::CUBLAS_COMPUTE_32F),
+            DType::F64 => (Ty::CUDA_R_64F, Compute::CUBLAS_COMPUTE_64F),
+            DType::F16 => (Ty::CUDA_R_16F, Compute::CUBLAS_COMPUTE_32F),
+            DType::BF16 => (Ty::CUDA_R_16BF, Compute::CUBLAS_COMPUTE_32F),
+            other => return Err(format!("cuBLAS has no {other} matrix product")),
+        };
+        // alpha and beta have the compute type's precision.
+        let (one32, zero32, one64, zero64) = (1f32, 0f32, 1f64, 0f64);
+        let (alpha, beta): (*const c_void, *const c_void) = if g.dtype == DType::F64 {
+            ((&raw const one64).cast(), (&raw const zero64).cast())
+        } else {
+            ((&raw const one32).cast(), (&raw const zero32).cast())
+        };
+        let op = |t: bool| if t { Op::CUBLAS_OP_T } else { Op::CUBLAS_OP_N };
+        // `blas::check` has bounded every size by i32::MAX.
+        let int = |v: usize| v as i32;
+        // SAFETY: the caller guarantees the matrices; the handle is this context's, on its
+        // stream; alpha and beta outlive the call (cuBLAS reads host scalars before returning).
+        std::panic::catch_unwind(|| unsafe {
+            cublas::result::gemm_strided_batched_ex(
+                handle,
+                op(g.a.transposed),
+                op(g.b.transposed),
+                int(g.m),
+                int(g.n),
+                int(g.k),
+                alpha,
+                g.a.ptr as *const c_void,
+                ty,
+                int(g.a.ld),
+                g.a.stride as i64,
+                g.b.ptr as *const c_void,
+                ty,
+                int(g.b.ld),
+                g.b.stride as i64,
+                beta,
+                g.c as *mut c_void,
+                ty,
+                int(g.ldc),
+                g.stride_c as i64,
+                int(g.batch),
+                compute,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
+            )
+        })
+        .map_err(|_| "cublasGemmStridedBatchedEx is missing from the cuBLAS library".to_string())?
+        .map_err(|e| format!("cublasGemmStridedBatchedEx failed: {e}"))
+    }
+}
+
+/// Opens the cuBLAS named by `TP_CUBLAS` (the library or its directory) once, so that cudarc's
+/// lookup by name finds it already loaded; nothing when unset.
+fn preload_cublas() -> Result<(), String> {
+    static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            let Some(path) = std::env::var_os("TP_CUBLAS").filter(|p| !p.is_empty()) else {
+                return Ok(());
+            };
+            let path = std::path::PathBuf::from(path);
+            let mut libs = Vec::new();
+            if path.is_dir() {
+                let entries = std::fs::read_dir(&path)
+                    .map_err(|e| format!("TP_CUBLAS={}: {e}", path.display()))?;
+                let mut names: Vec<_> = entries
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| {
+                        p.file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.starts_with("libcublas") && n.contains(".so"))
+                    })
+                    .collect();
+                // cublasLt first: libcublas needs it.
+                names.sort_by_key(|p| !p.to_string_lossy().contains("cublasLt"));
+                libs.extend(names);
+            } else {
+                libs.push(path.clone());
+            }
+            if libs.is_empty() {
+                return Err(format!(
+                    "TP_CUBLAS={} holds no libcublas.so.*",
+                    path.display()
+                ));
+            }
+            for lib in libs {
+                // SAFETY: loading cuBLAS runs only its initialisers; the library stays loaded
+                // for the process (forgotten on purpose).
+                let l = unsafe { libloading::Library::new(&lib) }
+                    .map_err(|e| format!("TP_CUBLAS: cannot open {}: {e}", lib.display()))?;
+                std::mem::forget(l);
+            }
+            Ok(())
+        })
+        .clone()
 }

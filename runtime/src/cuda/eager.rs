@@ -84,6 +84,10 @@ fn no_kernel(op: &OpDef, device: Device, why: &str) -> Error {
 
 /// Runs built-in `op` on CUDA tensors through the installed provider.
 pub(crate) fn run(op: &'static OpDef, args: &[Value], device: Device) -> Result<Vec<Tensor>> {
+    // Matrix products are cuBLAS's (or its emulation's), not generated kernels.
+    if std::ptr::eq(op, &crate::ops::linalg::MATMUL) {
+        return crate::ops::linalg::matmul_cuda(args, device);
+    }
     let Some(provider) = PROVIDER.get() else {
         return Err(no_kernel(
             op,

@@ -11,7 +11,8 @@
 //! devices; reading a CUDA tensor's values (`to_vec`, `item`, printing) copies them to the host
 //! first. Built-in elementwise, reduction, softmax, cast and copy ops run on CUDA tensors through
 //! kernels the compiler generates from the op table (installed by `tensorplay::cuda::init`; see
-//! [`install_eager_kernels`]); custom ops with a `cuda` kernel run too (see
+//! [`install_eager_kernels`]); `matmul` runs through cuBLAS (`blas.rs`); custom ops with a `cuda`
+//! kernel run too (see
 //! `library::custom_op`), and the kernel gets device addresses from [`Tensor::data_ptr_cuda`].
 //!
 //! **Emulated devices.** [`use_emulated_devices`] (or `TP_CUDA_EMULATE=N` in the environment)
@@ -31,6 +32,7 @@
 //! # Ok::<(), tensorplay_runtime::Error>(())
 //! ```
 
+pub(crate) mod blas;
 pub(crate) mod device;
 #[cfg(feature = "cuda")]
 mod driver;
