@@ -15,7 +15,9 @@
 //! of single fused kernels and of a 20-node elementwise graph, and the per-call overhead of a
 //! compiled graph on 16 elements, and (`constants_as_args`) W1's and W3's kernels with their
 //! scalar constants as kernel arguments (what the compiler emits) against the same kernels with
-//! the constants inlined as immediates.
+//! the constants inlined as immediates, and (`mlp_layer`) `gelu(x @ w + b)` at three sizes,
+//! eager against compiled (the product and its bias/activation region fused as a matmul
+//! epilogue; `TP_MATMUL_EPILOGUE=0` runs them as two steps, for the A/B).
 //!
 //! Throughput is the anchors' "min bytes moved" per element. Every benchmark id carries the
 //! thread count (`/1T`, `/2T`): TensorPlay's pool size is read once from `TP_NUM_THREADS`, so run
@@ -582,6 +584,45 @@ fn call_overhead(c: &mut Criterion) {
     g.finish();
 }
 
+/// An MLP layer, `gelu(x @ w + b)`: the product and its epilogue.
+fn mlp_layer(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    Ok(vec![xs[0].matmul(&xs[1])?.add(&xs[2])?.gelu("tanh")?])
+}
+
+fn mlp_layers(c: &mut Criterion) {
+    let tid = threads_id();
+    // (rows, in, out): the quickstart's first layer; a batch of 1024; a wide output in DRAM.
+    for (m, k, n) in [(64, 128, 512), (1024, 128, 512), (2048, 64, 4096)] {
+        let xs = [
+            Tensor::randn_seeded(&[m, k], DType::F32, 1).unwrap(),
+            Tensor::randn_seeded(&[k, n], DType::F32, 2)
+                .unwrap()
+                .mul_scalar(0.1)
+                .unwrap(),
+            Tensor::randn_seeded(&[n], DType::F32, 3).unwrap(),
+        ];
+        let compiled = compile(mlp_layer);
+        let want = vec_of(&mlp_layer(&xs).unwrap()[0]);
+        check(
+            "mlp layer",
+            &vec_of(&compiled.call(&xs).unwrap()[0]),
+            &want,
+            1e-4,
+        );
+        let mut g = c.benchmark_group(format!("mlp_layer_{m}x{k}x{n}"));
+        g.sample_size(20)
+            .warm_up_time(Duration::from_millis(500))
+            .measurement_time(Duration::from_secs(2));
+        g.bench_function(BenchmarkId::new("eager", &tid), |b| {
+            b.iter(|| black_box(mlp_layer(&xs).unwrap()))
+        });
+        g.bench_function(BenchmarkId::new("compiled", &tid), |b| {
+            b.iter(|| black_box(compiled.call(&xs).unwrap()))
+        });
+        g.finish();
+    }
+}
+
 /// The spec with every scalar argument replaced by its value as an immediate constant (how
 /// kernels were compiled before constants became arguments).
 fn inline_params(spec: &KernelSpec, values: &[Lit]) -> KernelSpec {
@@ -661,6 +702,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = call_overhead, compile_latency, constants_as_args, workloads
+    targets = call_overhead, compile_latency, constants_as_args, mlp_layers, workloads
 }
 criterion_main!(benches);

@@ -28,6 +28,7 @@ use tensorplay_ir::{DType, Device, Dim, Error, Graph, NodeId, Result, Shape, Sym
 use tensorplay_runtime::autograd::is_grad_enabled;
 use tensorplay_runtime::dispatch;
 use tensorplay_runtime::library::{Operator, registry};
+use tensorplay_runtime::ops::linalg::{MATMUL, RowPanels};
 use tensorplay_runtime::{Scalar, Tensor, Value};
 
 use crate::arena::{Arena, Slots};
@@ -59,6 +60,8 @@ struct NodeCall {
 
 /// One fused region with its lowered kernel spec.
 struct RegionRun {
+    /// The region's number in the fusion plan.
+    index: usize,
     lowered: LoweredRegion,
     /// The kernel's scalar arguments (the region's scalar constants), encoded once.
     params: ScalarArgs,
@@ -129,6 +132,23 @@ enum Exec {
     /// Boxed: a region (its lowered spec, scalar arguments and cached launch) is much larger
     /// than a node call.
     Region(Box<RegionRun>),
+    /// A matmul and the pointwise region that alone reads its product, run panel by panel
+    /// (`epilogue.rs`).
+    Epilogue(Box<EpilogueRun>),
+}
+
+/// A matmul step fused with the pointwise region after it: the product (`product.outs[0]`) is
+/// read by nothing else and has the region's iteration shape.
+struct EpilogueRun {
+    product: NodeCall,
+    region: RegionRun,
+}
+
+impl EpilogueRun {
+    /// The product's value id.
+    fn value(&self) -> usize {
+        self.product.outs[0]
+    }
 }
 
 /// Run-time facts about each graph input that the compiled code relies on.
@@ -276,6 +296,97 @@ pub struct CompiledGraph {
     /// Constants of the graph as captured (dead ones included).
     check_constants: Vec<(usize, Tensor)>,
     shape_cache: Mutex<ShapeCache>,
+}
+
+/// The values step `s` reads (not the ones it writes).
+fn step_reads(s: &Exec) -> Vec<usize> {
+    let node = |c: &NodeCall| -> Vec<usize> {
+        c.args
+            .iter()
+            .flat_map(|a| match a {
+                ArgSrc::Tensor(i) => vec![*i],
+                ArgSrc::OptTensor(i) => i.iter().copied().collect(),
+                ArgSrc::List(v) => v.clone(),
+                ArgSrc::Value(_) | ArgSrc::Sym(_) => vec![],
+            })
+            .collect()
+    };
+    match s {
+        Exec::Node(c) => node(c),
+        Exec::Region(r) => r.ins.clone(),
+        Exec::Epilogue(e) => {
+            let mut v = node(&e.product);
+            v.extend(&e.region.ins);
+            v
+        }
+    }
+}
+
+/// Fuses each matmul step with the pointwise region right after it ([`Exec::Epilogue`]) when
+/// that region alone reads the product (no later step, not a graph output), the product is a
+/// 2-D CPU value of the region's iteration shape (as is every region output), and the matmul is
+/// the built-in one with no kernel registered over it.
+fn fuse_epilogues(
+    steps: Vec<Exec>,
+    graph: &Graph,
+    ids: &HashMap<ValueRef, usize>,
+    output_ids: &[usize],
+) -> Vec<Exec> {
+    // `TP_MATMUL_EPILOGUE=0` keeps the steps apart (for measuring what fusion changes).
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ENABLED.get_or_init(|| std::env::var("TP_MATMUL_EPILOGUE").map_or(true, |v| v != "0")) {
+        return steps;
+    }
+    let value_of: HashMap<usize, ValueRef> = ids.iter().map(|(&v, &i)| (i, v)).collect();
+    let meta = |id: usize| value_of.get(&id).and_then(|&v| graph.meta(v));
+    let reads: Vec<Vec<usize>> = steps.iter().map(step_reads).collect();
+    let fusable = |i: usize| -> bool {
+        let (Exec::Node(c), Some(Exec::Region(r))) = (&steps[i], steps.get(i + 1)) else {
+            return false;
+        };
+        let [v] = c.outs.as_slice() else {
+            return false;
+        };
+        let (Some(pm), Some(im)) = (meta(*v), meta(r.iter_value)) else {
+            return false;
+        };
+        c.op.builtin().is_some_and(|d| std::ptr::eq(d, &MATMUL))
+            && c.op.selected_slot(Device::Cpu).is_none()
+            && matches!(c.args.as_slice(), [ArgSrc::Tensor(_), ArgSrc::Tensor(_)])
+            && matches!(r.lowered.spec.kind, LoopKind::Pointwise)
+            && pm.device == Device::Cpu
+            && pm.shape.len() == 2
+            && pm.shape == im.shape
+            && r.outs
+                .iter()
+                .all(|&o| meta(o).is_some_and(|m| m.shape == pm.shape))
+            && r.ins.contains(v)
+            && !output_ids.contains(v)
+            && !reads[i + 2..].iter().any(|later| later.contains(v))
+    };
+    // A pair is (matmul node, region): a step is in at most one pair.
+    let fused: Vec<bool> = (0..steps.len()).map(fusable).collect();
+    let mut out = Vec::with_capacity(steps.len());
+    let mut it = steps.into_iter().zip(fused);
+    while let Some((step, fuse)) = it.next() {
+        match (step, fuse) {
+            (Exec::Node(product), true) => match it.next() {
+                Some((Exec::Region(region), _)) => {
+                    out.push(Exec::Epilogue(Box::new(EpilogueRun {
+                        product,
+                        region: *region,
+                    })))
+                }
+                // `fusable` saw a region next; keep the steps as they are otherwise.
+                next => {
+                    out.push(Exec::Node(product));
+                    out.extend(next.map(|(s, _)| s));
+                }
+            },
+            (step, _) => out.push(step),
+        }
+    }
+    out
 }
 
 fn attr_value(a: &Attr) -> Value {
@@ -525,6 +636,7 @@ impl CompiledGraph {
                     };
                     let params = ScalarArgs::new(&lowered.spec.param_dtypes(), &lowered.params)?;
                     steps.push(Exec::Region(Box::new(RegionRun {
+                        index: r,
                         params,
                         ins: lowered
                             .inputs
@@ -544,24 +656,34 @@ impl CompiledGraph {
             }
         }
 
+        let steps = fuse_epilogues(steps, &graph, &ids, &output_ids);
+
         // Last use of every value, so intermediates are freed (and their buffers recycled by
         // the allocator) as soon as nothing needs them.
         let num_values = dtypes.len();
         let mut last_use = vec![None::<usize>; num_values];
+        let node_reads = |c: &NodeCall| -> Vec<usize> {
+            c.args
+                .iter()
+                .flat_map(|a| match a {
+                    ArgSrc::Tensor(i) => vec![*i],
+                    ArgSrc::OptTensor(i) => i.iter().copied().collect(),
+                    ArgSrc::List(v) => v.clone(),
+                    ArgSrc::Value(_) | ArgSrc::Sym(_) => vec![],
+                })
+                .chain(c.outs.iter().copied())
+                .collect()
+        };
         for (si, s) in steps.iter().enumerate() {
             let reads: Vec<usize> = match s {
-                Exec::Node(c) => c
-                    .args
-                    .iter()
-                    .flat_map(|a| match a {
-                        ArgSrc::Tensor(i) => vec![*i],
-                        ArgSrc::OptTensor(i) => i.iter().copied().collect(),
-                        ArgSrc::List(v) => v.clone(),
-                        ArgSrc::Value(_) | ArgSrc::Sym(_) => vec![],
-                    })
-                    .chain(c.outs.iter().copied())
-                    .collect(),
+                Exec::Node(c) => node_reads(c),
                 Exec::Region(r) => r.ins.iter().chain(&r.outs).copied().collect(),
+                Exec::Epilogue(e) => {
+                    let r = &e.region;
+                    let mut v = node_reads(&e.product);
+                    v.extend(r.ins.iter().chain(&r.outs));
+                    v
+                }
             };
             for v in reads {
                 last_use[v] = Some(si);
@@ -693,6 +815,17 @@ impl CompiledGraph {
     /// capture recorded any.
     pub fn explain(&self) -> String {
         let mut text = self.plan.explain(&self.graph);
+        for e in self.steps.iter().filter_map(|s| match s {
+            Exec::Epilogue(e) => Some(e),
+            _ => None,
+        }) {
+            text.push_str(&format!(
+                "matmul epilogue: {} and region {} run as one step (each thread computes a panel \
+                 of the product's rows, then runs the region on it)\n",
+                self.graph.describe(e.product.node),
+                e.region.index
+            ));
+        }
         let guards = self.graph.size_guards();
         if !guards.is_empty() {
             text.push_str("size guards (sizes the captured code read as plain integers):\n");
@@ -1156,22 +1289,12 @@ impl CompiledGraph {
                     Self::call_node(call, &mut env, &shapes.syms)?;
                     self.check_node_outputs(call, &shapes.shapes, &env)?;
                 }
-                Exec::Region(r) => {
-                    let outs: SmallVec<[Tensor; 4]> = r
-                        .outs
-                        .iter()
-                        // SAFETY: the region kernel launched below writes every element of
-                        // each output before anything reads it (later work on the device's
-                        // stream, or a copy to the host, which waits for the stream).
-                        .map(|&o| unsafe {
-                            tensorplay_runtime::cuda::empty_uninit(
-                                &shapes.shapes[o],
-                                self.dtypes[o],
-                                device,
-                            )
-                        })
-                        .collect::<Result<_>>()?;
-                    self.launch_region(r, &shapes.shapes, &mut env, outs, device)?;
+                Exec::Region(r) => self.run_region_on_device(r, shapes, &mut env, device)?,
+                // The product on the device, then its region.
+                Exec::Epilogue(e) => {
+                    Self::call_node(&e.product, &mut env, &shapes.syms)?;
+                    self.check_node_outputs(&e.product, &shapes.shapes, &env)?;
+                    self.run_region_on_device(&e.region, shapes, &mut env, device)?;
                 }
             }
             for &v in &self.dies_after[si] {
@@ -1179,6 +1302,27 @@ impl CompiledGraph {
             }
         }
         self.collect_outputs(&env)
+    }
+
+    /// Launches region `r` on `device` into fresh device outputs.
+    fn run_region_on_device(
+        &self,
+        r: &RegionRun,
+        shapes: &ShapeEntry,
+        env: &mut [Option<Tensor>],
+        device: Device,
+    ) -> Result<()> {
+        let outs: SmallVec<[Tensor; 4]> = r
+            .outs
+            .iter()
+            // SAFETY: the region kernel launched below writes every element of each output
+            // before anything reads it (later work on the device's stream, or a copy to the
+            // host, which waits for the stream).
+            .map(|&o| unsafe {
+                tensorplay_runtime::cuda::empty_uninit(&shapes.shapes[o], self.dtypes[o], device)
+            })
+            .collect::<Result<_>>()?;
+        self.launch_region(r, &shapes.shapes, env, outs, device)
     }
 
     /// The steps of one call, intermediates in the arena's `slots`.
@@ -1196,6 +1340,7 @@ impl CompiledGraph {
                     self.check_node_outputs(call, &shapes.shapes, &env)?;
                 }
                 Exec::Region(r) => self.run_region(r, &shapes.shapes, &mut env, slots)?,
+                Exec::Epilogue(e) => self.run_epilogue(e, shapes, &mut env, slots)?,
             }
             for &v in &self.dies_after[si] {
                 // Dropped; an arena value's storage goes back to its slot.
@@ -1379,6 +1524,87 @@ impl CompiledGraph {
         self.launch_region(r, shapes, env, outs, Device::Cpu)
     }
 
+    /// A matmul and its epilogue region on the CPU: fused panel by panel when the product is
+    /// one [`RowPanels`] computes (2-D `f32`/`f64`) and no region hook is installed, otherwise
+    /// the product through the dispatcher and then the region.
+    fn run_epilogue(
+        &self,
+        e: &EpilogueRun,
+        shapes: &ShapeEntry,
+        env: &mut [Option<Tensor>],
+        slots: &mut Slots,
+    ) -> Result<()> {
+        let (v, r) = (e.value(), &e.region);
+        let operands = match e.product.args.as_slice() {
+            [ArgSrc::Tensor(a), ArgSrc::Tensor(b)] => env[*a].as_ref().zip(env[*b].as_ref()),
+            _ => None,
+        };
+        // A kernel registered over matmul since compilation takes the dispatcher's path.
+        let fusable = crate::codegen::hook::current().is_none()
+            && e.product.op.selected_slot(Device::Cpu).is_none()
+            && shapes.shapes[r.iter_value] == shapes.shapes[v]
+            && matches!(shapes.shapes[v].as_slice(), &[_, n] if n > 0);
+        let slot = self.slot_of_id[v];
+        let fused = match operands.filter(|_| fusable) {
+            // SAFETY: the product is written in full by `RowPanels::compute` over all its rows
+            // (in `epilogue::run`) before the region reads it; unused, it is dropped unread.
+            Some((a, b)) => Some(unsafe { slots.tensor(slot, &shapes.shapes[v], self.dtypes[v]) }?)
+                .and_then(|out| RowPanels::new(a, b, &out).map(|p| (p, out))),
+            None => None,
+        };
+        let Some((product, out)) = fused else {
+            logging::log("fallback", || {
+                format!(
+                    "{}: its epilogue runs unfused (not a 2-D f32/f64 CPU product, a kernel is \
+                     registered over matmul, or a region hook is installed)",
+                    self.graph.describe(e.product.node)
+                )
+            });
+            Self::call_node(&e.product, env, &shapes.syms)?;
+            self.check_node_outputs(&e.product, &shapes.shapes, env)?;
+            return self.run_region(r, &shapes.shapes, env, slots);
+        };
+        env[v] = Some(out);
+        let outs: SmallVec<[Tensor; 4]> = r
+            .outs
+            .iter()
+            // SAFETY: the region kernel writes every element of each output, panel by panel,
+            // before anything reads it; if the launch fails, `outs` are dropped unread.
+            .map(|&o| unsafe {
+                slots.tensor(self.slot_of_id[o], &shapes.shapes[o], self.dtypes[o])
+            })
+            .collect::<Result<_>>()?;
+        {
+            let mut in_refs: SmallVec<[&Tensor; 8]> = SmallVec::with_capacity(r.ins.len());
+            for &i in &r.ins {
+                in_refs.push(env[i].as_ref().ok_or_else(|| {
+                    Error::compile(
+                        CompileKind::Launch,
+                        format!("region input {i} not computed"),
+                    )
+                })?);
+            }
+            let out_refs: SmallVec<[&Tensor; 4]> = outs.iter().collect();
+            let iter_shape = &shapes.shapes[r.iter_value];
+            let spec = &r.lowered.spec;
+            let plan = plan_launch(spec, &in_refs, &out_refs, Some(iter_shape))?;
+            let last = r.last.lock().clone();
+            let kernel = match last {
+                Some(c) if c.kernel.layout() == plan.layout() => c.kernel.clone(),
+                _ => cache::get_or_compile(spec, plan.layout())?,
+            };
+            crate::epilogue::run(&product, &kernel, &plan, &r.params, iter_shape[1])?;
+            *r.last.lock() = Some(Arc::new(CachedLaunch {
+                plan: plan.detach(),
+                kernel,
+            }));
+        }
+        for (&o, t) in r.outs.iter().zip(outs) {
+            env[o] = Some(t);
+        }
+        Ok(())
+    }
+
     /// Launches region `r` writing `outs` (all operands on `device`: its CPU kernel, or its
     /// CUDA kernel on a CUDA device), then binds them in `env`.
     fn launch_region(
@@ -1536,6 +1762,7 @@ mod tests {
     fn cached(c: &CompiledGraph) -> Option<Arc<CachedLaunch>> {
         c.steps.iter().find_map(|s| match s {
             Exec::Region(r) => r.last.lock().clone(),
+            Exec::Epilogue(e) => e.region.last.lock().clone(),
             Exec::Node(_) => None,
         })
     }

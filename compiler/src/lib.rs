@@ -6,6 +6,7 @@ mod arena;
 pub mod capture;
 pub mod codegen;
 pub mod compile;
+mod epilogue;
 pub mod executor;
 pub mod opcheck;
 pub mod optim;

@@ -264,6 +264,140 @@ fn gemm_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &P
     Ok(())
 }
 
+/// A 2-D floating matrix product `out = x @ y` prepared to be computed a panel of output rows
+/// at a time, each panel on the calling thread — for a compiled graph that runs a fused
+/// elementwise epilogue on each panel right after it is computed, while it is in cache.
+///
+/// Panels are `gemm` calls of their own, so each repacks `y`: panels of fewer than about 64
+/// rows cost the product noticeably more (measured in `docs/PERFORMANCE.md`).
+///
+/// ```
+/// use tensorplay_runtime::ops::linalg::RowPanels;
+/// use tensorplay_runtime::{DType, Tensor};
+/// let x = Tensor::randn_seeded(&[5, 3], DType::F32, 1)?;
+/// let y = Tensor::randn_seeded(&[3, 4], DType::F32, 2)?;
+/// let out = Tensor::zeros(&[5, 4], DType::F32);
+/// let p = RowPanels::new(&x, &y, &out).expect("a 2-D f32 product");
+/// // SAFETY: one thread, disjoint rows, nothing else touches `out` meanwhile.
+/// unsafe {
+///     p.compute(0..2);
+///     p.compute(2..5);
+/// }
+/// assert_eq!(out.to_vec::<f32>()?, x.matmul(&y)?.to_vec::<f32>()?);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub struct RowPanels {
+    x: Tensor,
+    y: Tensor,
+    out: Tensor,
+    m: usize,
+    k: usize,
+    n: usize,
+}
+
+impl RowPanels {
+    /// `None` unless `x` (`m x k`) and `y` (`k x n`) are 2-D CPU tensors with data, of one dtype
+    /// `f32` or `f64`, and `out` a contiguous `m x n` CPU tensor of that dtype sharing memory
+    /// with neither.
+    pub fn new(x: &Tensor, y: &Tensor, out: &Tensor) -> Option<RowPanels> {
+        let dtype = x.dtype();
+        let plain = |t: &Tensor| t.device() == Device::Cpu && !t.is_fake() && t.dtype() == dtype;
+        let (&[m, k], &[k2, n]) = (x.shape(), y.shape()) else {
+            return None;
+        };
+        let fits = matches!(dtype, DType::F32 | DType::F64)
+            && k == k2
+            && [x, y, out].into_iter().all(plain)
+            && out.shape() == [m, n]
+            && out.is_contiguous()
+            && !out.storage().same(x.storage())
+            && !out.storage().same(y.storage());
+        fits.then(|| RowPanels {
+            x: x.clone(),
+            y: y.clone(),
+            out: out.clone(),
+            m,
+            k,
+            n,
+        })
+    }
+
+    /// Rows of the product (`m`).
+    pub fn rows(&self) -> usize {
+        self.m
+    }
+
+    /// Multiply-adds per output row (`k * n`).
+    pub fn work_per_row(&self) -> usize {
+        self.k * self.n
+    }
+
+    /// Computes output rows `rows` (clamped to `0..m`) on the calling thread.
+    ///
+    /// # Safety
+    /// No other thread may compute an overlapping range, or read or write those rows of `out`,
+    /// while this runs.
+    pub unsafe fn compute(&self, rows: std::ops::Range<usize>) {
+        let (r0, r1) = (rows.start.min(self.m), rows.end.min(self.m));
+        if r0 >= r1 || self.n == 0 {
+            return;
+        }
+        // SAFETY: forwarded contract; `r0 < r1 <= m`.
+        unsafe {
+            match self.x.dtype() {
+                DType::F64 => self.compute_as::<f64>(r0, r1),
+                _ => self.compute_as::<f32>(r0, r1),
+            }
+        }
+    }
+
+    /// # Safety
+    /// As [`RowPanels::compute`], with `r0 < r1 <= m` and `T` the operands' element type.
+    unsafe fn compute_as<T: Element>(&self, r0: usize, r1: usize) {
+        let (xs, ys) = (self.x.strides(), self.y.strides());
+        // `new` checked that the tensors are CPU tensors with data.
+        let (Ok(px), Ok(py), Ok(po)) = (
+            self.x.data_ptr("matmul"),
+            self.y.data_ptr("matmul"),
+            self.out.data_ptr("matmul"),
+        ) else {
+            return;
+        };
+        let (px, py, po) = (px as *const T, py as *const T, po as *mut T);
+        // SAFETY: rows `r0..r1` of `x` (row stride xs[0]) and of the contiguous `out` lie inside
+        // their tensors; `y` is read whole with its own strides; the caller guarantees nobody
+        // else touches these output rows, and `out` shares memory with neither input (`new`).
+        unsafe {
+            let (x0, o0) = (px.offset(r0 as isize * xs[0]), po.add(r0 * self.n));
+            if self.k == 0 {
+                std::ptr::write_bytes(o0, 0, (r1 - r0) * self.n);
+                return;
+            }
+            gemm::gemm(
+                r1 - r0,
+                self.n,
+                self.k,
+                o0,
+                1,
+                self.n as isize,
+                false,
+                x0,
+                xs[1],
+                xs[0],
+                py,
+                ys[1],
+                ys[0],
+                T::from_f64(0.0),
+                T::from_f64(1.0),
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    }
+}
+
 /// Integer matmul (`T` in {i32, i64}) with wrapping i64 accumulation.
 fn int_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &Plan) -> Result<()> {
     if out.numel() == 0 {

@@ -732,6 +732,42 @@ impl CompiledKernel {
         self.run_plan(p, &p.ptrs, params)
     }
 
+    /// Runs elements `start..end` of pointwise plan `p` (made by [`plan`] for this kernel's spec
+    /// from tensors the caller still borrows, as for [`CompiledKernel::launch_plan`]) on the
+    /// calling thread. Element `i` is the `i`-th point of the iteration shape in row-major
+    /// order, so a range of whole rows of a row-major output is a panel of it: a fused epilogue
+    /// runs on each panel a matrix product has just computed.
+    pub(crate) fn launch_plan_range(
+        &self,
+        p: &LaunchPlan,
+        params: &ScalarArgs,
+        range: std::ops::Range<usize>,
+    ) -> Result<()> {
+        if p.device != Device::Cpu || !matches!(p.kind, LoopKind::Pointwise) {
+            return Err(Error::compile(
+                CompileKind::Launch,
+                format!("{OP}: only a pointwise plan on the CPU runs by element ranges"),
+            ));
+        }
+        if range.start > range.end || range.end > p.range {
+            return Err(Error::compile(
+                CompileKind::Launch,
+                format!(
+                    "{OP}: elements {range:?} are outside the plan's 0..{}",
+                    p.range
+                ),
+            ));
+        }
+        if range.is_empty() {
+            return self.check_params(params);
+        }
+        let args = self.kernel_args(p, &p.ptrs, params)?;
+        // SAFETY: `kernel_args` checked that `p` (built by `plan` for this spec from live
+        // tensors) has this kernel's layout, and `range` lies inside the plan's iteration.
+        call(unsafe { self.entry() }, &args, range.start, range.end);
+        Ok(())
+    }
+
     /// Launches `p` — a plan made earlier by [`plan`] for this kernel's spec, usually
     /// [detached](LaunchPlan::detach) and kept by the caller — on new tensors, skipping the
     /// planning when they [fit](LaunchPlan::fits) it: same shapes and strides (and explicit
