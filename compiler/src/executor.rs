@@ -662,30 +662,13 @@ impl CompiledGraph {
         // the allocator) as soon as nothing needs them.
         let num_values = dtypes.len();
         let mut last_use = vec![None::<usize>; num_values];
-        let node_reads = |c: &NodeCall| -> Vec<usize> {
-            c.args
-                .iter()
-                .flat_map(|a| match a {
-                    ArgSrc::Tensor(i) => vec![*i],
-                    ArgSrc::OptTensor(i) => i.iter().copied().collect(),
-                    ArgSrc::List(v) => v.clone(),
-                    ArgSrc::Value(_) | ArgSrc::Sym(_) => vec![],
-                })
-                .chain(c.outs.iter().copied())
-                .collect()
-        };
         for (si, s) in steps.iter().enumerate() {
-            let reads: Vec<usize> = match s {
-                Exec::Node(c) => node_reads(c),
-                Exec::Region(r) => r.ins.iter().chain(&r.outs).copied().collect(),
-                Exec::Epilogue(e) => {
-                    let r = &e.region;
-                    let mut v = node_reads(&e.product);
-                    v.extend(r.ins.iter().chain(&r.outs));
-                    v
-                }
+            let writes: &[usize] = match s {
+                Exec::Node(c) => &c.outs,
+                Exec::Region(r) => &r.outs,
+                Exec::Epilogue(e) => &e.region.outs,
             };
-            for v in reads {
+            for v in step_reads(s).into_iter().chain(writes.iter().copied()) {
                 last_use[v] = Some(si);
             }
         }
@@ -1546,10 +1529,21 @@ impl CompiledGraph {
             && matches!(shapes.shapes[v].as_slice(), &[_, n] if n > 0);
         let slot = self.slot_of_id[v];
         let fused = match operands.filter(|_| fusable) {
-            // SAFETY: the product is written in full by `RowPanels::compute` over all its rows
-            // (in `epilogue::run`) before the region reads it; unused, it is dropped unread.
-            Some((a, b)) => Some(unsafe { slots.tensor(slot, &shapes.shapes[v], self.dtypes[v]) }?)
-                .and_then(|out| RowPanels::new(a, b, &out).map(|p| (p, out))),
+            Some((a, b)) => {
+                // SAFETY: the product is written in full by `RowPanels::compute` over all its
+                // rows (in `epilogue::run`) before the region reads it; unused, it goes back to
+                // its slot unread.
+                let out = unsafe { slots.tensor(slot, &shapes.shapes[v], self.dtypes[v]) }?;
+                match RowPanels::new(a, b, &out) {
+                    Some(p) => Some((p, out)),
+                    None => {
+                        if let Some(k) = slot {
+                            slots.release(k, out);
+                        }
+                        None
+                    }
+                }
+            }
             None => None,
         };
         let Some((product, out)) = fused else {
