@@ -12,7 +12,8 @@
 //!   i.e. at the vector width Cranelift emits — it separates vector width from code quality.
 //!
 //! Also: plain-store copy and triad bandwidth at 2^24 (the physical limit), the compile latency
-//! of single fused kernels and of a 20-node elementwise graph, and the per-call overhead of a
+//! of single fused kernels (optimised, and the first tier a compiled graph waits for) and of a
+//! 20-node elementwise graph, and the per-call overhead of a
 //! compiled graph on 16 elements, and (`constants_as_args`) W1's and W3's kernels with their
 //! scalar constants as kernel arguments (what the compiler emits) against the same kernels with
 //! the constants inlined as immediates, and (`mlp_layer`) `gelu(x @ w + b)` at three sizes,
@@ -515,6 +516,10 @@ fn compile_latency(c: &mut Criterion) {
             .clone();
         g.bench_function(BenchmarkId::new(name, &tid), |b| {
             b.iter(|| black_box(cpu::compile(&lowered.spec, &layout).unwrap()))
+        });
+        // What a compiled graph waits for: the first tier (the same for assembled kernels).
+        g.bench_function(BenchmarkId::new(format!("{name}_first_tier"), &tid), |b| {
+            b.iter(|| black_box(cpu::compile_tiered(&lowered.spec, &layout).unwrap()))
         });
     }
 

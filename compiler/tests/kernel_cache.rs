@@ -279,3 +279,94 @@ fn compile_drop_cycles_with_distinct_constants_do_not_grow_memory() -> Result<()
     }
     Ok(())
 }
+
+#[test]
+fn tiered_kernels_switch_to_optimised_code_with_the_same_results() -> Result<()> {
+    use tensorplay_compiler::codegen::cpu::{compile_tiered, plan};
+    let _s = serial();
+    // sqrt(x * x + 1) in f64: a Cranelift kernel (assembled kernels are f32 and not tiered).
+    let spec = KernelSpec {
+        rank: 1,
+        inputs: vec![DType::F64],
+        outputs: vec![DType::F64],
+        insts: vec![
+            Inst::Load { input: 0 },
+            Inst::Op {
+                op: ScalarOp::Mul,
+                args: vec![0, 0],
+                compute: DType::F64,
+                out: DType::F64,
+            },
+            Inst::Const {
+                value: tensorplay_compiler::codegen::kernel::Lit::Float(1.0),
+                dtype: DType::F64,
+            },
+            Inst::Op {
+                op: ScalarOp::Add,
+                args: vec![1, 2],
+                compute: DType::F64,
+                out: DType::F64,
+            },
+            Inst::Op {
+                op: ScalarOp::Sqrt,
+                args: vec![3],
+                compute: DType::F64,
+                out: DType::F64,
+            },
+            Inst::Store {
+                output: 0,
+                value: 4,
+            },
+        ],
+        kind: LoopKind::Pointwise,
+    };
+    let x = Tensor::randn_seeded(&[1000], DType::F64, 5)?;
+    let out = Tensor::zeros(&[1000], DType::F64);
+    let layout = plan(&spec, &[&x], &[&out], None)?.layout().clone();
+    let bits = |t: &Tensor| -> Vec<u64> {
+        t.to_vec::<f64>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    let tiered = std::env::var("TP_JIT_TIERS").map_or(true, |v| v != "0");
+    let live = live_kernels();
+    let k = compile_tiered(&spec, &layout)?;
+    assert_eq!(live_kernels(), live + 1);
+    assert_eq!(
+        k.is_optimized(),
+        !tiered,
+        "a fresh tiered kernel runs fast-tier code"
+    );
+    k.launch(&[&x], &[&out])?;
+    let want = bits(&out);
+    // The second launch asks for the optimised code; it replaces the fast code when ready.
+    let start = std::time::Instant::now();
+    while !k.is_optimized() && start.elapsed() < std::time::Duration::from_secs(30) {
+        out.fill_(0.0)?;
+        k.launch(&[&x], &[&out])?;
+        assert_eq!(bits(&out), want, "both tiers compute the same bits");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(k.is_optimized(), "the optimised code arrived within 30 s");
+    out.fill_(0.0)?;
+    k.launch(&[&x], &[&out])?;
+    assert_eq!(
+        bits(&out),
+        want,
+        "the optimised code computes the same bits"
+    );
+    // The optimised code backs the same kernel: one live kernel, freed with it.
+    assert_eq!(live_kernels(), live + 1);
+    drop(k);
+    assert_eq!(live_kernels(), live);
+    // A kernel dropped right after asking for its optimised code: the request is skipped or
+    // finishes on its own, and nothing leaks into the live count.
+    let k = compile_tiered(&spec, &layout)?;
+    k.launch(&[&x], &[&out])?;
+    k.launch(&[&x], &[&out])?;
+    drop(k);
+    assert_eq!(live_kernels(), live);
+    Ok(())
+}

@@ -47,7 +47,7 @@ use std::time::Duration;
 use tensorplay_ir::Result;
 use tensorplay_runtime::Tensor;
 
-use super::cpu::{CompiledKernel, ScalarArgs, compile, plan};
+use super::cpu::{CompiledKernel, ScalarArgs, compile_tiered, plan};
 use super::kernel::{KernelSpec, LoopLayout, LoweredRegion};
 
 /// The cache bound when `TP_KERNEL_CACHE_MB` is unset (or not a number), in MiB of machine code.
@@ -147,7 +147,8 @@ impl Cache {
     }
 }
 
-/// The compiled kernel for `spec` and `layout`, compiling it on first use.
+/// The compiled kernel for `spec` and `layout`, compiling it on first use (tiered: see
+/// [`compile_tiered`]; the size bound counts the first tier's code).
 ///
 /// ```
 /// use tensorplay_compiler::codegen::cache;
@@ -198,7 +199,7 @@ pub fn get_or_compile(spec: &KernelSpec, layout: &LoopLayout) -> Result<Arc<Comp
     let result = slot
         .get_or_init(|| {
             compiled_here = true;
-            compile(spec, layout).map(Arc::new)
+            compile_tiered(spec, layout).map(Arc::new)
         })
         .clone();
     if compiled_here {

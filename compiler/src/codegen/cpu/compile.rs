@@ -1,7 +1,7 @@
 //! Compiling a kernel spec into native code with Cranelift, and owning that code.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tensorplay_ir::CompileKind;
 
@@ -18,6 +18,7 @@ use super::args::KernelFn;
 use super::emit::{Emitter, Lanes, choose_lanes, liveness};
 use super::math::{MathCtx, MathShims};
 use super::staging;
+use super::tiers::{Tier, TierUp};
 use super::wide_asm::{self, WideCode};
 use crate::codegen::kernel::{Inst, KernelSpec, LoopKind, LoopLayout, StrideClass};
 use crate::passes::logging;
@@ -46,41 +47,50 @@ const AVX512_FLAGS: [&str; 6] = [
     "has_avx512vnni",
 ];
 
-/// The host ISA, built once: native features (without AVX-512 under `TP_BULK_ISA=avx2`),
-/// `opt_level=speed`, the IR verifier in debug builds.
-fn isa() -> Result<OwnedTargetIsa> {
-    static ISA: OnceLock<std::result::Result<OwnedTargetIsa, String>> = OnceLock::new();
-    ISA.get_or_init(|| {
-        let mut flags = settings::builder();
-        let set = |f: &mut settings::Builder, k: &str, v: &str| {
-            f.set(k, v).map_err(|e| format!("setting {k}={v}: {e}"))
-        };
-        set(&mut flags, "opt_level", "speed")?;
-        set(&mut flags, "use_colocated_libcalls", "false")?;
-        set(&mut flags, "is_pic", "false")?;
-        let verify = if cfg!(debug_assertions) {
-            "true"
-        } else {
-            "false"
-        };
-        set(&mut flags, "enable_verifier", verify)?;
-        let mut builder = cranelift_native::builder().map_err(|e| format!("host ISA: {e}"))?;
-        if cfg!(target_arch = "x86_64")
-            && super::math::bulk::level_cap() == super::math::bulk::Level::Avx2
-        {
-            // `TP_BULK_ISA=avx2`: the inline code an AVX2-only host gets, too.
-            for f in AVX512_FLAGS {
-                builder
-                    .set(f, "false")
-                    .map_err(|e| format!("setting {f}=false: {e}"))?;
+/// The host ISA for `tier`, built once per tier: native features (without AVX-512 under
+/// `TP_BULK_ISA=avx2`), `opt_level=speed`, the IR verifier in debug builds; the fast tier
+/// allocates registers in a single pass (about half the compile time, slower code), the
+/// optimised tier with the backtracking allocator.
+fn isa(tier: Tier) -> Result<OwnedTargetIsa> {
+    static ISAS: [OnceLock<std::result::Result<OwnedTargetIsa, String>>; 2] =
+        [OnceLock::new(), OnceLock::new()];
+    ISAS[tier as usize]
+        .get_or_init(|| {
+            let mut flags = settings::builder();
+            let set = |f: &mut settings::Builder, k: &str, v: &str| {
+                f.set(k, v).map_err(|e| format!("setting {k}={v}: {e}"))
+            };
+            set(&mut flags, "opt_level", "speed")?;
+            let regalloc = match tier {
+                Tier::Fast => "single_pass",
+                Tier::Optimized => "backtracking",
+            };
+            set(&mut flags, "regalloc_algorithm", regalloc)?;
+            set(&mut flags, "use_colocated_libcalls", "false")?;
+            set(&mut flags, "is_pic", "false")?;
+            let verify = if cfg!(debug_assertions) {
+                "true"
+            } else {
+                "false"
+            };
+            set(&mut flags, "enable_verifier", verify)?;
+            let mut builder = cranelift_native::builder().map_err(|e| format!("host ISA: {e}"))?;
+            if cfg!(target_arch = "x86_64")
+                && super::math::bulk::level_cap() == super::math::bulk::Level::Avx2
+            {
+                // `TP_BULK_ISA=avx2`: the inline code an AVX2-only host gets, too.
+                for f in AVX512_FLAGS {
+                    builder
+                        .set(f, "false")
+                        .map_err(|e| format!("setting {f}=false: {e}"))?;
+                }
             }
-        }
-        builder
-            .finish(settings::Flags::new(flags))
-            .map_err(|e| format!("host ISA: {e}"))
-    })
-    .clone()
-    .map_err(|e| Error::compile(CompileKind::Codegen, format!("cpu codegen: {e}")))
+            builder
+                .finish(settings::Flags::new(flags))
+                .map_err(|e| format!("host ISA: {e}"))
+        })
+        .clone()
+        .map_err(|e| Error::compile(CompileKind::Codegen, format!("cpu codegen: {e}")))
 }
 
 /// Integer `pow` with eager's semantics (wrapping repeated squaring; a negative exponent gives
@@ -116,12 +126,25 @@ extern "C" fn tp_kernel_ipow(base: i64, exp: i64) -> i64 {
 
 const IPOW_SYMBOL: &str = "tp_kernel_ipow";
 
-/// Owns a JIT module; dropping it frees the module's code and data.
-struct JitCode(Option<JITModule>);
+/// Owns a JIT module; dropping it frees the module's code and data. `counted`: whether it is
+/// one of the [`live_kernels`] (a kernel's first code; not the optimised code it tiers up to).
+pub(super) struct JitCode {
+    module: Option<JITModule>,
+    counted: bool,
+}
+
+impl JitCode {
+    /// Stops counting this code in [`live_kernels`] (it backs a kernel counted already).
+    fn uncount(&mut self) {
+        if std::mem::replace(&mut self.counted, false) && self.module.is_some() {
+            LIVE.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
 
 /// The machine code a [`CompiledKernel`] owns: a Cranelift module or an assembled kernel
 /// ([`wide_asm`]). Both count in [`live_kernels`] while they exist.
-enum Code {
+pub(super) enum Code {
     /// Held for its `Drop` (frees the module).
     Jit(#[allow(dead_code)] Box<JitCode>),
     /// Held for its `Drop` (unmaps the code).
@@ -146,12 +169,14 @@ impl Drop for LiveCode {
 
 impl Drop for JitCode {
     fn drop(&mut self) {
-        if let Some(module) = self.0.take() {
-            // SAFETY: the only pointer into this module is the owning `CompiledKernel`'s entry,
-            // which is being dropped with it; no call can be running (launch borrows the
-            // kernel for the duration of every call).
+        if let Some(module) = self.module.take() {
+            // SAFETY: the only pointer into this module is the owning `CompiledKernel`'s entry
+            // (or its tier-up's), which is being dropped with it; no call can be running
+            // (launch borrows the kernel for the duration of every call).
             unsafe { module.free_memory() };
-            LIVE.fetch_sub(1, Ordering::Relaxed);
+            if self.counted {
+                LIVE.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -197,6 +222,9 @@ pub struct CompiledKernel {
     work_weight: usize,
     code_bytes: usize,
     params: Vec<tensorplay_ir::DType>,
+    /// A fast-tier kernel's way to its optimised code (compiled off the calling thread once
+    /// the kernel is launched again); `None` for optimised and assembled kernels.
+    tier_up: Option<Arc<TierUp>>,
     _code: Code,
 }
 
@@ -269,7 +297,16 @@ impl CompiledKernel {
     /// pointers for every operand over the whole iteration, `layout.dims` sizes and
     /// `operands * dims` strides. [`CompiledKernel::launch`] builds and checks them.
     pub unsafe fn entry(&self) -> KernelFn {
-        self.entry
+        match &self.tier_up {
+            Some(t) => t.entry_for_launch().unwrap_or(self.entry),
+            None => self.entry,
+        }
+    }
+
+    /// Whether this kernel runs fully optimised code: always, except a fast-tier kernel (from
+    /// [`compile_tiered`]) whose optimised code is not ready yet.
+    pub fn is_optimized(&self) -> bool {
+        self.tier_up.as_ref().is_none_or(|t| t.is_done())
     }
 }
 
@@ -392,25 +429,113 @@ pub fn compile_with(
     layout: &LoopLayout,
     options: &CodegenOptions,
 ) -> Result<CompiledKernel> {
+    compile_in(spec, layout, options, Tier::Optimized)
+}
+
+/// Like [`compile`], but a kernel Cranelift compiles is built in the fast tier first (single-pass
+/// register allocation: about half the compile time) and recompiled with the full optimizer on
+/// a background thread once it is launched a second time; launches switch to the optimised
+/// code when it is ready ([`CompiledKernel::is_optimized`]). Both tiers compile the same IR, so
+/// results are the same bits. Assembled kernels compile in tens of microseconds and are not
+/// tiered; neither is anything under `TP_JIT_TIERS=0`. This is what compiled graphs use (through
+/// the kernel cache): kernels launched once never pay for the optimizer.
+///
+/// ```
+/// use tensorplay_compiler::codegen::cpu::{compile_tiered, plan};
+/// use tensorplay_compiler::codegen::kernel::{Inst, KernelSpec, LoopKind};
+/// use tensorplay_ir::{DType, ScalarOp};
+/// use tensorplay_runtime::Tensor;
+/// // out = x * x in f64 (a Cranelift kernel)
+/// let spec = KernelSpec { rank: 1, inputs: vec![DType::F64], outputs: vec![DType::F64],
+///     insts: vec![
+///         Inst::Load { input: 0 },
+///         Inst::Op { op: ScalarOp::Mul, args: vec![0, 0], compute: DType::F64, out: DType::F64 },
+///         Inst::Store { output: 0, value: 1 },
+///     ],
+///     kind: LoopKind::Pointwise };
+/// let x = Tensor::from_vec(vec![1.0f64, 2.0, 3.0], &[3])?;
+/// let out = Tensor::zeros(&[3], DType::F64);
+/// let k = compile_tiered(&spec, plan(&spec, &[&x], &[&out], None)?.layout())?;
+/// for _ in 0..3 {
+///     k.launch(&[&x], &[&out])?; // the second launch asks for the optimised code
+///     assert_eq!(out.to_vec::<f64>()?, vec![1.0, 4.0, 9.0]);
+/// }
+/// # Ok::<(), tensorplay_ir::Error>(())
+/// ```
+pub fn compile_tiered(spec: &KernelSpec, layout: &LoopLayout) -> Result<CompiledKernel> {
+    let options = CodegenOptions::default();
+    if !super::tiers::enabled() {
+        return compile_with(spec, layout, &options);
+    }
+    let mut k = compile_in(spec, layout, &options, Tier::Fast)?;
+    if matches!(k._code, Code::Jit(_)) {
+        k.tier_up = Some(Arc::new(TierUp::new(spec, layout, options)));
+    }
+    Ok(k)
+}
+
+/// Validates `spec` and `layout`, then assembles the kernel at full width when it can, else
+/// compiles it with Cranelift in `tier`.
+fn compile_in(
+    spec: &KernelSpec,
+    layout: &LoopLayout,
+    options: &CodegenOptions,
+    tier: Tier,
+) -> Result<CompiledKernel> {
     let t0 = Instant::now();
     spec.validate()?;
     check_layout(spec, layout)?;
-    let cerr = |what: &str, e: &dyn std::fmt::Display| {
-        Error::compile(CompileKind::Codegen, format!("cpu codegen: {what}: {e}"))
-    };
     if options.bulk_math
         && let Some(level) = super::math::bulk::level()
-        && let Some(wide) =
-            wide_asm::assemble(spec, layout, level).map_err(|e| cerr("assembling", &e))?
+        && let Some(wide) = wide_asm::assemble(spec, layout, level).map_err(|e| {
+            Error::compile(
+                CompileKind::Codegen,
+                format!("cpu codegen: assembling: {e}"),
+            )
+        })?
     {
         return Ok(finish_wide(spec, layout, wide, t0));
     }
-    let isa = isa()?;
+    compile_cranelift(spec, layout, options, tier, t0)
+}
+
+/// The optimised code of `spec` for `layout`, for a fast-tier kernel that tiers up: its entry
+/// and the code that holds it (not counted in [`live_kernels`]).
+pub(super) fn compile_optimized_code(
+    spec: &KernelSpec,
+    layout: &LoopLayout,
+    options: &CodegenOptions,
+) -> Result<(KernelFn, Code)> {
+    let k = compile_cranelift(spec, layout, options, Tier::Optimized, Instant::now())?;
+    let CompiledKernel {
+        entry, mut _code, ..
+    } = k;
+    if let Code::Jit(code) = &mut _code {
+        code.uncount();
+    }
+    Ok((entry, _code))
+}
+
+/// Compiles a validated `spec` and `layout` with Cranelift in `tier`.
+fn compile_cranelift(
+    spec: &KernelSpec,
+    layout: &LoopLayout,
+    options: &CodegenOptions,
+    tier: Tier,
+    t0: Instant,
+) -> Result<CompiledKernel> {
+    let cerr = |what: &str, e: &dyn std::fmt::Display| {
+        Error::compile(CompileKind::Codegen, format!("cpu codegen: {what}: {e}"))
+    };
+    let isa = isa(tier)?;
     let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
     MathShims::register_symbols(&mut jb);
     jb.symbol(IPOW_SYMBOL, tp_kernel_ipow as *const u8);
     let mut module = JITModule::new(jb);
-    let code = JitCode(None);
+    let code = JitCode {
+        module: None,
+        counted: true,
+    };
     let shims = MathShims::declare(&mut module).map_err(|e| cerr("declaring math shims", &e))?;
     let math = MathCtx::for_isa(module.isa()).with_shims(shims);
     let mut ctx = module.make_context();
@@ -502,7 +627,7 @@ pub fn compile_with(
     let mut code = code;
     LIVE.fetch_add(1, Ordering::Relaxed);
     // From here on the module is owned (and freed on every path) by `code`.
-    let module = code.0.insert(module);
+    let module = code.module.insert(module);
     define.map_err(|e| cerr("compiling", &format!("{e:?}")))?;
     module
         .finalize_definitions()
@@ -524,6 +649,7 @@ pub fn compile_with(
         work_weight: work_weight(spec),
         code_bytes,
         params: spec.param_dtypes(),
+        tier_up: None,
         _code: Code::Jit(Box::new(code)),
     })
 }
@@ -559,6 +685,7 @@ fn finish_wide(
         work_weight: work_weight(spec),
         code_bytes: wide.map.len().next_multiple_of(PAGE),
         params: spec.param_dtypes(),
+        tier_up: None,
         _code: Code::Wide(wide),
     }
 }
