@@ -389,6 +389,24 @@ fn fuse_epilogues(
     out
 }
 
+/// The tensors of region `r`'s inputs in `env` (each computed by an earlier step).
+fn region_inputs<'a>(
+    r: &RegionRun,
+    env: &'a [Option<Tensor>],
+) -> Result<SmallVec<[&'a Tensor; 8]>> {
+    r.ins
+        .iter()
+        .map(|&i| {
+            env[i].as_ref().ok_or_else(|| {
+                Error::compile(
+                    CompileKind::Launch,
+                    format!("region input {i} not computed"),
+                )
+            })
+        })
+        .collect()
+}
+
 fn attr_value(a: &Attr) -> Value {
     match a {
         Attr::Int(i) => Value::Int(*i),
@@ -1569,15 +1587,7 @@ impl CompiledGraph {
             })
             .collect::<Result<_>>()?;
         {
-            let mut in_refs: SmallVec<[&Tensor; 8]> = SmallVec::with_capacity(r.ins.len());
-            for &i in &r.ins {
-                in_refs.push(env[i].as_ref().ok_or_else(|| {
-                    Error::compile(
-                        CompileKind::Launch,
-                        format!("region input {i} not computed"),
-                    )
-                })?);
-            }
+            let in_refs = region_inputs(r, env)?;
             let out_refs: SmallVec<[&Tensor; 4]> = outs.iter().collect();
             let iter_shape = &shapes.shapes[r.iter_value];
             let spec = &r.lowered.spec;
@@ -1611,15 +1621,7 @@ impl CompiledGraph {
     ) -> Result<()> {
         // The operand references borrow `env` and `outs` until the launch is done.
         {
-            let mut in_refs: SmallVec<[&Tensor; 8]> = SmallVec::with_capacity(r.ins.len());
-            for &i in &r.ins {
-                in_refs.push(env[i].as_ref().ok_or_else(|| {
-                    Error::compile(
-                        CompileKind::Launch,
-                        format!("region input {i} not computed"),
-                    )
-                })?);
-            }
+            let in_refs = region_inputs(r, env)?;
             let out_refs: SmallVec<[&Tensor; 4]> = outs.iter().collect();
             let iter_shape = &shapes[r.iter_value];
             if device == Device::Cpu {

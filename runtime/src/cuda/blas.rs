@@ -109,6 +109,7 @@ mod emulated {
 
     use super::{Gemm, Operand};
     use crate::element::Element;
+    use crate::ops::linalg::gemm_into;
 
     /// Row and column strides of `op(X)` for an operand stored column-major.
     fn op_strides(x: &Operand) -> (isize, isize) {
@@ -153,27 +154,13 @@ mod emulated {
                 continue;
             }
             // SAFETY: the caller guarantees every matrix; `check` made the strides valid for
-            // the sizes, so gemm reads and writes only their elements.
+            // the sizes, so gemm reads and writes only their elements. C is column-major.
             unsafe {
-                gemm::gemm(
-                    g.m,
-                    g.n,
-                    g.k,
-                    c,
-                    g.ldc as isize,
-                    1,
-                    false,
-                    a,
-                    acs,
-                    ars,
-                    b,
-                    bcs,
-                    brs,
-                    T::from_f64(0.0),
-                    T::from_f64(1.0),
-                    false,
-                    false,
-                    false,
+                gemm_into(
+                    (g.m, g.n, g.k),
+                    (c, 1, g.ldc as isize),
+                    (a, ars, acs),
+                    (b, brs, bcs),
                     gemm::Parallelism::None,
                 )
             };

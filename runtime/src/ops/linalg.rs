@@ -191,6 +191,49 @@ fn batch_offsets(p: &Plan, a: &Layout, b: &Layout) -> Vec<(isize, isize, isize)>
     v
 }
 
+/// A strided matrix (element pointer, row stride, column stride), as [`gemm_into`] reads it.
+pub(crate) type Strided<P> = (P, isize, isize);
+
+/// `dst := lhs · rhs` for an `m x k` and a `k x n` matrix, every matrix given by its row and
+/// column strides in elements (the `gemm` crate takes them column first), computed on the
+/// calling thread or as `par` says.
+///
+/// # Safety
+/// Every element the sizes and strides address must lie in live memory holding `T`, and `dst`
+/// must not overlap `lhs` or `rhs`.
+pub(crate) unsafe fn gemm_into<T: Element>(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_rs, dst_cs): Strided<*mut T>,
+    (lhs, lhs_rs, lhs_cs): Strided<*const T>,
+    (rhs, rhs_rs, rhs_cs): Strided<*const T>,
+    par: gemm::Parallelism,
+) {
+    // SAFETY: forwarded contract. dst := beta * lhs * rhs (read_dst = false: alpha is unused).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            dst_cs,
+            dst_rs,
+            false,
+            lhs,
+            lhs_cs,
+            lhs_rs,
+            rhs,
+            rhs_cs,
+            rhs_rs,
+            T::from_f64(0.0),
+            T::from_f64(1.0),
+            false,
+            false,
+            false,
+            par,
+        )
+    }
+}
+
 /// Floating matmul through `gemm` for `T` in {f32, f64, f16}.
 fn gemm_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &Plan) -> Result<()> {
     if out.numel() == 0 {
@@ -208,32 +251,16 @@ fn gemm_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &P
     let pb = SendPtr(y.data_ptr(op)? as *mut T);
     let po = SendPtr(out.data_ptr(op)? as *mut T);
     let (m, n, k) = (p.m, p.n, p.k);
-    let (zero, one) = (T::from_f64(0.0), T::from_f64(1.0));
     // SAFETY: `bases` holds, per batch entry, the offsets of one `m x k`, `k x n` and `m x n`
     // matrix inside `x`, `y` and the fresh contiguous `out`, with `la`/`lb` the inputs' own
     // strides, so gemm stays in bounds; batch entries write disjoint output matrices, so parallel
     // products never share an output element, and `out` aliases no input.
     let product = |(oo, oa, ob): (isize, isize, isize), par: gemm::Parallelism| unsafe {
-        // dst := beta * lhs * rhs (read_dst = false, so alpha is unused).
-        gemm::gemm(
-            m,
-            n,
-            k,
-            po.at(oo),
-            1,
-            n as isize,
-            false,
-            pa.at(oa) as *const T,
-            la.cs,
-            la.rs,
-            pb.at(ob) as *const T,
-            lb.cs,
-            lb.rs,
-            zero,
-            one,
-            false,
-            false,
-            false,
+        gemm_into(
+            (m, n, k),
+            (po.at(oo), n as isize, 1),
+            (pa.at(oa) as *const T, la.rs, la.cs),
+            (pb.at(ob) as *const T, lb.rs, lb.cs),
             par,
         )
     };
@@ -373,25 +400,11 @@ impl RowPanels {
                 std::ptr::write_bytes(o0, 0, (r1 - r0) * self.n);
                 return;
             }
-            gemm::gemm(
-                r1 - r0,
-                self.n,
-                self.k,
-                o0,
-                1,
-                self.n as isize,
-                false,
-                x0,
-                xs[1],
-                xs[0],
-                py,
-                ys[1],
-                ys[0],
-                T::from_f64(0.0),
-                T::from_f64(1.0),
-                false,
-                false,
-                false,
+            gemm_into(
+                (r1 - r0, self.n, self.k),
+                (o0, self.n as isize, 1),
+                (x0, xs[0], xs[1]),
+                (py, ys[0], ys[1]),
                 gemm::Parallelism::None,
             );
         }
