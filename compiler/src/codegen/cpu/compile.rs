@@ -143,7 +143,8 @@ impl JitCode {
 }
 
 /// The machine code a [`CompiledKernel`] owns: a Cranelift module or an assembled kernel
-/// ([`wide_asm`]). Both count in [`live_kernels`] while they exist.
+/// ([`wide_asm`]). Both count in [`live_kernels`] while they exist (a kernel's optimised
+/// second tier does not: it backs the same kernel).
 pub(super) enum Code {
     /// Held for its `Drop` (frees the module).
     Jit(#[allow(dead_code)] Box<JitCode>),
