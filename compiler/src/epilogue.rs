@@ -26,14 +26,11 @@ use crate::codegen::cpu::{CompiledKernel, LaunchPlan, ScalarArgs};
 /// Fewest rows of a thread's panel (smaller products stay on one thread).
 const MIN_THREAD_ROWS: usize = 16;
 
-/// Multiply-adds from which the product uses the pool (the runtime's matmul threshold).
-const PAR_MIN_WORK: usize = 1 << 17;
-
 /// Rows per panel for `panels`' product on `threads` threads: one panel per thread when the
 /// product is worth splitting, else the whole product on the calling thread.
 fn panel_rows(panels: &RowPanels, threads: usize) -> usize {
     let m = panels.rows();
-    let parallel = threads > 1 && m.saturating_mul(panels.work_per_row()) >= PAR_MIN_WORK;
+    let parallel = threads > 1 && panels.worth_splitting();
     let rows = if parallel {
         m.div_ceil(threads).max(MIN_THREAD_ROWS)
     } else {

@@ -314,9 +314,14 @@ fn gemm_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &P
 /// # Ok::<(), tensorplay_runtime::Error>(())
 /// ```
 pub struct RowPanels {
-    x: Tensor,
-    y: Tensor,
-    out: Tensor,
+    /// Held so the memory behind `ptrs` stays alive.
+    _tensors: [Tensor; 3],
+    /// Data addresses of `x`, `y` and `out`, resolved once.
+    ptrs: [usize; 3],
+    /// Row and column strides of `x` and `y`, in elements.
+    x_strides: (isize, isize),
+    y_strides: (isize, isize),
+    dtype: DType,
     m: usize,
     k: usize,
     n: usize,
@@ -339,10 +344,22 @@ impl RowPanels {
             && out.is_contiguous()
             && !out.storage().same(x.storage())
             && !out.storage().same(y.storage());
-        fits.then(|| RowPanels {
-            x: x.clone(),
-            y: y.clone(),
-            out: out.clone(),
+        if !fits {
+            return None;
+        }
+        let op = MATMUL.name;
+        let ptrs = [
+            x.data_ptr(op).ok()? as usize,
+            y.data_ptr(op).ok()? as usize,
+            out.data_ptr(op).ok()? as usize,
+        ];
+        let (xs, ys) = (x.strides(), y.strides());
+        Some(RowPanels {
+            _tensors: [x.clone(), y.clone(), out.clone()],
+            ptrs,
+            x_strides: (xs[0], xs[1]),
+            y_strides: (ys[0], ys[1]),
+            dtype,
             m,
             k,
             n,
@@ -354,9 +371,9 @@ impl RowPanels {
         self.m
     }
 
-    /// Multiply-adds per output row (`k * n`).
-    pub fn work_per_row(&self) -> usize {
-        self.k * self.n
+    /// Whether the whole product is large enough for the pool (eager matmul's threshold).
+    pub fn worth_splitting(&self) -> bool {
+        self.m.saturating_mul(self.k).saturating_mul(self.n) >= PAR_MIN_FLOPS
     }
 
     /// Computes output rows `rows` (clamped to `0..m`) on the calling thread.
@@ -371,7 +388,7 @@ impl RowPanels {
         }
         // SAFETY: forwarded contract; `r0 < r1 <= m`.
         unsafe {
-            match self.x.dtype() {
+            match self.dtype {
                 DType::F64 => self.compute_as::<f64>(r0, r1),
                 _ => self.compute_as::<f32>(r0, r1),
             }
@@ -381,21 +398,15 @@ impl RowPanels {
     /// # Safety
     /// As [`RowPanels::compute`], with `r0 < r1 <= m` and `T` the operands' element type.
     unsafe fn compute_as<T: Element>(&self, r0: usize, r1: usize) {
-        let (xs, ys) = (self.x.strides(), self.y.strides());
-        // `new` checked that the tensors are CPU tensors with data.
-        let (Ok(px), Ok(py), Ok(po)) = (
-            self.x.data_ptr("matmul"),
-            self.y.data_ptr("matmul"),
-            self.out.data_ptr("matmul"),
-        ) else {
-            return;
-        };
+        let [px, py, po] = self.ptrs;
         let (px, py, po) = (px as *const T, py as *const T, po as *mut T);
-        // SAFETY: rows `r0..r1` of `x` (row stride xs[0]) and of the contiguous `out` lie inside
-        // their tensors; `y` is read whole with its own strides; the caller guarantees nobody
-        // else touches these output rows, and `out` shares memory with neither input (`new`).
+        let ((xr, xc), (yr, yc)) = (self.x_strides, self.y_strides);
+        // SAFETY: the tensors behind the pointers are held by `self`; rows `r0..r1` of `x` (row
+        // stride xr) and of the contiguous `out` lie inside them; `y` is read whole with its
+        // own strides; the caller guarantees nobody else touches these output rows, and `out`
+        // shares memory with neither input (`new`).
         unsafe {
-            let (x0, o0) = (px.offset(r0 as isize * xs[0]), po.add(r0 * self.n));
+            let (x0, o0) = (px.offset(r0 as isize * xr), po.add(r0 * self.n));
             if self.k == 0 {
                 std::ptr::write_bytes(o0, 0, (r1 - r0) * self.n);
                 return;
@@ -403,8 +414,8 @@ impl RowPanels {
             gemm_into(
                 (r1 - r0, self.n, self.k),
                 (o0, self.n as isize, 1),
-                (x0, xs[0], xs[1]),
-                (py, ys[0], ys[1]),
+                (x0, xr, xc),
+                (py, yr, yc),
                 gemm::Parallelism::None,
             );
         }
