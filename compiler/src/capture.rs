@@ -26,12 +26,12 @@ use tensorplay_ir::schema::Schema;
 use tensorplay_ir::{
     DType, Device, Dim, Error, Graph, NodeId, OpClass, Result, SymExpr, TensorMeta, ValueRef,
 };
-use tensorplay_runtime::capture::{CaptureHook, install, suspend};
+use tensorplay_runtime::capture::{CaptureHook, TraceHook, install, suspend};
 use tensorplay_runtime::dispatch;
+use tensorplay_runtime::dispatch::CustomOperator;
 use tensorplay_runtime::library::{Operator, Slot, registry};
 use tensorplay_runtime::ops::OpDef;
 use tensorplay_runtime::ops::sym_meta::{SymArg, SymCtx, sym_meta};
-use tensorplay_runtime::symint::SymInt;
 use tensorplay_runtime::{Tensor, Value};
 
 /// Largest tensor a closure may capture as a literal constant (larger ones must be inputs).
@@ -536,7 +536,7 @@ impl Tracer {
     }
 }
 
-impl CaptureHook for Tracer {
+impl TraceHook for Tracer {
     fn on_size_read(&self, t: &Tensor, dim: Option<usize>) {
         let _off = suspend();
         let mut st = self.state.borrow_mut();
@@ -560,13 +560,11 @@ impl CaptureHook for Tracer {
         self.state.borrow_mut().record_sym_guard(guard);
     }
 
-    fn sym_size(&self, t: &Tensor, dim: usize) -> Option<SymInt> {
+    fn sym_size(&self, t: &Tensor, dim: usize) -> Option<SymExpr> {
         let _off = suspend();
         let st = self.state.borrow();
         let v = st.values.get(&t.identity())?;
-        let e = st.canonical(*st.sym_dims.get(v)?.get(dim)?);
-        let hint = *t.shape().get(dim)? as i64;
-        Some(SymInt::symbolic(e, hint))
+        Some(st.canonical(*st.sym_dims.get(v)?.get(dim)?))
     }
 
     fn on_alias(&self, from: &Tensor, to: &Tensor) {
@@ -577,11 +575,22 @@ impl CaptureHook for Tracer {
         }
     }
 
+}
+
+impl CaptureHook for Tracer {
     fn on_builtin(&self, op: &'static OpDef, args: &[Value]) -> Result<Vec<Tensor>> {
         self.record_builtin(op, args)
     }
 
-    fn on_custom(&self, op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
+    fn on_custom(&self, op: &Arc<dyn CustomOperator>, args: &[Value]) -> Result<Vec<Tensor>> {
+        let Some(op) = Operator::from_custom(op) else {
+            return Err(Error::unsupported(
+                op.qualname(),
+                "capture: a custom operator that is not in tensorplay's registry cannot be \
+                 recorded",
+            ));
+        };
+        let op = &op;
         let device = Self::device_of(args);
         if let Some(reason) = Self::opaque_reason(op, device) {
             return self.record_opaque(op, args, reason);

@@ -1,28 +1,18 @@
-//! `tensorplay-runtime`: tensors, eager CPU kernels, the op table and dispatcher, and autograd.
+//! `tensorplay-runtime`: the operator registry and `tensorplay::library` over the ground floor
+//! (`tensorplay-core`: tensors, the op table, eager kernels, the dispatcher and autograd), plus
+//! calling any operator by name and `nn`'s functions.
 //!
-//! Every op call goes through [`dispatch`]; builtin ops are declared once in [`ops`].
+//! Every op call goes through [`dispatch`]; builtin ops are declared once in [`ops`]. The
+//! modules of `tensorplay-core` are re-exported here under their old paths, so
+//! `tensorplay_runtime::tensor::Tensor` and `tensorplay_core::tensor::Tensor` are one type.
 
-pub mod autocast;
-pub mod autograd;
-pub mod capture;
-pub mod cuda;
 pub mod dispatch;
-pub mod element;
-pub(crate) mod kernels;
 pub mod library;
 pub mod nn;
 pub mod ops;
-pub mod parallel;
-pub mod storage;
-pub mod symint;
-pub mod tensor;
-pub mod value;
-pub mod vmap;
 
-pub use element::Element;
-pub use ops::indexing::Idx;
-pub use symint::SymInt;
-pub use tensor::Tensor;
-pub use tensor::factory_api::manual_seed;
-pub use tensorplay_ir::{CompileKind, DType, Device, Error, Result};
-pub use value::{Args, Scalar, Value};
+pub use tensorplay_core::{
+    Args, CompileKind, DType, Device, Element, Error, Idx, Result, Scalar, SymInt, Tensor, Value,
+    autocast, autograd, capture, cuda, element, manual_seed, parallel, storage, symint, tensor,
+    value, vmap,
+};

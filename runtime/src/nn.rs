@@ -11,8 +11,8 @@
 use tensorplay_ir::shape::fmt_shape;
 use tensorplay_ir::{DType, Error, Result};
 
-use crate::ops::compose::{col_minus_row, int_index};
-use crate::tensor::Tensor;
+use tensorplay_core::ops::compose::{col_minus_row, int_index};
+use tensorplay_core::tensor::Tensor;
 
 /// How a loss reduces its per-element values (PyTorch's `reduction=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

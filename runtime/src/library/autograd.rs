@@ -8,9 +8,10 @@ use std::sync::Arc;
 use tensorplay_ir::schema::Schema;
 use tensorplay_ir::{Error, Result};
 
-use crate::autograd::node::BackwardFn;
-use crate::tensor::Tensor;
-use crate::value::Value;
+use tensorplay_core::autograd::node::BackwardFn;
+use tensorplay_core::dispatch::{CustomAutograd, CustomOperator};
+use tensorplay_core::tensor::Tensor;
+use tensorplay_core::value::Value;
 
 /// What `setup_context` saves for `backward`.
 #[derive(Default, Clone)]
@@ -166,6 +167,28 @@ pub(crate) fn make_ctx(
         setup(&mut ctx, args, outputs)?;
     }
     Ok(ctx)
+}
+
+/// The autograd layer records a formula's call: `setup_context` runs on the call, and the node
+/// keeps the context for `backward`.
+impl CustomAutograd for AutogradImpl {
+    fn record(
+        self: Arc<Self>,
+        op: &dyn CustomOperator,
+        args: &[Value],
+        outputs: &[Tensor],
+    ) -> Result<(Box<dyn BackwardFn>, Vec<Tensor>)> {
+        let ctx = make_ctx(&self, args, outputs)?;
+        let saved = ctx.saved_tensors().to_vec();
+        let node = CustomBackward {
+            op: op.qualname().to_string(),
+            schema: op.schema().clone(),
+            args: args.to_vec(),
+            imp: self,
+            ctx,
+        };
+        Ok((Box::new(node), saved))
+    }
 }
 
 impl CustomBackward {

@@ -8,8 +8,8 @@ use tensorplay_ir::{DType, Device, Error, Result};
 
 use super::autograd::{AutogradCtx, AutogradImpl, IntoGrads};
 use super::typed::ArgType;
-use crate::tensor::Tensor;
-use crate::value::{Scalar, Value};
+use tensorplay_core::tensor::Tensor;
+use tensorplay_core::value::{Scalar, Value};
 
 /// What a typed `setup` saves for backward. The tensors it holds are saved the way
 /// [`AutogradCtx::save_for_backward`] saves them: backward fails with a clear error when one was

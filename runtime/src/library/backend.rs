@@ -3,17 +3,20 @@
 //! aliasing, undeclared mutation). The dispatcher calls [`run`]; nothing here depends on the
 //! layers above it.
 
+use std::any::Any;
 use std::sync::Arc;
 
-use tensorplay_ir::{Device, Error, Result};
+use tensorplay_ir::schema::Schema;
+use tensorplay_ir::{DType, Device, Error, OpClass, Result};
 
 use super::fake_ctx::with_fake_ctx;
 use super::registry::{KernelFn, Operator, Slot};
 use super::triton::{TritonScope, with_scope};
-use crate::autocast;
-use crate::dispatch::common_device;
-use crate::tensor::Tensor;
-use crate::value::Value;
+use tensorplay_core::autocast;
+use tensorplay_core::dispatch::{CustomAutograd, CustomOperator, common_device};
+use tensorplay_core::tensor::Tensor;
+use tensorplay_core::value::Value;
+use tensorplay_core::vmap::CustomVmapRule;
 
 /// The device a call is for: its tensors' device, or — for an op without tensor arguments — the
 /// value of its first `Device` argument (cpu when it has neither).
@@ -28,6 +31,51 @@ pub(crate) fn call_device(op: &Operator, args: &[Value]) -> Result<Device> {
             _ => None,
         })
         .unwrap_or(Device::Cpu))
+}
+
+/// The registry's operators answer the dispatcher's questions (see
+/// `tensorplay_core::dispatch::CustomOperator`) from their registrations.
+impl CustomOperator for Operator {
+    fn qualname(&self) -> &str {
+        Operator::qualname(self)
+    }
+
+    fn schema(&self) -> &Schema {
+        Operator::schema(self)
+    }
+
+    fn class(&self) -> OpClass {
+        Operator::class(self)
+    }
+
+    fn call_device(&self, args: &[Value]) -> Result<Device> {
+        call_device(self, args)
+    }
+
+    fn autocast_dtype(&self, slot: Slot) -> Option<DType> {
+        Operator::autocast_dtype(self, slot)
+    }
+
+    fn vmap_rule(&self) -> Option<CustomVmapRule> {
+        Operator::vmap_rule(self)
+    }
+
+    fn autograd(&self) -> Option<Arc<dyn CustomAutograd>> {
+        self.autograd_impl()
+            .map(|imp| imp as Arc<dyn CustomAutograd>)
+    }
+
+    fn run_kernel(&self, args: &[Value]) -> Result<Vec<Tensor>> {
+        run(self, args)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
 }
 
 fn any_fake(args: &[Value]) -> bool {
@@ -61,7 +109,7 @@ pub(crate) fn select_kernel(op: &Operator, device: Device) -> Result<KernelFn> {
 }
 
 /// Runs the kernel `args` select and checks its outputs.
-pub(crate) fn run(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
+pub(crate) fn run(op: &Operator, args: &[Value]) -> Result<Vec<Tensor>> {
     let device = call_device(op, args)?;
     if device == Device::Meta || any_fake(args) {
         return run_fake(op, args, device);
@@ -76,7 +124,7 @@ pub(crate) fn run(op: &Arc<Operator>, args: &[Value]) -> Result<Vec<Tensor>> {
 
 /// Fake inputs: the fake kernel; a mutating op returning nothing has nothing to shape; a triton
 /// op's body runs with its launches skipped (its outputs, shaped by the body, become fake).
-fn run_fake(op: &Arc<Operator>, args: &[Value], device: Device) -> Result<Vec<Tensor>> {
+fn run_fake(op: &Operator, args: &[Value], device: Device) -> Result<Vec<Tensor>> {
     let name = op.qualname();
     if let Some(fake) = op.fake_kernel() {
         let outs = with_fake_ctx(name, || run_kernel(op, args, &fake, false))?;

@@ -4,7 +4,7 @@
 use tensorplay_ir::schema::{BaseType, DefaultValue, Param, Schema, SchemaType};
 use tensorplay_ir::{Error, Result};
 
-use crate::value::Value;
+use tensorplay_core::value::Value;
 
 /// Converts a schema default into the value a kernel receives.
 fn default_value(param: &Param, d: &DefaultValue) -> Value {

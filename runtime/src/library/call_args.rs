@@ -1,7 +1,7 @@
 //! Arguments of an operator call, however the caller has them: a tuple of Rust values
 //! (`(&x, &w, 2.0)`), or boxed [`Value`]s. They are bound to the schema (types checked there).
 
-use crate::value::Value;
+use tensorplay_core::value::Value;
 
 /// Positional arguments of a call.
 ///

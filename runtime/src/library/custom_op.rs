@@ -20,8 +20,8 @@ use super::typed::{IntoKernel, ReturnType};
 use super::validate;
 use super::vmap_rule::VmapInfo;
 use crate::dispatch::call_operator;
-use crate::tensor::Tensor;
-use crate::value::Value;
+use tensorplay_core::tensor::Tensor;
+use tensorplay_core::value::Value;
 
 /// Namespaces users may not define ops in.
 pub(crate) const RESERVED_NAMESPACES: [&str; 2] = ["prim", "tp"];

@@ -52,8 +52,8 @@ pub use triton::{
 pub use typed::{ArgType, IntoKernel, KernelArg, ReturnElem, ReturnType};
 pub use vmap_rule::{VmapInfo, VmapRule};
 
-use crate::tensor::Tensor;
-use crate::value::Value;
+use tensorplay_core::tensor::Tensor;
+use tensorplay_core::value::Value;
 
 /// Something naming an operator: its qualified name or a [`CustomOpDef`].
 pub trait OpLike {

@@ -10,7 +10,7 @@ use super::autograd::AutogradImpl;
 use super::registry::{Entry, KernelEntry, KernelFn, Operator, Owner, Slot};
 use super::typed::IntoKernel;
 use super::vmap_rule::VmapRule;
-use crate::value::Value;
+use tensorplay_core::value::Value;
 
 /// Checks a typed kernel's parameter count against the op's schema.
 pub(crate) fn check_arity<F: IntoKernel<M>, M>(op: &Operator, what: &str) -> Result<()> {

@@ -18,9 +18,11 @@ use super::autograd::AutogradImpl;
 use super::options::Tag;
 use super::triton::TritonInfo;
 use super::vmap_rule::VmapRule;
-use crate::ops::{OpDef, all_ops};
-use crate::tensor::Tensor;
-use crate::value::Value;
+use tensorplay_core::dispatch::CustomOperator;
+pub use tensorplay_core::dispatch::Slot;
+use tensorplay_core::ops::{OpDef, all_ops};
+use tensorplay_core::tensor::Tensor;
+use tensorplay_core::value::Value;
 
 /// A kernel: boxed arguments (bound to the schema) in, tensors out.
 pub type KernelFn = Arc<dyn Fn(&[Value]) -> Result<Vec<Tensor>> + Send + Sync>;
@@ -37,64 +39,6 @@ static NEXT_LIBRARY_ID: AtomicU64 = AtomicU64::new(1);
 /// A fresh owner id for a new `Library`.
 pub(crate) fn new_library_owner() -> Owner {
     Owner::Library(NEXT_LIBRARY_ID.fetch_add(1, Ordering::Relaxed))
-}
-
-/// A kernel slot: a concrete device type, or the device-agnostic default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Slot {
-    Cpu,
-    Cuda,
-    Default,
-}
-
-impl Slot {
-    /// Parses a device type or dispatch key: `cpu`/`CPU`, `cuda`/`CUDA`, `default`, and every
-    /// `Composite…` spelling (→ `Default`). Device indices (`cuda:0`) and other devices are errors.
-    pub fn parse(op: &str, arg: &str, s: &str) -> Result<Slot> {
-        let lower = s.to_ascii_lowercase();
-        match lower.as_str() {
-            "cpu" => Ok(Slot::Cpu),
-            "cuda" => Ok(Slot::Cuda),
-            "default" => Ok(Slot::Default),
-            _ if lower.starts_with("composite") => Ok(Slot::Default),
-            _ => Err(Error::argument(
-                op,
-                arg,
-                "`cpu`, `cuda`, `default` or a Composite… dispatch key",
-                format!("`{s}`"),
-            )),
-        }
-    }
-
-    /// The slot that serves tensors on `device` (meta has none).
-    pub fn for_device(device: Device) -> Option<Slot> {
-        match device {
-            Device::Cpu => Some(Slot::Cpu),
-            Device::Cuda(_) => Some(Slot::Cuda),
-            Device::Meta => None,
-        }
-    }
-
-    /// The name used in messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            Slot::Cpu => "cpu",
-            Slot::Cuda => "cuda",
-            Slot::Default => "default",
-        }
-    }
-}
-
-impl Slot {
-    const ALL: [Slot; 3] = [Slot::Cpu, Slot::Cuda, Slot::Default];
-
-    fn index(self) -> usize {
-        match self {
-            Slot::Cpu => 0,
-            Slot::Cuda => 1,
-            Slot::Default => 2,
-        }
-    }
 }
 
 /// A map keyed by [`Slot`]: one array cell per slot (read on every custom-op call, so no hashing).
@@ -156,12 +100,6 @@ impl SlotSet {
     /// Removes `slot`; true when it was there.
     pub(crate) fn remove(&mut self, slot: &Slot) -> bool {
         std::mem::replace(&mut self.0[slot.index()], false)
-    }
-}
-
-impl fmt::Display for Slot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -457,6 +395,12 @@ impl Operator {
     /// The registered vmap rule.
     pub(crate) fn vmap_rule(&self) -> Option<VmapRule> {
         self.regs.read().vmap.top().map(|e| e.value.clone())
+    }
+
+    /// The registry operator behind a dispatcher handle (`None` for another implementation of
+    /// the dispatcher's `CustomOperator` trait).
+    pub fn from_custom(op: &Arc<dyn CustomOperator>) -> Option<Arc<Operator>> {
+        op.clone().into_any().downcast::<Operator>().ok()
     }
 
     /// The newest definition under this op's name: itself, or the op that replaced it.

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use tensorplay_ir::{DType, Device, Error, Result};
 
-use crate::cuda;
-use crate::parallel;
-use crate::tensor::Tensor;
+use tensorplay_core::cuda;
+use tensorplay_core::parallel;
+use tensorplay_core::tensor::Tensor;
 
 /// Marker stored on operators created by `triton_op`.
 #[derive(Debug, Clone, Default)]

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use tensorplay_ir::{DType, Device, Error, Result};
 
 use super::registry::KernelFn;
-use crate::tensor::Tensor;
-use crate::value::{Scalar, Value};
+use tensorplay_core::tensor::Tensor;
+use tensorplay_core::value::{Scalar, Value};
 
 /// A Rust type usable as a custom-op parameter.
 pub trait ArgType: Sized + 'static {
