@@ -10,11 +10,12 @@
 //! on this project's machines that repacking costs what the cache saves (`docs/PERFORMANCE.md`,
 //! "Matmul epilogues").
 //!
-//! Which step pairs qualify is decided when a graph is compiled
-//! ([`crate::executor::CompiledGraph::explain`] lists them; `TP_MATMUL_EPILOGUE=0` turns fusion
-//! off); whether a call can take the fused path is decided per call ([`RowPanels::new`]: 2-D
-//! `f32`/`f64` CPU operands). A call that cannot runs the product through the dispatcher and the
-//! region after it, as without fusion.
+//! Which step pairs qualify is decided by the executor when a graph is compiled
+//! (`CompiledGraph::explain` lists them; `TP_MATMUL_EPILOGUE=0` turns fusion off), and the
+//! executor calls [`run`]: the dependency goes one way, this module knows nothing of the
+//! executor. Whether a call can take the fused path is decided per call
+//! ([`RowPanels::new`]: 2-D `f32`/`f64` CPU operands). A call that cannot runs the product
+//! through the dispatcher and the region after it, as without fusion.
 
 use rayon::prelude::*;
 use tensorplay_ir::Result;

@@ -83,237 +83,19 @@ pub(crate) fn partition(
     num_outputs: usize,
     dynamic: bool,
 ) -> Result<Partition> {
-    let order = joint.topo_order()?;
-    let inputs = joint.inputs();
-    let outputs = joint.outputs()?;
-    if num_outputs > outputs.len() || num_primals > inputs.len() {
-        return Err(graph_err(
-            "partition: the joint graph has too few inputs or outputs",
-        ));
-    }
-    let primal_nodes: HashSet<NodeId> = inputs[..num_primals].iter().map(|v| v.node).collect();
-    let tangent_nodes: HashSet<NodeId> = inputs[num_primals..].iter().map(|v| v.node).collect();
-
-    // Nodes that depend on a tangent, in topological order.
-    let mut tangent_dep: HashSet<NodeId> = tangent_nodes.clone();
-    for &n in &order {
-        let node = joint
-            .node(n)
-            .ok_or_else(|| graph_err(format!("node {n} vanished")))?;
-        if let NodeKind::Op(call) = &node.kind {
-            if call.class == OpClass::Mutating || !joint.order_predecessors(n).is_empty() {
-                return Err(Error::compile(
-                    CompileKind::Capture,
-                    format!(
-                        "compiled training: {} mutates a tensor; graphs with mutations are not \
-                         split into forward and backward",
-                        joint.describe(n)
-                    ),
-                ));
-            }
-            if joint
-                .args_of(n)?
-                .iter()
-                .any(|v| tangent_dep.contains(&v.node))
-            {
-                tangent_dep.insert(n);
-            }
-        }
-    }
-    let ancestors = |roots: &[ValueRef]| -> Result<HashSet<NodeId>> {
-        let mut seen = HashSet::new();
-        let mut stack: Vec<NodeId> = roots.iter().map(|v| v.node).collect();
-        while let Some(n) = stack.pop() {
-            if seen.insert(n) {
-                stack.extend(joint.args_of(n)?.iter().map(|v| v.node));
-            }
-        }
-        Ok(seen)
-    };
-    let fw_needed = ancestors(&outputs[..num_outputs])?;
-    let bw_needed = ancestors(&outputs[num_outputs..])?;
-    let is_op_or_const = |n: NodeId| {
-        joint
-            .node(n)
-            .is_some_and(|x| matches!(x.kind, NodeKind::Op(_) | NodeKind::Constant(_)))
-    };
-    // Forward: what the outputs need, and dead nodes whose operands the forward has (so their
-    // size guards are checked there). Backward: everything else.
-    let mut in_forward: HashSet<NodeId> = HashSet::new();
-    for &n in &order {
-        if !is_op_or_const(n) || tangent_dep.contains(&n) {
-            continue;
-        }
-        let dead_here = !bw_needed.contains(&n)
-            && joint
-                .args_of(n)?
-                .iter()
-                .all(|v| in_forward.contains(&v.node) || primal_nodes.contains(&v.node));
-        if fw_needed.contains(&n) || dead_here {
-            in_forward.insert(n);
-        }
-    }
-    let in_backward: HashSet<NodeId> = order
-        .iter()
-        .copied()
-        .filter(|&n| is_op_or_const(n) && !in_forward.contains(&n))
-        .collect();
-    let is_const = |n: NodeId| {
-        joint
-            .node(n)
-            .is_some_and(|x| matches!(x.kind, NodeKind::Constant(_)))
-    };
-
-    // Saved: forward (or primal) values read by backward nodes or returned as gradients.
-    let mut saved: Vec<ValueRef> = Vec::new();
-    let note = |v: ValueRef, saved: &mut Vec<ValueRef>| {
-        if (in_forward.contains(&v.node) || primal_nodes.contains(&v.node))
-            && !is_const(v.node)
-            && !saved.contains(&v)
-        {
-            saved.push(v);
-        }
-    };
-    for &n in &order {
-        if in_backward.contains(&n) {
-            for v in joint.args_of(n)? {
-                note(v, &mut saved);
-            }
-        }
-    }
-    for &v in &outputs[num_outputs..] {
-        note(v, &mut saved);
-    }
-
-    // Recompute cheap elementwise values whose operands are kept anyway.
-    let mut recompute: HashSet<NodeId> = HashSet::new();
-    loop {
-        let mut changed = false;
-        for i in 0..saved.len() {
-            let v = saved[i];
-            let Some(NodeKind::Op(call)) = joint.node(v.node).map(|x| &x.kind) else {
-                continue;
-            };
-            if call.class != OpClass::Elementwise || !in_forward.contains(&v.node) {
-                continue;
-            }
-            let args = joint.args_of(v.node)?;
-            let kept = args
-                .iter()
-                .all(|a| is_const(a.node) || primal_nodes.contains(&a.node) || saved.contains(a));
-            if kept {
-                recompute.insert(v.node);
-                for a in args {
-                    if primal_nodes.contains(&a.node) && !saved.contains(&a) {
-                        saved.push(a);
-                    }
-                }
-                saved.remove(i);
-                changed = true;
-                break;
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
+    let j = Joint::new(joint, num_primals, num_outputs)?;
+    let tangent_dep = j.tangent_dependents()?;
+    let halves = j.split_nodes(&tangent_dep)?;
+    let mut saved = j.saved_values(&halves)?;
+    let recompute = j.recompute_instead_of_saving(&halves, &mut saved)?;
     // Deterministic order: by producer position, then output index.
-    let pos: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let pos: HashMap<NodeId, usize> = j.order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     saved.sort_by_key(|v| (pos[&v.node], v.output));
 
-    // ---- the forward graph ----
-    let mut fb = GraphBuilder::new();
-    let mut fmap: HashMap<ValueRef, ValueRef> = HashMap::new();
-    for (i, &v) in inputs[..num_primals].iter().enumerate() {
-        let meta = joint
-            .meta(v)
-            .ok_or_else(|| graph_err("input without metadata"))?;
-        fmap.insert(v, fb.input(format!("x{i}"), meta.clone()));
-    }
-    for &n in &order {
-        if in_forward.contains(&n) {
-            copy_node(joint, n, &mut fb, &mut fmap)?;
-        }
-    }
-    let mut fouts: Vec<ValueRef> = Vec::new();
-    for v in outputs[..num_outputs].iter().chain(&saved) {
-        fouts.push(
-            *fmap.get(v).ok_or_else(|| {
-                graph_err(format!("partition: forward value {v:?} was not copied"))
-            })?,
-        );
-    }
-    fb.output(&fouts)?;
-    copy_guards(joint, &fmap, &mut fb);
-
-    // ---- the backward graph ----
-    let mut bb = GraphBuilder::new();
-    let mut bmap: HashMap<ValueRef, ValueRef> = HashMap::new();
-    let mut bound: HashSet<u32> = HashSet::new();
-    let mut next_sym = inputs
-        .iter()
-        .filter_map(|&v| joint.meta(v))
-        .flat_map(bare_symbols)
-        .max()
-        .map_or(0, |k| k + 1);
-    for (i, &v) in saved.iter().enumerate() {
-        let meta = joint
-            .meta(v)
-            .ok_or_else(|| graph_err("saved value without metadata"))?;
-        let meta = backward_input_meta(meta, dynamic, &mut next_sym);
-        bound.extend(bare_symbols(&meta));
-        bmap.insert(v, bb.input(format!("saved{i}"), meta));
-    }
-    for (i, &v) in inputs[num_primals..].iter().enumerate() {
-        let meta = joint
-            .meta(v)
-            .ok_or_else(|| graph_err("tangent without metadata"))?;
-        let meta = backward_input_meta(meta, dynamic, &mut next_sym);
-        bound.extend(bare_symbols(&meta));
-        bmap.insert(v, bb.input(format!("tangent{i}"), meta));
-    }
-    let mut shape_carriers = Vec::new();
-    for (i, &v) in inputs[..num_primals].iter().enumerate() {
-        let meta = joint
-            .meta(v)
-            .ok_or_else(|| graph_err("input without metadata"))?;
-        if bare_symbols(meta).any(|k| !bound.contains(&k)) {
-            bound.extend(bare_symbols(meta));
-            // Not an input of the joint graph's: `bmap` does not map the primal to it.
-            bb.input(format!("shape{i}"), meta.clone());
-            shape_carriers.push(i);
-        }
-    }
-    for &n in &order {
-        let wanted = in_backward.contains(&n) || recompute.contains(&n);
-        if !wanted {
-            continue;
-        }
-        // Constants the backward reads are copied; the forward's are its own.
-        for v in joint.args_of(n)? {
-            if is_const(v.node) && !bmap.contains_key(&v) {
-                copy_node(joint, v.node, &mut bb, &mut bmap)?;
-            }
-        }
-        if !bmap.contains_key(&ValueRef::new(n, 0)) || !is_const(n) {
-            copy_node(joint, n, &mut bb, &mut bmap)?;
-        }
-    }
-    let mut bouts = Vec::new();
-    for v in &outputs[num_outputs..] {
-        if is_const(v.node) && !bmap.contains_key(v) {
-            copy_node(joint, v.node, &mut bb, &mut bmap)?;
-        }
-        bouts.push(*bmap.get(v).ok_or_else(|| {
-            graph_err(format!(
-                "partition: gradient value {v:?} is not computed by the backward"
-            ))
-        })?);
-    }
-    bb.output(&bouts)?;
-    let forward_owned = |n: NodeId| in_forward.contains(&n) || primal_nodes.contains(&n);
-    copy_guards_backward(joint, &bmap, &forward_owned, &mut bb);
-    let primal_symbols: HashSet<u32> = inputs[..num_primals]
+    let mut fb = j.forward_graph(&halves, &saved)?;
+    let (mut bb, shape_carriers) = j.backward_graph(&halves, &recompute, &saved, dynamic)?;
+    let primal_symbols: HashSet<u32> = j
+        .primals()
         .iter()
         .filter_map(|&v| joint.meta(v))
         .flat_map(bare_symbols)
@@ -332,6 +114,347 @@ pub(crate) fn partition(
         num_saved: saved.len(),
         recomputed: recompute.len(),
     })
+}
+
+/// The joint graph with what partitioning reads of it once: its topological order, inputs
+/// (primals, then tangents) and outputs (forward outputs, then gradients).
+struct Joint<'g> {
+    graph: &'g Graph,
+    order: Vec<NodeId>,
+    inputs: Vec<ValueRef>,
+    outputs: Vec<ValueRef>,
+    num_primals: usize,
+    num_outputs: usize,
+    primal_nodes: HashSet<NodeId>,
+}
+
+/// Which half each op or constant node of the joint graph goes to.
+struct Halves {
+    in_forward: HashSet<NodeId>,
+    in_backward: HashSet<NodeId>,
+}
+
+impl<'g> Joint<'g> {
+    fn new(graph: &'g Graph, num_primals: usize, num_outputs: usize) -> Result<Joint<'g>> {
+        let order = graph.topo_order()?;
+        let inputs = graph.inputs();
+        let outputs = graph.outputs()?;
+        if num_outputs > outputs.len() || num_primals > inputs.len() {
+            return Err(graph_err(
+                "partition: the joint graph has too few inputs or outputs",
+            ));
+        }
+        let primal_nodes: HashSet<NodeId> = inputs[..num_primals].iter().map(|v| v.node).collect();
+        Ok(Joint {
+            graph,
+            order,
+            inputs,
+            outputs,
+            num_primals,
+            num_outputs,
+            primal_nodes,
+        })
+    }
+
+    fn primals(&self) -> &[ValueRef] {
+        &self.inputs[..self.num_primals]
+    }
+
+    fn tangents(&self) -> &[ValueRef] {
+        &self.inputs[self.num_primals..]
+    }
+
+    fn forward_outputs(&self) -> &[ValueRef] {
+        &self.outputs[..self.num_outputs]
+    }
+
+    fn gradients(&self) -> &[ValueRef] {
+        &self.outputs[self.num_outputs..]
+    }
+
+    fn is_const(&self, n: NodeId) -> bool {
+        self.graph
+            .node(n)
+            .is_some_and(|x| matches!(x.kind, NodeKind::Constant(_)))
+    }
+
+    fn is_op_or_const(&self, n: NodeId) -> bool {
+        self.graph
+            .node(n)
+            .is_some_and(|x| matches!(x.kind, NodeKind::Op(_) | NodeKind::Constant(_)))
+    }
+
+    /// The tangent inputs and the nodes that depend on one; an error for a graph with
+    /// mutations (they are not split).
+    fn tangent_dependents(&self) -> Result<HashSet<NodeId>> {
+        let joint = self.graph;
+        let mut tangent_dep: HashSet<NodeId> = self.tangents().iter().map(|v| v.node).collect();
+        for &n in &self.order {
+            let node = joint
+                .node(n)
+                .ok_or_else(|| graph_err(format!("node {n} vanished")))?;
+            if let NodeKind::Op(call) = &node.kind {
+                if call.class == OpClass::Mutating || !joint.order_predecessors(n).is_empty() {
+                    return Err(Error::compile(
+                        CompileKind::Capture,
+                        format!(
+                            "compiled training: {} mutates a tensor; graphs with mutations are \
+                             not split into forward and backward",
+                            joint.describe(n)
+                        ),
+                    ));
+                }
+                if joint
+                    .args_of(n)?
+                    .iter()
+                    .any(|v| tangent_dep.contains(&v.node))
+                {
+                    tangent_dep.insert(n);
+                }
+            }
+        }
+        Ok(tangent_dep)
+    }
+
+    /// The nodes `roots` depend on (their own nodes included).
+    fn ancestors(&self, roots: &[ValueRef]) -> Result<HashSet<NodeId>> {
+        let mut seen = HashSet::new();
+        let mut stack: Vec<NodeId> = roots.iter().map(|v| v.node).collect();
+        while let Some(n) = stack.pop() {
+            if seen.insert(n) {
+                stack.extend(self.graph.args_of(n)?.iter().map(|v| v.node));
+            }
+        }
+        Ok(seen)
+    }
+
+    /// Forward: what the outputs need, and dead nodes whose operands the forward has (so their
+    /// size guards are checked there). Backward: every other op or constant (everything that
+    /// depends on a tangent among them).
+    fn split_nodes(&self, tangent_dep: &HashSet<NodeId>) -> Result<Halves> {
+        let fw_needed = self.ancestors(self.forward_outputs())?;
+        let bw_needed = self.ancestors(self.gradients())?;
+        let mut in_forward: HashSet<NodeId> = HashSet::new();
+        for &n in &self.order {
+            if !self.is_op_or_const(n) || tangent_dep.contains(&n) {
+                continue;
+            }
+            let dead_here =
+                !bw_needed.contains(&n)
+                    && self.graph.args_of(n)?.iter().all(|v| {
+                        in_forward.contains(&v.node) || self.primal_nodes.contains(&v.node)
+                    });
+            if fw_needed.contains(&n) || dead_here {
+                in_forward.insert(n);
+            }
+        }
+        let in_backward: HashSet<NodeId> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&n| self.is_op_or_const(n) && !in_forward.contains(&n))
+            .collect();
+        Ok(Halves {
+            in_forward,
+            in_backward,
+        })
+    }
+
+    /// Saved: forward (or primal) values read by backward nodes or returned as gradients, in
+    /// order of first use.
+    fn saved_values(&self, halves: &Halves) -> Result<Vec<ValueRef>> {
+        let mut saved: Vec<ValueRef> = Vec::new();
+        let note = |v: ValueRef, saved: &mut Vec<ValueRef>| {
+            if (halves.in_forward.contains(&v.node) || self.primal_nodes.contains(&v.node))
+                && !self.is_const(v.node)
+                && !saved.contains(&v)
+            {
+                saved.push(v);
+            }
+        };
+        for &n in &self.order {
+            if halves.in_backward.contains(&n) {
+                for v in self.graph.args_of(n)? {
+                    note(v, &mut saved);
+                }
+            }
+        }
+        for &v in self.gradients() {
+            note(v, &mut saved);
+        }
+        Ok(saved)
+    }
+
+    /// Replaces in `saved` each cheap elementwise forward value whose operands are kept anyway
+    /// (saved, primal inputs or constants) by its primal operands, until none is left; returns
+    /// the nodes the backward recomputes instead.
+    fn recompute_instead_of_saving(
+        &self,
+        halves: &Halves,
+        saved: &mut Vec<ValueRef>,
+    ) -> Result<HashSet<NodeId>> {
+        let joint = self.graph;
+        let mut recompute: HashSet<NodeId> = HashSet::new();
+        loop {
+            let mut changed = false;
+            for i in 0..saved.len() {
+                let v = saved[i];
+                let Some(NodeKind::Op(call)) = joint.node(v.node).map(|x| &x.kind) else {
+                    continue;
+                };
+                if call.class != OpClass::Elementwise || !halves.in_forward.contains(&v.node) {
+                    continue;
+                }
+                let args = joint.args_of(v.node)?;
+                let kept = args.iter().all(|a| {
+                    self.is_const(a.node)
+                        || self.primal_nodes.contains(&a.node)
+                        || saved.contains(a)
+                });
+                if kept {
+                    recompute.insert(v.node);
+                    for a in args {
+                        if self.primal_nodes.contains(&a.node) && !saved.contains(&a) {
+                            saved.push(a);
+                        }
+                    }
+                    saved.remove(i);
+                    changed = true;
+                    break;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        Ok(recompute)
+    }
+
+    /// The forward graph (without its symbolic guards): the primals as inputs, the forward
+    /// nodes, the forward outputs then `saved` as outputs, and the size guards on its values.
+    fn forward_graph(&self, halves: &Halves, saved: &[ValueRef]) -> Result<GraphBuilder> {
+        let joint = self.graph;
+        let mut fb = GraphBuilder::new();
+        let mut fmap: HashMap<ValueRef, ValueRef> = HashMap::new();
+        for (i, &v) in self.primals().iter().enumerate() {
+            let meta = joint
+                .meta(v)
+                .ok_or_else(|| graph_err("input without metadata"))?;
+            fmap.insert(v, fb.input(format!("x{i}"), meta.clone()));
+        }
+        for &n in &self.order {
+            if halves.in_forward.contains(&n) {
+                copy_node(joint, n, &mut fb, &mut fmap)?;
+            }
+        }
+        let mut fouts: Vec<ValueRef> = Vec::new();
+        for v in self.forward_outputs().iter().chain(saved) {
+            fouts.push(*fmap.get(v).ok_or_else(|| {
+                graph_err(format!("partition: forward value {v:?} was not copied"))
+            })?);
+        }
+        fb.output(&fouts)?;
+        copy_guards(joint, &fmap, &mut fb);
+        Ok(fb)
+    }
+
+    /// The backward graph (without its symbolic guards) and its shape carriers: `saved`, the
+    /// tangents and the shape carriers as inputs, the backward nodes and the `recompute`d
+    /// ones (with the constants they read), the gradients as outputs, and the size guards on
+    /// its own values.
+    fn backward_graph(
+        &self,
+        halves: &Halves,
+        recompute: &HashSet<NodeId>,
+        saved: &[ValueRef],
+        dynamic: bool,
+    ) -> Result<(GraphBuilder, Vec<usize>)> {
+        let joint = self.graph;
+        let mut bb = GraphBuilder::new();
+        let mut bmap: HashMap<ValueRef, ValueRef> = HashMap::new();
+        let shape_carriers = self.backward_inputs(saved, dynamic, &mut bb, &mut bmap)?;
+        for &n in &self.order {
+            let wanted = halves.in_backward.contains(&n) || recompute.contains(&n);
+            if !wanted {
+                continue;
+            }
+            // Constants the backward reads are copied; the forward's are its own.
+            for v in joint.args_of(n)? {
+                if self.is_const(v.node) && !bmap.contains_key(&v) {
+                    copy_node(joint, v.node, &mut bb, &mut bmap)?;
+                }
+            }
+            if !bmap.contains_key(&ValueRef::new(n, 0)) || !self.is_const(n) {
+                copy_node(joint, n, &mut bb, &mut bmap)?;
+            }
+        }
+        let mut bouts = Vec::new();
+        for v in self.gradients() {
+            if self.is_const(v.node) && !bmap.contains_key(v) {
+                copy_node(joint, v.node, &mut bb, &mut bmap)?;
+            }
+            bouts.push(*bmap.get(v).ok_or_else(|| {
+                graph_err(format!(
+                    "partition: gradient value {v:?} is not computed by the backward"
+                ))
+            })?);
+        }
+        bb.output(&bouts)?;
+        let forward_owned =
+            |n: NodeId| halves.in_forward.contains(&n) || self.primal_nodes.contains(&n);
+        copy_guards_backward(joint, &bmap, &forward_owned, &mut bb);
+        Ok((bb, shape_carriers))
+    }
+
+    /// The backward's inputs, added to `bb` (and mapped in `bmap`): the saved values, the
+    /// tangents, then a shape carrier for each primal with a symbol neither binds. Returns the
+    /// primals that got a shape carrier.
+    fn backward_inputs(
+        &self,
+        saved: &[ValueRef],
+        dynamic: bool,
+        bb: &mut GraphBuilder,
+        bmap: &mut HashMap<ValueRef, ValueRef>,
+    ) -> Result<Vec<usize>> {
+        let joint = self.graph;
+        let mut bound: HashSet<u32> = HashSet::new();
+        let mut next_sym = self
+            .inputs
+            .iter()
+            .filter_map(|&v| joint.meta(v))
+            .flat_map(bare_symbols)
+            .max()
+            .map_or(0, |k| k + 1);
+        for (i, &v) in saved.iter().enumerate() {
+            let meta = joint
+                .meta(v)
+                .ok_or_else(|| graph_err("saved value without metadata"))?;
+            let meta = backward_input_meta(meta, dynamic, &mut next_sym);
+            bound.extend(bare_symbols(&meta));
+            bmap.insert(v, bb.input(format!("saved{i}"), meta));
+        }
+        for (i, &v) in self.tangents().iter().enumerate() {
+            let meta = joint
+                .meta(v)
+                .ok_or_else(|| graph_err("tangent without metadata"))?;
+            let meta = backward_input_meta(meta, dynamic, &mut next_sym);
+            bound.extend(bare_symbols(&meta));
+            bmap.insert(v, bb.input(format!("tangent{i}"), meta));
+        }
+        let mut shape_carriers = Vec::new();
+        for (i, &v) in self.primals().iter().enumerate() {
+            let meta = joint
+                .meta(v)
+                .ok_or_else(|| graph_err("input without metadata"))?;
+            if bare_symbols(meta).any(|k| !bound.contains(&k)) {
+                bound.extend(bare_symbols(meta));
+                // Not an input of the joint graph's: `bmap` does not map the primal to it.
+                bb.input(format!("shape{i}"), meta.clone());
+                shape_carriers.push(i);
+            }
+        }
+        Ok(shape_carriers)
+    }
 }
 
 /// Copies op or constant node `n` of `joint` into `b`, mapping its outputs.

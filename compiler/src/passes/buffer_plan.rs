@@ -19,8 +19,8 @@ use tensorplay_ir::CompileKind;
 use tensorplay_ir::graph::{Graph, NodeId, NodeKind, ValueRef};
 use tensorplay_ir::{Device, Error, OpClass, Result};
 
-use super::explain::Names;
 use super::fusion::{FusionPlan, Step};
+use super::names::Names;
 
 /// One intermediate and the slot that holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,8 +214,33 @@ fn mismatch(msg: String) -> Error {
 pub fn plan(g: &Graph, fusion: &FusionPlan) -> Result<BufferPlan> {
     let names = Names::new(g);
     let graph_outputs = g.outputs()?;
+    check_each_op_in_one_step(g, fusion)?;
+    let alias_parent = alias_parents(g, fusion)?;
+    let root = |v: ValueRef| alias_root(&alias_parent, v);
+    let produced = produced_values(g, fusion);
+    let last_use = last_uses(g, fusion, &root)?;
+    let escaped: Vec<ValueRef> = graph_outputs.iter().map(|&v| root(v)).collect();
+    let slots = assign_slots(g, &names, produced, &last_use, |v| {
+        alias_parent.contains_key(&v) || escaped.contains(&v)
+    })?;
+    let aliases = alias_parent
+        .keys()
+        .map(|&a| {
+            let r = root(a);
+            (a, (r, names.value(g, a), names.value(g, r)))
+        })
+        .collect();
+    Ok(BufferPlan {
+        values: slots.values,
+        slot_of: slots.slot_of,
+        aliases,
+        slot_devices: slots.devices,
+    })
+}
 
-    // Step of every op node, checking the plan covers each exactly once.
+/// Checks that the plan places every op node of `g` in exactly one step, and that its steps
+/// name only op nodes and existing regions.
+fn check_each_op_in_one_step(g: &Graph, fusion: &FusionPlan) -> Result<()> {
     let mut step_of: BTreeMap<NodeId, usize> = BTreeMap::new();
     let mut place = |n: NodeId, k: usize| -> Result<()> {
         if g.node(n).is_none_or(|node| node.as_op().is_none()) {
@@ -250,9 +275,13 @@ pub fn plan(g: &Graph, fusion: &FusionPlan) -> Result<BufferPlan> {
             return Err(mismatch(format!("{} is in no step", g.describe(id))));
         }
     }
+    Ok(())
+}
 
-    // Aliases: results of view steps and of mutating steps share their first tensor argument's
-    // memory. Resolved to the non-alias root.
+/// Aliases: results of view steps and of mutating steps share their first tensor argument's
+/// memory. Each alias value maps to that argument (resolved to the non-alias root by
+/// [`alias_root`]).
+fn alias_parents(g: &Graph, fusion: &FusionPlan) -> Result<BTreeMap<ValueRef, ValueRef>> {
     let mut alias_parent: BTreeMap<ValueRef, ValueRef> = BTreeMap::new();
     for step in &fusion.steps {
         let Step::Node(n) = *step else { continue };
@@ -268,19 +297,24 @@ pub fn plan(g: &Graph, fusion: &FusionPlan) -> Result<BufferPlan> {
             }
         }
     }
-    let root = |mut v: ValueRef| {
-        // Alias chains follow the topological order, so this terminates; the bound guards
-        // against a malformed plan anyway.
-        for _ in 0..=alias_parent.len() {
-            match alias_parent.get(&v) {
-                Some(&p) => v = p,
-                None => break,
-            }
-        }
-        v
-    };
+    Ok(alias_parent)
+}
 
-    // Values produced by steps, in definition order.
+/// The non-alias value whose memory `v` shares (`v` itself when it is no alias).
+fn alias_root(alias_parent: &BTreeMap<ValueRef, ValueRef>, mut v: ValueRef) -> ValueRef {
+    // Alias chains follow the topological order, so this terminates; the bound guards
+    // against a malformed plan anyway.
+    for _ in 0..=alias_parent.len() {
+        match alias_parent.get(&v) {
+            Some(&p) => v = p,
+            None => break,
+        }
+    }
+    v
+}
+
+/// Values produced by steps, in definition order, each with the index of its step.
+fn produced_values(g: &Graph, fusion: &FusionPlan) -> Vec<(ValueRef, usize)> {
     let mut produced: Vec<(ValueRef, usize)> = Vec::new();
     for (k, step) in fusion.steps.iter().enumerate() {
         match *step {
@@ -295,8 +329,15 @@ pub fn plan(g: &Graph, fusion: &FusionPlan) -> Result<BufferPlan> {
             }
         }
     }
+    produced
+}
 
-    // Last reading step of every root value.
+/// Last reading step of every root value (a read of an alias reads its `root`).
+fn last_uses(
+    g: &Graph,
+    fusion: &FusionPlan,
+    root: &dyn Fn(ValueRef) -> ValueRef,
+) -> Result<BTreeMap<ValueRef, usize>> {
     let mut last_use: BTreeMap<ValueRef, usize> = BTreeMap::new();
     let mut read = |v: ValueRef, k: usize| {
         let r = root(v);
@@ -319,14 +360,32 @@ pub fn plan(g: &Graph, fusion: &FusionPlan) -> Result<BufferPlan> {
             }
         }
     }
-    let escaped: Vec<ValueRef> = graph_outputs.iter().map(|&v| root(v)).collect();
+    Ok(last_use)
+}
 
+/// The slots of a plan and the values they hold.
+struct Slots {
+    values: Vec<PlannedValue>,
+    slot_of: BTreeMap<ValueRef, usize>,
+    devices: Vec<Device>,
+}
+
+/// Gives every `produced` value that gets a slot (not `skipped`: an alias or a value that
+/// escapes) the first slot of its device that is free before the value is defined, or a new
+/// slot: greedily, in order of definition.
+fn assign_slots(
+    g: &Graph,
+    names: &Names,
+    produced: Vec<(ValueRef, usize)>,
+    last_use: &BTreeMap<ValueRef, usize>,
+    skipped: impl Fn(ValueRef) -> bool,
+) -> Result<Slots> {
     let mut values: Vec<PlannedValue> = Vec::new();
     let mut slot_end: Vec<usize> = Vec::new();
     let mut slot_devices: Vec<Device> = Vec::new();
     let mut slot_of = BTreeMap::new();
     for (v, first) in produced {
-        if alias_parent.contains_key(&v) || escaped.contains(&v) || slot_of.contains_key(&v) {
+        if skipped(v) || slot_of.contains_key(&v) {
             continue;
         }
         let device = g
@@ -356,17 +415,9 @@ pub fn plan(g: &Graph, fusion: &FusionPlan) -> Result<BufferPlan> {
             device,
         });
     }
-    let aliases = alias_parent
-        .keys()
-        .map(|&a| {
-            let r = root(a);
-            (a, (r, names.value(g, a), names.value(g, r)))
-        })
-        .collect();
-    Ok(BufferPlan {
+    Ok(Slots {
         values,
         slot_of,
-        aliases,
-        slot_devices,
+        devices: slot_devices,
     })
 }

@@ -30,8 +30,8 @@ use tensorplay_ir::shape::normalize_dim;
 use tensorplay_ir::{Device, Dim, Error, OpClass, ReduceOp, Result};
 use tensorplay_runtime::ops::lowering::{compiles, pointwise, reduce_op, softmax};
 
-use super::explain::Names;
 use super::logging;
+use super::names::Names;
 use super::region::{Region, RegionKind};
 
 /// One step of a plan's execution order.

@@ -34,6 +34,7 @@ pub mod dce;
 mod explain;
 pub mod fusion;
 pub mod logging;
+mod names;
 pub mod region;
 
 pub use buffer_plan::BufferPlan;

@@ -1,0 +1,38 @@
+//! `interpret`: every op node run through the dispatcher in topological order, no generated
+//! kernels — the reference the compiled path is checked against, and the path that records
+//! autograd.
+
+use tensorplay_ir::CompileKind;
+use tensorplay_ir::{Error, Result};
+use tensorplay_runtime::Tensor;
+
+use super::CompiledGraph;
+use super::shapes::Admission;
+
+impl CompiledGraph {
+    /// Runs every op node through the dispatcher in topological order (no generated kernels):
+    /// the reference the compiled path is checked against, and the path that records autograd.
+    pub fn interpret(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.check_guards(inputs)?;
+        if let Admission::Miss(why) = self.admit(inputs)? {
+            return Err(Error::compile(
+                CompileKind::Guard,
+                format!("guard failed: {why}; recompile for this input"),
+            ));
+        }
+        let _ac = tensorplay_runtime::autocast::suspend();
+        self.interpret_accepted(inputs, &self.bind_syms(inputs))
+    }
+
+    pub(super) fn interpret_accepted(
+        &self,
+        inputs: &[Tensor],
+        syms: &[i64],
+    ) -> Result<Vec<Tensor>> {
+        let mut env = self.env_with_inputs(inputs);
+        for call in &self.calls {
+            Self::call_node(call, &mut env, syms)?;
+        }
+        self.collect_outputs(&env)
+    }
+}
