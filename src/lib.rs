@@ -29,10 +29,8 @@ pub use tensorplay_runtime::{
 
 /// CUDA devices and tensors (`tensorplay_runtime::cuda`, whose docs say what runs where).
 ///
-/// Eager built-in ops on CUDA tensors run kernels the compiler generates from the op table;
-/// [`cuda::init`] installs them, and so do this module's device queries
-/// ([`cuda::is_available`], [`cuda::device_count`], [`cuda::use_emulated_devices`]) and every
-/// compile — whichever a program calls first.
+/// Eager built-in ops on CUDA tensors run kernels the CUDA back end generates from the op table
+/// (`tensorplay_core::backend`); nothing has to be set up first.
 ///
 /// ```
 /// use tensorplay::{cuda, DType, Device, Tensor};
@@ -47,30 +45,9 @@ pub use tensorplay_runtime::{
 pub mod cuda {
     pub use tensorplay_runtime::cuda::*;
 
-    /// Installs the eager CUDA kernels (idempotent): built-in elementwise, reduction, softmax,
-    /// cast and copy ops then run on CUDA tensors.
-    pub fn init() {
-        tensorplay_compiler::codegen::cuda::eager::install();
-    }
-
-    /// Whether at least one CUDA device can be used (and [`init`]).
-    pub fn is_available() -> bool {
-        init();
-        tensorplay_runtime::cuda::is_available()
-    }
-
-    /// Number of CUDA devices, 0 without a driver or a GPU (and [`init`]).
-    pub fn device_count() -> usize {
-        init();
-        tensorplay_runtime::cuda::device_count()
-    }
-
-    /// Selects `n` host-emulated CUDA devices for this process (and [`init`]); see
-    /// `tensorplay_runtime::cuda::use_emulated_devices`.
-    pub fn use_emulated_devices(n: usize) -> crate::Result<()> {
-        init();
-        tensorplay_runtime::cuda::use_emulated_devices(n)
-    }
+    /// Does nothing: eager CUDA ops need no set-up (the CUDA back end generates their kernels
+    /// itself). Kept so programs written when it installed the compiler's kernels still build.
+    pub fn init() {}
 }
 
 /// The IR: dtypes, shapes, schemas and graphs (re-exported from `tensorplay-ir`).

@@ -73,27 +73,6 @@ struct Tracer {
     joint: bool,
 }
 
-fn attr_of(v: &Value) -> Option<Attr> {
-    Some(match v {
-        Value::Int(i) => Attr::Int(*i),
-        Value::Float(f) => Attr::Float(*f),
-        Value::Bool(b) => Attr::Bool(*b),
-        Value::Str(s) => Attr::Str(s.clone()),
-        Value::IntList(v) => Attr::IntList(v.clone()),
-        Value::FloatList(v) => Attr::FloatList(v.clone()),
-        Value::BoolList(v) => Attr::BoolList(v.clone()),
-        Value::DType(d) => Attr::DType(*d),
-        Value::Device(d) => Attr::Device(*d),
-        Value::SymInt(s) => Attr::sym_int(s.expr()),
-        Value::SymIntList(l) => Attr::sym_int_list(l.items().iter().map(|s| s.expr()).collect()),
-        Value::None | Value::OptionalTensor(None) => Attr::None,
-        Value::Tensor(_)
-        | Value::OptionalTensor(Some(_))
-        | Value::TensorList(_)
-        | Value::OptionalTensorList(_) => return None,
-    })
-}
-
 /// A captured real tensor as a literal constant.
 fn constant_of(t: &Tensor) -> Result<Constant> {
     if t.is_fake() {
@@ -291,7 +270,7 @@ impl TraceState {
                 }
                 other => BuilderArg::Attr {
                     name,
-                    value: attr_of(other).unwrap_or(Attr::None),
+                    value: other.to_attr().unwrap_or(Attr::None),
                 },
             };
             out.push(arg);
@@ -574,7 +553,6 @@ impl TraceHook for Tracer {
             st.keep_alive.push(to.clone());
         }
     }
-
 }
 
 impl CaptureHook for Tracer {

@@ -8,6 +8,7 @@
 
 pub mod autocast;
 pub mod autograd;
+pub mod backend;
 pub mod capture;
 pub mod cuda;
 pub mod dispatch;

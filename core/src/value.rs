@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use tensorplay_ir::graph::Attr;
 use tensorplay_ir::{DType, Device, Error, Result};
 
 use crate::symint::{SymInt, SymIntList};
@@ -395,6 +396,69 @@ impl<'a> Args<'a> {
         match self.get(i)? {
             Value::Str(v) => Ok(v),
             _ => Err(self.wrong(i, "str")),
+        }
+    }
+}
+
+/// The IR's attribute values and a call's runtime arguments are two types because they hold
+/// different things: an `Attr` is pure data that graphs store, print, parse and hash (sizes as
+/// `SymExpr`s over the input dims), a `Value` carries tensors and sizes with their example
+/// values (`SymInt`). Their non-tensor cases correspond one to one; these are the conversions
+/// between them (capture records a call's arguments as attributes, the executor replays them).
+impl Value {
+    /// The attribute a non-tensor argument is recorded as (`None` for tensor arguments; an
+    /// absent optional tensor is `Attr::None`).
+    ///
+    /// ```
+    /// use tensorplay_core::{Tensor, DType, Value};
+    /// use tensorplay_ir::graph::Attr;
+    /// assert!(matches!(Value::Int(3).to_attr(), Some(Attr::Int(3))));
+    /// assert!(Value::Tensor(Tensor::ones(&[1], DType::F32)).to_attr().is_none());
+    /// ```
+    pub fn to_attr(&self) -> Option<Attr> {
+        Some(match self {
+            Value::Int(i) => Attr::Int(*i),
+            Value::Float(f) => Attr::Float(*f),
+            Value::Bool(b) => Attr::Bool(*b),
+            Value::Str(s) => Attr::Str(s.clone()),
+            Value::IntList(v) => Attr::IntList(v.clone()),
+            Value::FloatList(v) => Attr::FloatList(v.clone()),
+            Value::BoolList(v) => Attr::BoolList(v.clone()),
+            Value::DType(d) => Attr::DType(*d),
+            Value::Device(d) => Attr::Device(*d),
+            Value::SymInt(s) => Attr::sym_int(s.expr()),
+            Value::SymIntList(l) => {
+                Attr::sym_int_list(l.items().iter().map(|s| s.expr()).collect())
+            }
+            Value::None | Value::OptionalTensor(None) => Attr::None,
+            Value::Tensor(_)
+            | Value::OptionalTensor(Some(_))
+            | Value::TensorList(_)
+            | Value::OptionalTensorList(_) => return None,
+        })
+    }
+
+    /// The argument a recorded attribute stands for. Symbolic sizes have no value without the
+    /// input dims they are expressions over: they become `Value::None` here (the executor
+    /// evaluates them itself).
+    ///
+    /// ```
+    /// use tensorplay_core::Value;
+    /// use tensorplay_ir::graph::Attr;
+    /// assert!(matches!(Value::from_attr(&Attr::Float(0.5)), Value::Float(v) if v == 0.5));
+    /// ```
+    pub fn from_attr(a: &Attr) -> Value {
+        match a {
+            Attr::Int(i) => Value::Int(*i),
+            Attr::Float(f) => Value::Float(*f),
+            Attr::Bool(b) => Value::Bool(*b),
+            Attr::Str(s) => Value::Str(s.clone()),
+            Attr::IntList(v) => Value::IntList(v.clone()),
+            Attr::FloatList(v) => Value::FloatList(v.clone()),
+            Attr::BoolList(v) => Value::BoolList(v.clone()),
+            Attr::DType(d) => Value::DType(*d),
+            Attr::Device(d) => Value::Device(*d),
+            Attr::None | Attr::SymInt(_) | Attr::SymIntList(_) => Value::None,
         }
     }
 }

@@ -9,8 +9,10 @@
 //! A device (`device.rs`) is raw memory, copies, zeroing and one stream that orders all its work
 //! (`driver.rs`, cudarc's `result` layer); `memory.rs` is the caching allocator
 //! ([`memory::DeviceBuffer`]); `kernel.rs` loads PTX/cubin modules and launches their functions;
-//! `blas.rs` is one strided batched GEMM in cuBLAS's terms. Tensors on `cuda:N`
-//! (`tensorplay-core`'s `cuda` module) are built on these.
+//! `blas.rs` is one strided batched GEMM in cuBLAS's terms; [`codegen`] emits kernel specs as
+//! CUDA C, compiles them with NVRTC (or the host emulation) and launches them. Tensors on `cuda:N`
+//! and eager ops on them (`tensorplay-core`'s `cuda` module and CUDA back end) are built on
+//! these.
 //!
 //! **Emulated devices.** [`use_emulated_devices`] (or `TP_CUDA_EMULATE=N` in the environment)
 //! selects `N` host-emulated CUDA devices instead of the driver: device memory is host memory and
@@ -25,6 +27,7 @@
 //! ```
 
 pub mod blas;
+pub mod codegen;
 pub mod device;
 #[cfg(feature = "cuda")]
 pub(crate) mod driver;

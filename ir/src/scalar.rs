@@ -430,3 +430,71 @@ pub enum ReduceOp {
     Amax,
     Amin,
 }
+
+/// A `pow` by a Rust-scalar exponent that eager kernels and compiled code both replace by
+/// cheaper code (PyTorch's eager kernel special-cases the same exponents): the general `pow` costs
+/// several times a multiplication chain. One table for both sides ([`PowBy::of_float`],
+/// [`PowBy::of_int`]; `tensorplay-core`'s `pow` kernel and the kernel lowering read it), so both
+/// compute the same bits.
+///
+/// Only exponents whose replacement matches `pow` within its contract for every input qualify.
+/// Integers: 0..=4, whose wrapping products equal `int_pow`'s wrapping repeated squaring
+/// (multiplication modulo 2^bits is associative; i32 `int_pow` computes in i64 and truncates,
+/// which is the same residue); negative integer exponents keep the general code. Floats: 0..=4
+/// as products, with at most two extra roundings (the sign and infinity/zero/NaN cases of `pow`
+/// by an integer are exactly those of the product), `-1` as a correctly rounded division
+/// (`pow(±0, -1) = ±inf`, `pow(±inf, -1) = ±0`, like `1 / x`), `0.5` as
+/// `where(x == -inf, +inf, maximum(sqrt(x), +0))` (`sqrt` alone differs at `-0` and `-inf`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowBy {
+    /// `x^0 = 1` for every `x`, NaN included (C's `pow`, `int_pow`).
+    Zero,
+    /// `x^1 = x`.
+    One,
+    /// `x * x`.
+    Two,
+    /// `(x * x) * x`.
+    Three,
+    /// `(x * x) * (x * x)`.
+    Four,
+    /// `1 / x` (floats only).
+    MinusOne,
+    /// `sqrt(x)`, patched for `-0` and `-inf` (floats only).
+    Half,
+}
+
+impl PowBy {
+    /// The replacement for a float exponent `y` (already rounded to the compute dtype), if any.
+    /// `-0.0` selects `Zero` as `0.0` does.
+    ///
+    /// ```
+    /// use tensorplay_ir::PowBy;
+    /// assert_eq!(PowBy::of_float(3.0), Some(PowBy::Three));
+    /// assert_eq!(PowBy::of_float(0.5), Some(PowBy::Half));
+    /// assert_eq!(PowBy::of_float(2.5), None);
+    /// ```
+    pub fn of_float(y: f64) -> Option<PowBy> {
+        Some(match y {
+            0.0 => PowBy::Zero,
+            1.0 => PowBy::One,
+            2.0 => PowBy::Two,
+            3.0 => PowBy::Three,
+            4.0 => PowBy::Four,
+            -1.0 => PowBy::MinusOne,
+            0.5 => PowBy::Half,
+            _ => return None,
+        })
+    }
+
+    /// The replacement for an integer exponent (integer compute dtypes), if any: 0..=4.
+    pub fn of_int(y: i64) -> Option<PowBy> {
+        Some(match y {
+            0 => PowBy::Zero,
+            1 => PowBy::One,
+            2 => PowBy::Two,
+            3 => PowBy::Three,
+            4 => PowBy::Four,
+            _ => return None,
+        })
+    }
+}

@@ -13,6 +13,6 @@ pub mod ops;
 
 pub use tensorplay_core::{
     Args, CompileKind, DType, Device, Element, Error, Idx, Result, Scalar, SymInt, Tensor, Value,
-    autocast, autograd, capture, cuda, element, manual_seed, parallel, storage, symint, tensor,
-    value, vmap,
+    autocast, autograd, backend, capture, cuda, element, manual_seed, parallel, storage, symint,
+    tensor, value, vmap,
 };

@@ -25,8 +25,6 @@ impl CompiledGraph {
     /// Compiles `graph`: DCE, fusion, buffer planning and lowering of every region. Kernels are
     /// generated on first use for the stride layout they meet (and cached process-wide).
     pub fn new(graph: &Graph) -> Result<CompiledGraph> {
-        // Compiling anything makes eager built-in ops work on CUDA tensors too.
-        crate::codegen::cuda::eager::install();
         graph.validate()?;
         logging::log("graph", || format!("captured graph:\n{graph}"));
         let captured = graph;

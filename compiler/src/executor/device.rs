@@ -1,9 +1,12 @@
 //! Running on a CUDA device: which device a call's inputs are on, the steps of a call there
-//! (regions on fresh device outputs, no arena), and a region's CUDA launch.
+//! (regions on fresh device outputs, no arena), and a region's launch — both through the
+//! device's back end (`tensorplay_core::backend`), which generates and runs its own kernels.
 
 use smallvec::SmallVec;
 use tensorplay_ir::{Device, Error, Result};
 use tensorplay_runtime::Tensor;
+use tensorplay_runtime::backend;
+use tensorplay_runtime::cuda::empty_uninit;
 
 use super::shapes::ShapeEntry;
 use super::{CompiledGraph, Exec, RegionRun};
@@ -86,9 +89,7 @@ impl CompiledGraph {
             // SAFETY: the region kernel launched below writes every element of each output
             // before anything reads it (later work on the device's stream, or a copy to the
             // host, which waits for the stream).
-            .map(|&o| unsafe {
-                tensorplay_runtime::cuda::empty_uninit(&shapes.shapes[o], self.dtypes[o], device)
-            })
+            .map(|&o| unsafe { empty_uninit(&shapes.shapes[o], self.dtypes[o], device) })
             .collect::<Result<_>>()?;
         self.launch_region(r, &shapes.shapes, env, outs, device)
     }
@@ -106,6 +107,6 @@ impl CompiledGraph {
     ) -> Result<()> {
         let spec = &r.lowered.spec;
         let plan = plan_on(spec, in_refs, out_refs, Some(iter_shape), device)?;
-        crate::codegen::cuda::launch::launch(spec, &plan, &r.params, device)
+        backend::for_device(device)?.launch(spec, &plan, &r.params)
     }
 }

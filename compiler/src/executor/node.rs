@@ -31,21 +31,6 @@ pub(super) struct NodeCall {
     pub(super) outs: Vec<usize>,
 }
 
-fn attr_value(a: &Attr) -> Value {
-    match a {
-        Attr::Int(i) => Value::Int(*i),
-        Attr::Float(f) => Value::Float(*f),
-        Attr::Bool(b) => Value::Bool(*b),
-        Attr::Str(s) => Value::Str(s.clone()),
-        Attr::IntList(v) => Value::IntList(v.clone()),
-        Attr::FloatList(v) => Value::FloatList(v.clone()),
-        Attr::BoolList(v) => Value::BoolList(v.clone()),
-        Attr::DType(d) => Value::DType(*d),
-        Attr::Device(d) => Value::Device(*d),
-        Attr::None | Attr::SymInt(_) | Attr::SymIntList(_) => Value::None,
-    }
-}
-
 impl CompiledGraph {
     pub(super) fn node_call(
         graph: &Graph,
@@ -86,7 +71,7 @@ impl CompiledGraph {
                     value: value @ (Attr::SymInt(_) | Attr::SymIntList(_)),
                     ..
                 } => ArgSrc::Sym(value.clone()),
-                Arg::Attr { value, .. } => ArgSrc::Value(attr_value(value)),
+                Arg::Attr { value, .. } => ArgSrc::Value(Value::from_attr(value)),
             });
         }
         let node = graph
@@ -126,7 +111,7 @@ impl CompiledGraph {
                     ArgSrc::Sym(a) => {
                         let resolved = a.resolve(&|k| syms.get(k as usize).copied());
                         match resolved {
-                            Some(r) => attr_value(&r),
+                            Some(r) => Value::from_attr(&r),
                             None => {
                                 return Err(Error::compile(
                                     CompileKind::Launch,

@@ -25,10 +25,10 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use tensorplay_ir::CompileKind;
 
-use tensorplay_ir::graph::{Arg, Attr, Graph, NodeId, NodeKind, OpCall, ValueRef};
-use tensorplay_ir::shape::normalize_dim;
-use tensorplay_ir::{Device, Dim, Error, OpClass, ReduceOp, Result};
-use tensorplay_runtime::ops::lowering::{compiles, pointwise, reduce_op, softmax};
+use tensorplay_ir::graph::{Graph, NodeId, NodeKind, ValueRef};
+use tensorplay_ir::{Device, Dim, Error, Result};
+use tensorplay_kernel::classify::{Class, classify};
+use tensorplay_runtime::ops::table::OpTable;
 
 use super::logging;
 use super::names::Names;
@@ -116,180 +116,8 @@ impl FusionPlan {
     }
 }
 
-/// How the partitioner treats one op node.
-#[derive(Debug, Clone)]
-enum Class {
-    Pointwise,
-    Reduce {
-        op: ReduceOp,
-        dims: Vec<usize>,
-        keepdim: bool,
-    },
-    Softmax {
-        log: bool,
-    },
-    View,
-    Barrier(String),
-}
-
-impl Class {
-    fn fusible(&self) -> bool {
-        matches!(
-            self,
-            Class::Pointwise | Class::Reduce { .. } | Class::Softmax { .. }
-        )
-    }
-
-    fn reducing(&self) -> bool {
-        matches!(self, Class::Reduce { .. } | Class::Softmax { .. })
-    }
-}
-
 fn compile_err(msg: String) -> Error {
     Error::compile(CompileKind::Lowering, msg)
-}
-
-/// The attribute called `name`, else the `index`-th attribute.
-fn attr<'a>(call: &'a OpCall, name: &str, index: usize) -> Option<&'a Attr> {
-    let attrs: Vec<(Option<&str>, &Attr)> = call
-        .args
-        .iter()
-        .filter_map(|a| match a {
-            Arg::Attr { name, value } => Some((name.as_deref(), value)),
-            _ => None,
-        })
-        .collect();
-    attrs
-        .iter()
-        .find(|(n, _)| *n == Some(name))
-        .or_else(|| attrs.get(index))
-        .map(|(_, v)| *v)
-}
-
-/// Why a barrier op splits fusion when capture recorded no reason.
-fn default_barrier_reason(call: &OpCall) -> String {
-    match call.class {
-        OpClass::Mutating => "mutating op".to_string(),
-        OpClass::Opaque => format!("opaque op {}", call.name),
-        _ => format!("{} has no scalar lowering", call.name),
-    }
-}
-
-/// Reduced dims of a reduction over an input of rank `rank`, as the eager kernels read them:
-/// absent or empty means every dim; negative dims count from the end; duplicates are errors.
-fn normalize_dims(op: &str, dims: Option<&[i64]>, rank: usize) -> Result<Vec<usize>> {
-    let dims = match dims {
-        None | Some([]) => return Ok((0..rank).collect()),
-        Some(d) => d,
-    };
-    let mut out = Vec::with_capacity(dims.len());
-    for &d in dims {
-        let i = normalize_dim(op, d, rank)?;
-        if rank == 0 {
-            continue;
-        }
-        if out.contains(&i) {
-            return Err(Error::argument(
-                op,
-                "dim",
-                "distinct dims",
-                format!("dim {d} twice in {dims:?}"),
-            ));
-        }
-        out.push(i);
-    }
-    out.sort_unstable();
-    Ok(out)
-}
-
-fn classify(g: &Graph, id: NodeId, call: &OpCall, n_outputs: usize) -> Result<Class> {
-    if call.is_barrier() {
-        return Ok(Class::Barrier(
-            call.barrier_reason
-                .clone()
-                .unwrap_or_else(|| default_barrier_reason(call)),
-        ));
-    }
-    let name = call.name.as_str();
-    let no_lowering = || Class::Barrier(format!("{name} has no scalar lowering"));
-    let single_output = |class: Class| {
-        if n_outputs == 1 {
-            class
-        } else {
-            Class::Barrier(format!(
-                "{name} has {n_outputs} outputs; fused ops have exactly one"
-            ))
-        }
-    };
-    let input_rank = || -> Result<usize> {
-        let args = g.args_of(id)?;
-        let first = args
-            .first()
-            .ok_or_else(|| compile_err(format!("{}: expected a tensor input", g.describe(id))))?;
-        g.meta(*first).map(|m| m.rank()).ok_or_else(|| {
-            compile_err(format!("{}: its input is not in the graph", g.describe(id)))
-        })
-    };
-    match call.class {
-        OpClass::View => Ok(Class::View),
-        OpClass::Opaque | OpClass::Mutating => Ok(Class::Barrier(default_barrier_reason(call))),
-        OpClass::Elementwise | OpClass::Reduction => {
-            if call.class == OpClass::Elementwise
-                && let Some((expr, p)) = pointwise(call)?
-            {
-                let operands = call.tensor_slots();
-                if operands != expr.arity() {
-                    return Ok(Class::Barrier(format!(
-                        "{name} has {operands} tensor operand(s) but its scalar lowering \
-                         takes {}",
-                        expr.arity()
-                    )));
-                }
-                if let Some(out) = g.node(id).and_then(|n| n.outputs.first())
-                    && !compiles(&p, out.dtype)
-                {
-                    return Ok(Class::Barrier(format!(
-                        "{name} runs eagerly for {} results",
-                        out.dtype
-                    )));
-                }
-                return Ok(single_output(Class::Pointwise));
-            }
-            if call.class == OpClass::Reduction
-                && let Some((op, dims, keepdim)) = reduce_op(call)?
-            {
-                let dims = normalize_dims(name, dims.as_deref(), input_rank()?)?;
-                return Ok(single_output(Class::Reduce { op, dims, keepdim }));
-            }
-            if let Some(log) = softmax(call) {
-                let rank = input_rank()?;
-                let dim = match attr(call, "dim", 0) {
-                    Some(Attr::Int(d)) => *d,
-                    other => {
-                        return Err(compile_err(format!(
-                            "{}: expected an int `dim` attribute, got {}",
-                            g.describe(id),
-                            other.map_or("none".to_string(), ToString::to_string)
-                        )));
-                    }
-                };
-                let dim = normalize_dim(name, dim, rank)?;
-                if rank == 0 {
-                    return Ok(Class::Barrier(format!(
-                        "{} of a 0-d tensor runs eagerly",
-                        &name[4..]
-                    )));
-                }
-                if dim + 1 != rank {
-                    return Ok(Class::Barrier(
-                        "softmax over a non-last dim runs eagerly".to_string(),
-                    ));
-                }
-                return Ok(single_output(Class::Softmax { log }));
-            }
-            Ok(no_lowering())
-        }
-    }
 }
 
 /// True when `s` broadcasts to `t` (aligned from the right, each dim equal or a static 1).
@@ -340,7 +168,7 @@ impl<'g> Ctx<'g> {
             s.dedup();
             succ[id.index()] = s;
             if let NodeKind::Op(call) = &node.kind {
-                class[id.index()] = Some(classify(g, id, call, node.outputs.len())?);
+                class[id.index()] = Some(classify(g, id, call, node.outputs.len(), &OpTable)?);
                 let mut p: Vec<NodeId> = Vec::new();
                 for v in g.args_of(id)? {
                     if !p.contains(&v.node) {

@@ -4,8 +4,8 @@
 //! orders its work on one stream. [`Tensor::to_device`] copies between the host and devices;
 //! reading a CUDA tensor's values (`to_vec`, `item`, printing) copies them to the host first.
 //! Built-in elementwise, reduction, softmax, cast and copy ops run on CUDA tensors through
-//! kernels generated from the op table (see [`install_eager_kernels`]); `matmul` runs through
-//! cuBLAS; custom ops with a `cuda` kernel run too (see `library::custom_op`), and the kernel
+//! kernels generated from the op table by the CUDA back end (`crate::backend`, with
+//! `tensorplay-cuda`'s code generator); `matmul` runs through cuBLAS; custom ops with a `cuda` kernel run too (see `library::custom_op`), and the kernel
 //! gets device addresses from [`Tensor::data_ptr_cuda`].
 //!
 //! **Emulated devices.** [`use_emulated_devices`] (or `TP_CUDA_EMULATE=N` in the environment)
@@ -25,10 +25,8 @@
 //! # Ok::<(), tensorplay_core::Error>(())
 //! ```
 
-pub(crate) mod eager;
 mod transfer;
 
-pub use eager::{EagerKernels, ProviderScope, eager_kernels_installed, install_eager_kernels};
 pub use tensorplay_cuda::*;
 pub use transfer::empty_uninit;
 

@@ -1,30 +1,11 @@
-//! Tensors on CUDA devices: allocation, copies between the host and devices, device addresses.
+//! Tensors on devices: allocation, copies between the host and devices (through the devices'
+//! back ends, `crate::backend`), device addresses.
 
 use tensorplay_ir::shape::contiguous_strides;
 use tensorplay_ir::{DType, Device, Error, Result};
 
-use super::memory::DeviceBuffer;
-use crate::storage::Storage;
+use crate::backend::for_device;
 use crate::tensor::{Tensor, TensorImpl, checked_nbytes};
-
-/// A device error naming `op`.
-fn fail(op: &str, device: Device, why: String) -> Error {
-    Error::device(op, format!("{device}: {why}"))
-}
-
-/// Device memory for `bytes` bytes on `device`.
-fn alloc(op: &str, device: Device, bytes: usize) -> Result<(Storage, u64)> {
-    let d = super::device(op, device)?;
-    let buf = DeviceBuffer::alloc(d, bytes).map_err(|e| {
-        fail(
-            op,
-            device,
-            format!("cannot allocate {bytes} bytes of device memory: {e}"),
-        )
-    })?;
-    let ptr = buf.ptr();
-    Ok((Storage::cuda(buf, bytes), ptr))
-}
 
 /// The lowest and highest element index (from the storage base) a view reaches; `None` when it
 /// has no elements.
@@ -61,10 +42,7 @@ impl Tensor {
             Device::Meta => Tensor::try_empty_with("zeros_on", shape, dtype, device, true),
             Device::Cuda(_) => {
                 let bytes = checked_nbytes("zeros_on", shape, dtype)?;
-                let (storage, ptr) = alloc("zeros_on", device, bytes)?;
-                let d = super::device("zeros_on", device)?;
-                // SAFETY: `ptr` addresses the `bytes`-byte block just allocated on `d`.
-                unsafe { d.zero(ptr, bytes) }.map_err(|e| fail("zeros_on", device, e))?;
+                let storage = for_device(device)?.alloc_zeroed("zeros_on", device, bytes)?;
                 Ok(Tensor::contiguous_over(storage, shape, dtype, device))
             }
         }
@@ -157,15 +135,14 @@ impl Tensor {
         let _g = crate::autograd::no_grad();
         let src = self.contiguous()?;
         let bytes = checked_nbytes(OP, src.shape(), src.dtype())?;
-        let (storage, ptr) = alloc(OP, device, bytes)?;
+        let backend = for_device(device)?;
+        let storage = backend.alloc(OP, device, bytes)?;
         if bytes > 0 {
             let host = src.data_ptr(OP)?;
             // SAFETY: `src` is contiguous, so its `bytes` bytes from `host` are its elements,
             // initialised and alive for this call.
             let host = unsafe { std::slice::from_raw_parts(host.cast_const(), bytes) };
-            let d = super::device(OP, device)?;
-            // SAFETY: `ptr` addresses a fresh block of at least `bytes` bytes on `d`.
-            unsafe { d.copy_to_device(ptr, host) }.map_err(|e| fail(OP, device, e))?;
+            backend.write(OP, &storage, 0, host)?;
         }
         Ok(Tensor::contiguous_over(
             storage,
@@ -185,22 +162,15 @@ impl Tensor {
         };
         let size = self.dtype().size();
         let elems = hi - lo + 1;
-        let buf = self
-            .storage()
-            .device_buffer()
-            .ok_or_else(|| fail(OP, device, "the tensor has no device memory".into()))?;
-        // SAFETY: `copy_to_host` below writes all of it before anything reads it.
+        // SAFETY: `read` below writes all of it before anything reads it.
         let host = unsafe { Tensor::try_empty_uninit(&[elems], self.dtype()) }?;
         let dst = host.data_ptr(OP)?;
-        // SAFETY: `host` is a fresh contiguous tensor of `elems` elements of `size` bytes.
+        // SAFETY: `host` is a fresh contiguous tensor of `elems` elements of `size` bytes, which
+        // nothing else references yet.
         let dst = unsafe { std::slice::from_raw_parts_mut(dst, elems * size) };
-        // SAFETY: views only address elements inside their storage, so bytes `lo * size ..
-        // (hi + 1) * size` lie in the storage's device block.
-        unsafe {
-            buf.device()
-                .copy_to_host(dst, buf.ptr() + (lo * size) as u64)
-        }
-        .map_err(|e| fail(OP, device, e))?;
+        // Views only address elements inside their storage: bytes `lo * size .. (hi + 1) * size`
+        // lie in it (and `read` checks).
+        for_device(device)?.read(OP, self.storage(), lo * size, dst)?;
         let view = Tensor::from_impl(TensorImpl::new(
             host.storage().clone(),
             self.shape().into(),
@@ -230,12 +200,12 @@ impl Tensor {
     pub fn clone_on_device(&self) -> Result<Tensor> {
         const OP: &str = "clone_on_device";
         let device = self.device();
-        let src = self.data_ptr_cuda().map_err(|_| {
-            Error::device(
+        if self.storage().device_buffer().is_none() {
+            return Err(Error::device(
                 OP,
                 format!("tensor {} is not a CUDA tensor with data", self.meta()),
-            )
-        })?;
+            ));
+        }
         if !self.is_contiguous() {
             return Err(Error::unsupported(
                 OP,
@@ -246,12 +216,11 @@ impl Tensor {
             ));
         }
         let bytes = checked_nbytes(OP, self.shape(), self.dtype())?;
-        let (storage, dst) = alloc(OP, device, bytes)?;
+        let backend = for_device(device)?;
+        let storage = backend.alloc(OP, device, bytes)?;
         if bytes > 0 {
-            let d = super::device(OP, device)?;
-            // SAFETY: `src` addresses this contiguous tensor's `bytes` bytes; `dst` a fresh
-            // block of at least `bytes` bytes on the same device.
-            unsafe { d.copy_on_device(dst, src, bytes) }.map_err(|e| fail(OP, device, e))?;
+            let offset = self.storage_offset() * self.dtype().size();
+            backend.copy(OP, (&storage, 0), (self.storage(), offset), bytes)?;
         }
         Ok(Tensor::contiguous_over(
             storage,
@@ -291,7 +260,7 @@ impl Tensor {
 /// Every element must be written before the tensor is read.
 pub unsafe fn empty_uninit(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
     let bytes = checked_nbytes("empty", shape, dtype)?;
-    let (storage, _) = alloc("empty", device, bytes)?;
+    let storage = for_device(device)?.alloc("empty", device, bytes)?;
     Ok(Tensor::from_impl(TensorImpl::new(
         storage,
         shape.into(),

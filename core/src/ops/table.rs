@@ -4,10 +4,10 @@
 
 use std::sync::OnceLock;
 
-use tensorplay_ir::graph::{Attr, OpCall};
-use tensorplay_ir::{CompileKind, DType, Error, OpId, Result, ScalarExpr};
+use tensorplay_ir::graph::OpCall;
+use tensorplay_ir::{DType, OpId, Result, ScalarExpr};
 
-use super::lowering::{BUILTIN_NAMESPACE, Lower, Pointwise, ReduceSpec, attrs};
+use super::lowering::{self, BUILTIN_NAMESPACE, Lower, OpLowerings, Pointwise, ReduceSpec};
 use super::types::OpDef;
 
 /// Every builtin op, for registration and for tests that sweep the table.
@@ -69,6 +69,16 @@ pub fn builtin_by_id(id: OpId) -> Option<&'static OpDef> {
     table.get(id.index()).copied().flatten()
 }
 
+/// The op table as the kernel lowering reads it ([`OpLowerings`]): each builtin's declared
+/// lowering, looked up by the call's `OpId`.
+pub struct OpTable;
+
+impl OpLowerings for OpTable {
+    fn lowering(&self, call: &OpCall) -> Option<Lower> {
+        builtin(call).map(|d| d.lower)
+    }
+}
+
 /// Whether a call of this builtin can fail on the *values* of its operands (not only on their
 /// shapes and dtypes): an elementwise op declared `float_only` whose result dtype is not
 /// floating (integer division by zero). Dead-code elimination keeps such calls, so a compiled
@@ -85,13 +95,7 @@ pub fn builtin_by_id(id: OpId) -> Option<&'static OpDef> {
 /// assert!(!fails_on_values(&add, DType::I64));
 /// ```
 pub fn fails_on_values(call: &OpCall, result: DType) -> bool {
-    matches!(
-        builtin(call).map(|d| d.lower),
-        Some(Lower::Pointwise(Pointwise {
-            float_only: true,
-            ..
-        }))
-    ) && !result.is_float()
+    lowering::fails_on_values(&OpTable, call, result)
 }
 
 /// The scalar lowering of a builtin elementwise call: its expression (built from the call's
@@ -107,38 +111,16 @@ pub fn fails_on_values(call: &OpCall, result: DType) -> bool {
 /// # Ok::<(), tensorplay_core::Error>(())
 /// ```
 pub fn pointwise(call: &OpCall) -> Result<Option<(ScalarExpr, Pointwise)>> {
-    match builtin(call).map(|d| d.lower) {
-        Some(Lower::Pointwise(p)) => Ok(Some(((p.expr)(&attrs(call))?, p))),
-        _ => Ok(None),
-    }
+    lowering::pointwise(&OpTable, call)
 }
 
 /// The reduction a builtin reduction op performs: `(op, dims attribute, keepdim)`, where `dims`
 /// is `None` for "all dims" and may hold negative dims. `None` for other ops.
 pub fn reduce_op(call: &OpCall) -> Result<Option<ReduceSpec>> {
-    let Some(Lower::Reduce(op)) = builtin(call).map(|d| d.lower) else {
-        return Ok(None);
-    };
-    let attrs = attrs(call);
-    let dims = match attrs.first() {
-        None | Some(Attr::None) => None,
-        Some(Attr::IntList(d)) => Some(d.clone()),
-        Some(Attr::Int(d)) => Some(vec![*d]),
-        Some(other) => {
-            return Err(Error::compile(
-                CompileKind::Lowering,
-                format!("{}: expected dims as an int list, got {other}", call.name),
-            ));
-        }
-    };
-    let keepdim = matches!(attrs.get(1), Some(Attr::Bool(true)));
-    Ok(Some((op, dims, keepdim)))
+    lowering::reduce_op(&OpTable, call)
 }
 
 /// `Some(log)` when the call is a builtin (log-)softmax.
 pub fn softmax(call: &OpCall) -> Option<bool> {
-    match builtin(call).map(|d| d.lower) {
-        Some(Lower::Softmax { log }) => Some(log),
-        _ => None,
-    }
+    lowering::softmax(&OpTable, call)
 }

@@ -5,6 +5,7 @@ mod data;
 pub(crate) mod factory;
 mod fmt;
 mod ops_overload;
+mod plan_operand;
 
 use std::cell::RefCell;
 use std::rc::Rc;

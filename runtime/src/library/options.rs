@@ -7,7 +7,7 @@ use std::fmt;
 use tensorplay_ir::schema::Schema;
 use tensorplay_ir::{Error, Result};
 
-use super::registry::Slot;
+use tensorplay_core::dispatch::Slot;
 
 /// The kind of a [`Library`](super::Library): `DEF` defines a namespace (one live DEF per
 /// namespace), `FRAGMENT` extends one from many places, `IMPL` only adds kernels.

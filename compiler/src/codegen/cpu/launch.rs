@@ -5,18 +5,16 @@
 //! [relaunch](CompiledKernel::relaunch) it with fresh data pointers, skipping the planning.
 
 use rayon::prelude::*;
-use smallvec::{SmallVec, smallvec};
 use tensorplay_ir::CompileKind;
-use tensorplay_ir::shape::{broadcast_shapes, broadcast_strides, fmt_shape};
 use tensorplay_ir::{DType, Device, Error, ReduceOp, Result};
+pub use tensorplay_kernel::plan::{LaunchPlan, PlanKey};
+use tensorplay_kernel::plan::{Ptrs, bind};
 use tensorplay_runtime::Tensor;
 use tensorplay_runtime::parallel;
 
 use super::args::{KernelArgs, KernelFn, ScalarArgs};
 use super::compile::CompiledKernel;
-use crate::codegen::kernel::{
-    KernelSpec, Lit, LoopKind, LoopLayout, StrideClass, f32_to_bf16_bits, f32_to_f16_bits,
-};
+use crate::codegen::kernel::{KernelSpec, Lit, LoopKind, f32_to_bf16_bits, f32_to_f16_bits};
 
 /// The op name errors of this module carry.
 const OP: &str = "compiled kernel";
@@ -24,318 +22,6 @@ const OP: &str = "compiled kernel";
 /// Below this much work (elements) a launch runs on the calling thread; it is also the smallest
 /// chunk handed to a pool thread.
 pub const MIN_CHUNK: usize = 1 << 16;
-
-type Strides = SmallVec<[isize; 8]>;
-
-/// Operand data pointers, inputs then outputs.
-type Ptrs = SmallVec<[*mut u8; 8]>;
-
-/// Everything a kernel call needs, derived from the tensors: the layout to compile for, the
-/// loop shape and strides, the operand pointers and how much work there is.
-#[derive(Debug, Clone)]
-pub struct LaunchPlan {
-    /// The layout (the second half of the cache key).
-    layout: LoopLayout,
-    /// Loop dim sizes.
-    shape: SmallVec<[i64; 8]>,
-    /// Element strides, operand-major (`operands * dims`).
-    strides: Vec<i64>,
-    ptrs: Ptrs,
-    /// Where the operands live: `ptrs` are host addresses on the CPU, device addresses on a
-    /// CUDA device (such a plan is only handed to the CUDA launcher).
-    device: Device,
-    /// Pointwise: elements; reductions and softmax: rows (kept points).
-    range: usize,
-    /// Elements per unit of `range` (1 for pointwise, the row length otherwise).
-    per_unit: usize,
-    /// What the geometry above was derived from besides the spec: the explicit iteration shape
-    /// (if any) and every operand's shape and strides, flattened (see [`PlanKey`]).
-    key: PlanKey,
-    /// The spec's rank and loop kind (a plan only fits kernels of the spec it was made for).
-    rank: usize,
-    kind: LoopKind,
-}
-
-/// The inputs of planning other than the spec, flattened (each list after its length, so the
-/// encoding is unambiguous): `[has_iter_shape, (len, sizes..)?, (rank, sizes.., strides..) per
-/// operand]`. Two launches with equal keys (and the same spec) plan to the same loop geometry,
-/// whatever their data pointers and storage offsets. The executor keys its last call of a graph
-/// the same way (over the graph's inputs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PlanKey(SmallVec<[isize; 24]>);
-
-impl PlanKey {
-    pub(crate) fn new<'a>(
-        iter_shape: Option<&[usize]>,
-        operands: impl IntoIterator<Item = &'a Tensor>,
-    ) -> PlanKey {
-        let mut k: SmallVec<[isize; 24]> = SmallVec::new();
-        match iter_shape {
-            Some(s) => {
-                k.push(1);
-                k.push(s.len() as isize);
-                k.extend(s.iter().map(|&d| d as isize));
-            }
-            None => k.push(0),
-        }
-        for t in operands {
-            k.push(t.rank() as isize);
-            k.extend(t.shape().iter().map(|&d| d as isize));
-            k.extend_from_slice(t.strides());
-        }
-        PlanKey(k)
-    }
-
-    /// Whether these operands would produce this key (compared in place, without building one).
-    pub(crate) fn matches<'a>(
-        &self,
-        iter_shape: Option<&[usize]>,
-        operands: impl IntoIterator<Item = &'a Tensor>,
-    ) -> bool {
-        let k = self.0.as_slice();
-        let mut at = match (iter_shape, k.first()) {
-            (Some(s), Some(1)) => {
-                let n = s.len();
-                if k.len() < 2 + n
-                    || k[1] != n as isize
-                    || !k[2..2 + n].iter().zip(s).all(|(&a, &b)| a == b as isize)
-                {
-                    return false;
-                }
-                2 + n
-            }
-            (None, Some(0)) => 1,
-            _ => return false,
-        };
-        for t in operands {
-            let (shape, strides) = (t.shape(), t.strides());
-            let r = shape.len();
-            if k.len() < at + 1 + 2 * r || k[at] != r as isize {
-                return false;
-            }
-            let sizes = &k[at + 1..at + 1 + r];
-            let steps = &k[at + 1 + r..at + 1 + 2 * r];
-            if !sizes.iter().zip(shape).all(|(&a, &b)| a == b as isize) || steps != strides {
-                return false;
-            }
-            at += 1 + 2 * r;
-        }
-        at == k.len()
-    }
-}
-
-// SAFETY: the raw pointers are addresses of tensor data the caller keeps alive (and borrowed)
-// for the duration of the launch; the plan itself only carries them.
-unsafe impl Send for LaunchPlan {}
-// SAFETY: see `Send`.
-unsafe impl Sync for LaunchPlan {}
-
-impl LaunchPlan {
-    /// The loop layout the plan needs a kernel compiled for (the second half of the cache key).
-    /// The geometry is read-only: a kernel trusts it, so only `plan` makes it.
-    pub fn layout(&self) -> &LoopLayout {
-        &self.layout
-    }
-
-    /// Loop dim sizes, outermost first.
-    pub fn shape(&self) -> &[i64] {
-        &self.shape
-    }
-
-    /// Element strides of every operand (inputs then outputs), operand-major.
-    pub fn strides(&self) -> &[i64] {
-        &self.strides
-    }
-
-    /// Data pointers of the operands (inputs then outputs; empty once detached): what another
-    /// backend running the same geometry (the CUDA host emulation) hands its kernel.
-    pub fn ptrs(&self) -> &[*mut u8] {
-        &self.ptrs
-    }
-
-    /// The device the operands live on (what the pointers address).
-    pub fn device(&self) -> Device {
-        self.device
-    }
-
-    /// Pointwise: elements; reductions and softmax: rows (kept points).
-    pub fn range(&self) -> usize {
-        self.range
-    }
-
-    /// True when there is nothing to compute (an empty iteration space).
-    pub fn is_empty(&self) -> bool {
-        self.range == 0
-    }
-
-    /// The plan without its data pointers: what a caller keeps to launch again on tensors of
-    /// the same shapes and strides with [`CompiledKernel::relaunch`] (a detached plan cannot be
-    /// launched without fresh tensors).
-    pub fn detach(mut self) -> LaunchPlan {
-        self.ptrs.clear();
-        self
-    }
-
-    /// Whether tensors with these shapes and strides (and this explicit iteration shape, as
-    /// given to [`plan`]) plan to exactly this geometry: true when every shape and stride equals
-    /// the ones the plan was made from. Data pointers and storage offsets do not matter.
-    pub fn fits(
-        &self,
-        inputs: &[&Tensor],
-        outputs: &[&Tensor],
-        iter_shape: Option<&[usize]>,
-    ) -> bool {
-        self.key
-            .matches(iter_shape, inputs.iter().chain(outputs).copied())
-    }
-}
-
-/// Checks an operand's dtype and device and returns its data pointer. The argument name for
-/// the error (`input k` / `output k`) is only built on the error path: this runs on every launch.
-fn check_tensor(
-    t: &Tensor,
-    k: usize,
-    output: bool,
-    want: DType,
-    device: Device,
-) -> Result<*mut u8> {
-    let what = || format!("{} {k}", if output { "output" } else { "input" });
-    if t.dtype() != want {
-        return Err(Error::argument(
-            OP,
-            what(),
-            format!("a {want} tensor"),
-            format!("a {} tensor", t.dtype()),
-        ));
-    }
-    if t.device() != device {
-        return Err(Error::device(
-            OP,
-            format!(
-                "{} is on {}, but the kernel runs on {device}",
-                what(),
-                t.device()
-            ),
-        ));
-    }
-    match device {
-        // A device address, carried as a pointer the CPU never dereferences.
-        Device::Cuda(_) => Ok(t.data_ptr_cuda()? as *mut u8),
-        _ => t.data_ptr_raw(),
-    }
-}
-
-/// The operand count check and the data pointers of every operand (inputs, then outputs),
-/// their dtypes and devices checked against `spec`; and whether some output of a pointwise
-/// kernel is exactly an input's elements (the layout is then
-/// [in place](LoopLayout::in_place)). Any other overlap of an output with an input is an error.
-fn bind(
-    spec: &KernelSpec,
-    inputs: &[&Tensor],
-    outputs: &[&Tensor],
-    device: Device,
-) -> Result<(Ptrs, bool)> {
-    if inputs.len() != spec.inputs.len() || outputs.len() != spec.outputs.len() {
-        return Err(Error::argument(
-            OP,
-            "inputs, outputs",
-            format!(
-                "{} inputs and {} outputs",
-                spec.inputs.len(),
-                spec.outputs.len()
-            ),
-            format!("{} inputs and {} outputs", inputs.len(), outputs.len()),
-        ));
-    }
-    let mut ptrs = Ptrs::new();
-    for (k, (t, &d)) in inputs.iter().zip(&spec.inputs).enumerate() {
-        ptrs.push(check_tensor(t, k, false, d, device)?);
-    }
-    for (k, (t, &d)) in outputs.iter().zip(&spec.outputs).enumerate() {
-        ptrs.push(check_tensor(t, k, true, d, device)?);
-    }
-    let n_in = inputs.len();
-    let pointwise = matches!(spec.kind, LoopKind::Pointwise);
-    let mut in_place = false;
-    for (o, out) in outputs.iter().enumerate() {
-        // Every storage is its own allocation: only tensors on one storage can overlap (the
-        // common case, a fresh output, needs no byte ranges).
-        if !inputs.iter().any(|i| i.storage().same(out.storage())) {
-            continue;
-        }
-        let Some(span_o) = byte_span(out, ptrs[n_in + o]) else {
-            continue;
-        };
-        for (i, input) in inputs.iter().enumerate() {
-            if !input.storage().same(out.storage()) {
-                continue;
-            }
-            let Some(span_i) = byte_span(input, ptrs[i]) else {
-                continue;
-            };
-            if span_o.0 >= span_i.1 || span_i.0 >= span_o.1 {
-                continue;
-            }
-            let same_elements = ptrs[i] == ptrs[n_in + o]
-                && spec.inputs[i] == spec.outputs[o]
-                && input.shape() == out.shape()
-                && input.strides() == out.strides();
-            if pointwise && same_elements {
-                in_place = true;
-                continue;
-            }
-            return Err(Error::argument(
-                OP,
-                format!("output {o}"),
-                "memory disjoint from every input, or (pointwise kernels) exactly one input's \
-                 elements: same address, dtype, shape and strides",
-                format!("a tensor overlapping input {i}"),
-            ));
-        }
-    }
-    Ok((ptrs, in_place))
-}
-
-/// The bytes `[lo, hi)` a tensor's elements occupy from its data pointer `ptr` (None when empty).
-fn byte_span(t: &Tensor, ptr: *mut u8) -> Option<(usize, usize)> {
-    if t.shape().contains(&0) {
-        return None;
-    }
-    let size = t.dtype().size() as isize;
-    let (mut lo, mut hi) = (0isize, size);
-    for (&n, &st) in t.shape().iter().zip(t.strides()) {
-        let reach = (n as isize - 1) * st * size;
-        if reach < 0 {
-            lo += reach;
-        } else {
-            hi += reach;
-        }
-    }
-    let base = ptr as usize;
-    Some((base.wrapping_add_signed(lo), base.wrapping_add_signed(hi)))
-}
-
-/// A list of loop dims: size and per-operand stride.
-type DimList = Vec<(usize, Strides)>;
-
-/// Drops unit dims and merges adjacent dims that step uniformly for every operand.
-fn coalesce(dims: DimList) -> DimList {
-    let mut out: DimList = Vec::with_capacity(dims.len());
-    for (size, st) in dims {
-        if size == 1 {
-            continue;
-        }
-        if let Some((psize, pst)) = out.last_mut()
-            && pst.iter().zip(&st).all(|(&p, &s)| p == s * size as isize)
-        {
-            *psize *= size;
-            *pst = st;
-            continue;
-        }
-        out.push((size, st));
-    }
-    out
-}
 
 /// Plans a launch of `spec` on these tensors. `iter_shape` overrides the iteration shape the
 /// planner would infer (pointwise and softmax: the output shape; reductions: the broadcast of the
@@ -355,7 +41,8 @@ pub fn plan(
 }
 
 /// [`plan`] for operands on `device` (all of them there): on a CUDA device the plan carries
-/// device addresses, for the CUDA launcher.
+/// device addresses, for the CUDA launcher. The geometry is the CPU kernel's: a reduction over
+/// a strided dim runs as columns when the CPU kernel vectorizes.
 pub(crate) fn plan_on(
     spec: &KernelSpec,
     inputs: &[&Tensor],
@@ -363,233 +50,14 @@ pub(crate) fn plan_on(
     iter_shape: Option<&[usize]>,
     device: Device,
 ) -> Result<LaunchPlan> {
-    let (ptrs, in_place) = bind(spec, inputs, outputs, device)?;
-    let rank = spec.rank;
-    // The iteration shape.
-    let shape: SmallVec<[usize; 8]> = match (iter_shape, &spec.kind) {
-        (Some(s), _) => s.iter().copied().collect(),
-        (None, LoopKind::Pointwise | LoopKind::Softmax { .. }) => match outputs.first() {
-            Some(o) => o.shape().iter().copied().collect(),
-            None => {
-                let mut s: SmallVec<[usize; 8]> = SmallVec::new();
-                for t in inputs {
-                    s = broadcast_shapes(OP, &s, t.shape())?.into_iter().collect();
-                }
-                s
-            }
-        },
-        (None, LoopKind::Reduce { dims, keepdim, .. }) => {
-            let mut s: SmallVec<[usize; 8]> = smallvec![1; rank];
-            for t in inputs {
-                s = broadcast_shapes(OP, &s, t.shape())?.into_iter().collect();
-            }
-            if s.len() == rank {
-                let out = outputs[0].shape();
-                let kept: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
-                let out_kept: Vec<usize> = if *keepdim {
-                    kept.iter().filter_map(|&d| out.get(d).copied()).collect()
-                } else {
-                    out.to_vec()
-                };
-                if out_kept.len() == kept.len() {
-                    for (&d, &o) in kept.iter().zip(&out_kept) {
-                        if s[d] == 1 {
-                            s[d] = o;
-                        }
-                    }
-                }
-            }
-            s
-        }
-    };
-    if shape.len() != rank {
-        return Err(Error::shape(
-            OP,
-            format!(
-                "the kernel iterates over rank {rank}, but the tensors give the shape {}",
-                fmt_shape(&shape)
-            ),
-        ));
-    }
-    let nin = inputs.len();
-    let nops = nin + outputs.len();
-    // Strides of every operand over the iteration shape.
-    let mut op_strides: Vec<Strides> = Vec::with_capacity(nops);
-    for t in inputs {
-        op_strides.push(
-            broadcast_strides(OP, t.shape(), t.strides(), &shape)?
-                .into_iter()
-                .collect(),
-        );
-    }
-    let (kept_dims, red_dims): (Vec<usize>, Vec<usize>) = match &spec.kind {
-        LoopKind::Pointwise => ((0..rank).collect(), Vec::new()),
-        LoopKind::Reduce { dims, .. } => (
-            (0..rank).filter(|d| !dims.contains(d)).collect(),
-            dims.clone(),
-        ),
-        LoopKind::Softmax { .. } if rank == 0 => (Vec::new(), Vec::new()),
-        LoopKind::Softmax { .. } => ((0..rank - 1).collect(), vec![rank - 1]),
-    };
-    for (k, t) in outputs.iter().enumerate() {
-        let st: Strides = match &spec.kind {
-            LoopKind::Reduce { keepdim, .. } => {
-                let want: Vec<usize> = if *keepdim {
-                    (0..rank)
-                        .map(|d| if red_dims.contains(&d) { 1 } else { shape[d] })
-                        .collect()
-                } else {
-                    kept_dims.iter().map(|&d| shape[d]).collect()
-                };
-                if t.shape() != want.as_slice() {
-                    return Err(Error::shape(
-                        OP,
-                        format!(
-                            "output {k} has shape {}, expected {} (the reduction of {})",
-                            fmt_shape(t.shape()),
-                            fmt_shape(&want),
-                            fmt_shape(&shape)
-                        ),
-                    ));
-                }
-                let mut st: Strides = smallvec![0; rank];
-                for (j, &d) in kept_dims.iter().enumerate() {
-                    st[d] = if *keepdim {
-                        t.strides()[d]
-                    } else {
-                        t.strides()[j]
-                    };
-                }
-                st
-            }
-            _ => {
-                if t.shape() != shape.as_slice() {
-                    return Err(Error::shape(
-                        OP,
-                        format!(
-                            "output {k} has shape {}, expected the iteration shape {}",
-                            fmt_shape(t.shape()),
-                            fmt_shape(&shape)
-                        ),
-                    ));
-                }
-                t.strides().iter().copied().collect()
-            }
-        };
-        if let Some(d) = (0..rank).find(|&d| st[d] == 0 && shape[d] > 1 && !red_dims.contains(&d)) {
-            return Err(Error::argument(
-                OP,
-                format!("output {k}"),
-                "an output whose elements do not overlap",
-                format!("stride 0 along dim {d} of size {}", shape[d]),
-            ));
-        }
-        op_strides.push(st);
-    }
-    let group = |dims: &[usize]| -> DimList {
-        dims.iter()
-            .map(|&d| (shape[d], op_strides.iter().map(|s| s[d]).collect()))
-            .collect()
-    };
-    let pad = |mut g: DimList| -> DimList {
-        if g.is_empty() {
-            g.push((1, smallvec![0; nops]));
-        }
-        g
-    };
-    let (kept, reduced) = match &spec.kind {
-        LoopKind::Pointwise => (pad(coalesce(group(&kept_dims))), Vec::new()),
-        LoopKind::Reduce { .. } => (
-            pad(coalesce(group(&kept_dims))),
-            pad(coalesce(group(&red_dims))),
-        ),
-        LoopKind::Softmax { .. } => (pad(coalesce(group(&kept_dims))), pad(group(&red_dims))),
-    };
-    let range: usize = kept.iter().map(|d| d.0).product();
-    let per_unit: usize = reduced.iter().map(|d| d.0).product();
-    if let LoopKind::Reduce {
-        op: op @ (ReduceOp::Amax | ReduceOp::Amin),
-        ..
-    } = &spec.kind
-        && per_unit == 0
-        && range > 0
-    {
-        return Err(Error::shape(
-            if *op == ReduceOp::Amax {
-                "amax"
-            } else {
-                "amin"
-            },
-            format!(
-                "cannot reduce over an empty dim (input shape {}); the operation has no identity",
-                fmt_shape(&shape)
-            ),
-        ));
-    }
-    // Column mode: a strided reduced inner dim (for every input) next to a unit-stride kept
-    // inner dim (for some input) — `sum(dim=0)` of a row-major matrix — in a vector kernel.
-    let kept_inner = matches!(spec.kind, LoopKind::Reduce { .. }) && {
-        let (ksize, kst) = kept.last().expect("padded");
-        let (rsize, rst) = reduced.last().expect("padded");
-        *ksize >= 2
-            && *rsize >= 2
-            && (0..nin).all(|op| rst[op] != 1)
-            && (0..nin).any(|op| kst[op] == 1)
-            && super::emit::kernel_lanes(spec) > 1
-    };
-    let all: DimList = if kept_inner {
-        let (inner, outer) = kept.split_last().expect("padded");
-        outer
-            .iter()
-            .chain(&reduced)
-            .chain(std::iter::once(inner))
-            .cloned()
-            .collect()
-    } else {
-        kept.iter().chain(&reduced).cloned().collect()
-    };
-    let dims = all.len();
-    let (inner_size, inner_strides) = all.last().cloned().expect("at least one loop dim");
-    let mut classes: Vec<StrideClass> = inner_strides.iter().map(|&s| StrideClass::of(s)).collect();
-    if inner_size <= 1 {
-        classes.iter_mut().for_each(|c| *c = StrideClass::Unit);
-    }
-    if matches!(spec.kind, LoopKind::Reduce { .. }) && !kept_inner {
-        classes[nin..]
-            .iter_mut()
-            .for_each(|c| *c = StrideClass::Zero);
-    }
-    let mut strides = Vec::with_capacity(nops * dims);
-    for op in 0..nops {
-        strides.extend(all.iter().map(|d| d.1[op] as i64));
-    }
-    let range = if matches!(spec.kind, LoopKind::Pointwise) {
-        all.iter().map(|d| d.0).product()
-    } else {
-        range
-    };
-    Ok(LaunchPlan {
-        layout: LoopLayout {
-            dims,
-            reduced: reduced.len(),
-            kept_inner,
-            in_place,
-            classes,
-        },
-        shape: all.iter().map(|d| d.0 as i64).collect(),
-        strides,
-        ptrs,
+    tensorplay_kernel::plan::plan_on(
+        spec,
+        inputs,
+        outputs,
+        iter_shape,
         device,
-        range,
-        per_unit: if matches!(spec.kind, LoopKind::Pointwise) {
-            1
-        } else {
-            per_unit
-        },
-        key: PlanKey::new(iter_shape, inputs.iter().chain(outputs).copied()),
-        rank,
-        kind: spec.kind.clone(),
-    })
+        super::emit::kernel_lanes(spec) > 1,
+    )
 }
 
 /// Kernel arguments shared by the threads of one launch.
@@ -723,13 +191,13 @@ impl CompiledKernel {
     /// code that made the plan from tensors it still borrows may use them; callers outside keep
     /// detached plans and go through [`CompiledKernel::relaunch`], which binds fresh tensors.
     pub(crate) fn launch_plan(&self, p: &LaunchPlan, params: &ScalarArgs) -> Result<()> {
-        if p.device != Device::Cpu {
+        if p.device() != Device::Cpu {
             return Err(Error::device(
                 OP,
-                format!("a plan over {} tensors cannot run a CPU kernel", p.device),
+                format!("a plan over {} tensors cannot run a CPU kernel", p.device()),
             ));
         }
-        self.run_plan(p, &p.ptrs, params)
+        self.run_plan(p, p.ptrs(), params)
     }
 
     /// Runs elements `start..end` of pointwise plan `p` (made by [`plan`] for this kernel's spec
@@ -743,25 +211,25 @@ impl CompiledKernel {
         params: &ScalarArgs,
         range: std::ops::Range<usize>,
     ) -> Result<()> {
-        if p.device != Device::Cpu || !matches!(p.kind, LoopKind::Pointwise) {
+        if p.device() != Device::Cpu || !matches!(p.made_for().1, LoopKind::Pointwise) {
             return Err(Error::compile(
                 CompileKind::Launch,
                 format!("{OP}: only a pointwise plan on the CPU runs by element ranges"),
             ));
         }
-        if range.start > range.end || range.end > p.range {
+        if range.start > range.end || range.end > p.range() {
             return Err(Error::compile(
                 CompileKind::Launch,
                 format!(
                     "{OP}: elements {range:?} are outside the plan's 0..{}",
-                    p.range
+                    p.range()
                 ),
             ));
         }
         if range.is_empty() {
             return self.check_params(params);
         }
-        let args = self.kernel_args(p, &p.ptrs, params)?;
+        let args = self.kernel_args(p, p.ptrs(), params)?;
         // SAFETY: `kernel_args` checked that `p` (built by `plan` for this spec from live
         // tensors) has this kernel's layout, and `range` lies inside the plan's iteration.
         call(unsafe { self.entry() }, &args, range.start, range.end);
@@ -790,14 +258,14 @@ impl CompiledKernel {
             return Ok(false);
         }
         let spec = self.spec();
-        if p.rank != spec.rank || p.kind != spec.kind {
+        if p.made_for() != (spec.rank, &spec.kind) {
             return Err(Error::compile(
                 CompileKind::Launch,
                 format!("{OP}: a launch plan made for another kernel spec"),
             ));
         }
         let (ptrs, in_place) = bind(spec, inputs, outputs, Device::Cpu)?;
-        if in_place && !p.layout.in_place {
+        if in_place && !p.layout().in_place {
             // Aliased operands need the in-place variant of the kernel: plan anew.
             return Ok(false);
         }
@@ -848,12 +316,12 @@ impl CompiledKernel {
         let mut plans = Vec::with_capacity(sets.len());
         for (k, (inputs, outputs)) in sets.iter().enumerate() {
             let p = plan(self.spec(), inputs, outputs, None)?;
-            if !p.is_empty() && &p.layout != self.layout() {
+            if !p.is_empty() && p.layout() != self.layout() {
                 return Err(Error::argument(
                     OP,
                     format!("sets[{k}]"),
                     format!("tensors with the loop layout {}", self.layout()),
-                    format!("the layout {}", p.layout),
+                    format!("the layout {}", p.layout()),
                 ));
             }
             plans.push(p);
@@ -861,18 +329,18 @@ impl CompiledKernel {
         plans.retain(|p| !p.is_empty());
         let mut args = Vec::with_capacity(plans.len());
         for p in &plans {
-            args.push(self.kernel_args(p, &p.ptrs, &scalars)?);
+            args.push(self.kernel_args(p, p.ptrs(), &scalars)?);
         }
         // SAFETY: (for the entry calls below) every plan was built by `plan` for this spec and
         // has this kernel's layout; `plans` (whose pointer lists `args` point into) is not
         // touched again until the calls are done.
         let entry = unsafe { self.entry() };
-        let total: usize = plans.iter().map(|p| p.range).sum();
+        let total: usize = plans.iter().map(|p| p.range()).sum();
         let work = total.saturating_mul(self.work_weight().max(1));
         let threads = parallel::num_threads();
         if threads <= 1 || work < 2 * MIN_CHUNK {
             for (a, p) in args.iter().zip(&plans) {
-                call(entry, a, 0, p.range);
+                call(entry, a, 0, p.range());
             }
             return Ok(());
         }
@@ -881,8 +349,8 @@ impl CompiledKernel {
         let mut pieces = Vec::with_capacity(chunks + plans.len());
         for (k, p) in plans.iter().enumerate() {
             let mut s = 0;
-            while s < p.range {
-                let e = (s + per).min(p.range);
+            while s < p.range() {
+                let e = (s + per).min(p.range());
                 pieces.push((k, s, e));
                 s = e;
             }
@@ -907,17 +375,17 @@ impl CompiledKernel {
         params: &ScalarArgs,
     ) -> Result<KernelArgs> {
         self.check_params(params)?;
-        if &p.layout != self.layout() {
+        if p.layout() != self.layout() {
             return Err(Error::argument(
                 OP,
                 "inputs, outputs",
                 format!("tensors with the loop layout {}", self.layout()),
-                format!("the layout {}", p.layout),
+                format!("the layout {}", p.layout()),
             ));
         }
-        let dims = p.layout.dims;
+        let dims = p.layout().dims;
         let nops = self.spec().inputs.len() + self.spec().outputs.len();
-        if p.shape.len() != dims || ptrs.len() != nops || p.strides.len() != dims * nops {
+        if p.shape().len() != dims || ptrs.len() != nops || p.strides().len() != dims * nops {
             return Err(Error::compile(
                 CompileKind::Launch,
                 format!(
@@ -928,10 +396,10 @@ impl CompiledKernel {
         }
         Ok(KernelArgs {
             ptrs: ptrs.as_ptr(),
-            shape: p.shape.as_ptr(),
-            strides: p.strides.as_ptr(),
+            shape: p.shape().as_ptr(),
+            strides: p.strides().as_ptr(),
             start: 0,
-            end: p.range as i64,
+            end: p.range() as i64,
             partials: std::ptr::null_mut(),
             params: params.slots().as_ptr(),
         })
@@ -960,25 +428,25 @@ impl CompiledKernel {
         let entry = unsafe { self.entry() };
         let weight = self.work_weight();
         match &self.spec().kind {
-            LoopKind::Pointwise => run_range(entry, &args, p.range, 1, 64, weight),
-            LoopKind::Softmax { .. } => run_range(entry, &args, p.range, p.per_unit, 1, weight),
+            LoopKind::Pointwise => run_range(entry, &args, p.range(), 1, 64, weight),
+            LoopKind::Softmax { .. } => run_range(entry, &args, p.range(), p.per_unit(), 1, weight),
             // Column mode: whole panels per thread, so each reduced point streams at least a
             // panel's worth of contiguous memory (narrow column chunks would touch a new page per
             // reduced point and thrash the TLB).
-            LoopKind::Reduce { .. } if p.layout.kept_inner => run_range(
+            LoopKind::Reduce { .. } if p.layout().kept_inner => run_range(
                 entry,
                 &args,
-                p.range,
-                p.per_unit,
+                p.range(),
+                p.per_unit(),
                 super::loops::PANEL as usize,
                 weight,
             ),
             LoopKind::Reduce { op, value, .. } => {
                 let threads = parallel::num_threads();
-                if p.range == 1 && threads > 1 && p.per_unit >= 4 * MIN_CHUNK {
+                if p.range() == 1 && threads > 1 && p.per_unit() >= 4 * MIN_CHUNK {
                     self.split_reduction(p, ptrs, params, *op, *value, threads)?;
                 } else {
-                    run_range(entry, &args, p.range, p.per_unit, 1, weight);
+                    run_range(entry, &args, p.range(), p.per_unit(), 1, weight);
                 }
             }
         }
@@ -998,20 +466,20 @@ impl CompiledKernel {
         value: usize,
         threads: usize,
     ) -> Result<()> {
-        let dims = p.layout.dims;
+        let dims = p.layout().dims;
         let nops = ptrs.len();
         let nin = self.spec().inputs.len();
         // Loop dim 0 is the (size-1) kept dim, dim 1 the outermost reduced dim.
-        let r0 = p.shape[1] as usize;
-        let chunks = (p.per_unit / MIN_CHUNK).min(threads * 4).min(r0);
+        let r0 = p.shape()[1] as usize;
+        let chunks = (p.per_unit() / MIN_CHUNK).min(threads * 4).min(r0);
         // SAFETY: (for the entry calls below) `launch_plan` checked that `p` was built for this
         // spec and layout, and the chunk arguments below stay inside the plan's range.
         let entry = unsafe { self.entry() };
         if chunks < 2 {
             let args = KernelArgs {
                 ptrs: ptrs.as_ptr(),
-                shape: p.shape.as_ptr(),
-                strides: p.strides.as_ptr(),
+                shape: p.shape().as_ptr(),
+                strides: p.strides().as_ptr(),
                 start: 0,
                 end: 1,
                 partials: std::ptr::null_mut(),
@@ -1024,13 +492,13 @@ impl CompiledKernel {
         let rem = r0 - q * chunks;
         let mut partials = vec![0u64; chunks + 1];
         // Main call: kept dim = chunk index (stride q * s0 per input), reduced dim 0 = q.
-        let mut shape = p.shape.clone();
+        let mut shape = p.shape().to_vec();
         shape[0] = chunks as i64;
         shape[1] = q as i64;
-        let mut strides = p.strides.clone();
+        let mut strides = p.strides().to_vec();
         for op in 0..nops {
             strides[op * dims] = if op < nin {
-                q as i64 * p.strides[op * dims + 1]
+                q as i64 * p.strides()[op * dims + 1]
             } else {
                 0
             };
@@ -1048,7 +516,7 @@ impl CompiledKernel {
             entry,
             &main,
             chunks,
-            q * (p.per_unit / r0),
+            q * (p.per_unit() / r0),
             1,
             self.work_weight(),
         );
@@ -1056,17 +524,17 @@ impl CompiledKernel {
         if rem > 0 {
             let mut tail_ptrs: Ptrs = ptrs.iter().copied().collect();
             for (op, ptr) in tail_ptrs.iter_mut().enumerate().take(nin) {
-                let off = (chunks * q) as isize * p.strides[op * dims + 1] as isize;
+                let off = (chunks * q) as isize * p.strides()[op * dims + 1] as isize;
                 let size = self.spec().inputs[op].size() as isize;
                 *ptr = ptr.wrapping_offset(off * size);
             }
-            let mut rshape = p.shape.clone();
+            let mut rshape = p.shape().to_vec();
             rshape[0] = 1;
             rshape[1] = rem as i64;
             let tail = KernelArgs {
                 ptrs: tail_ptrs.as_ptr(),
                 shape: rshape.as_ptr(),
-                strides: p.strides.as_ptr(),
+                strides: p.strides().as_ptr(),
                 start: 0,
                 end: 1,
                 partials: partials[chunks..].as_mut_ptr() as *mut u8,
@@ -1085,7 +553,7 @@ impl CompiledKernel {
         let out = ptrs[nin];
         let parts = &partials[..used];
         // SAFETY: `out` points at the single output element, of `out_dtype`.
-        unsafe { write_merged(op, d, out_dtype, parts, p.per_unit, out) };
+        unsafe { write_merged(op, d, out_dtype, parts, p.per_unit(), out) };
         Ok(())
     }
 }
@@ -1218,11 +686,12 @@ mod tests {
         let f = Tensor::zeros(&[8], DType::F32);
         assert!(k.relaunch(&p, &[&a], &[&f], None, &none).is_err());
         // So is a plan made for a spec of another loop kind, even with the same layout.
-        let mut foreign = p.clone();
-        foreign.kind = LoopKind::Softmax {
+        let mut softmax = unary_spec(ScalarOp::Neg);
+        softmax.kind = LoopKind::Softmax {
             value: 1,
             log: false,
         };
+        let foreign = plan(&softmax, &[&a], &[&out], None)?.detach();
         assert!(k.relaunch(&foreign, &[&a], &[&out], None, &none).is_err());
         Ok(())
     }

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use tensorplay_ir::{CompileKind, DType, Error, ReduceOp, Result, ScalarOp};
 
 use super::CudaLayout;
-use crate::codegen::kernel::{Inst, KernelSpec, Lit, LoopKind, ValueId, reduce_out_dtype};
+use tensorplay_kernel::spec::{Inst, KernelSpec, Lit, LoopKind, ValueId, reduce_out_dtype};
 
 fn internal(msg: impl Into<String>) -> Error {
     Error::compile(
@@ -212,7 +212,7 @@ pub(super) fn op_expr(op: ScalarOp, compute: DType, a: &[String]) -> Result<Stri
                 return Ok(a[0].clone());
             }
             // The compute dtype's finite extremes replace absent infinity values.
-            let hi = crate::codegen::kernel::largest_finite(compute);
+            let hi = tensorplay_kernel::spec::largest_finite(compute);
             let lit = |v: f64| {
                 if compute == DType::F64 {
                     f64_lit(v)

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tensorplay_ir::Result;
 
 use super::nvrtc;
-use crate::passes::logging;
+use tensorplay_kernel::log as logging;
 
 static HITS: AtomicUsize = AtomicUsize::new(0);
 

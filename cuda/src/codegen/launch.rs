@@ -2,21 +2,22 @@
 //! a launch plan whose pointers are device addresses (`plan_on`).
 //!
 //! On a driver device the kernel is compiled by NVRTC for the device's architecture (or read
-//! from the on-disk cache, [`disk_cache`]), loaded once per device and queued on the device's
-//! stream. On an emulated device
-//! (`tensorplay::cuda::use_emulated_devices`) the same source is built by the host C++ compiler
+//! from the on-disk cache, [`disk_cache`](super::disk_cache)), loaded once per device and queued
+//! on the device's stream. On an emulated device
+//! ([`use_emulated_devices`](crate::use_emulated_devices)) the same source is built by the host C++ compiler
 //! against the emulation header (once per kernel) and run over the grid at once. Compiled
 //! kernels are cached per device and kernel name for the process.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate as cuda;
 use tensorplay_ir::{CompileKind, Device, Error, Result};
-use tensorplay_runtime::cuda;
 
 use super::{CudaKernel, CudaLayout, disk_cache, emulate, pack_args};
-use crate::codegen::cpu::{LaunchPlan, ScalarArgs};
-use crate::codegen::kernel::KernelSpec;
+use tensorplay_kernel::args::ScalarArgs;
+use tensorplay_kernel::plan::LaunchPlan;
+use tensorplay_kernel::spec::KernelSpec;
 
 /// Threads per block of every launch on a driver device.
 const BLOCK: u32 = 256;
@@ -89,7 +90,7 @@ fn driver_grid(kernel: &CudaKernel, range: usize) -> u32 {
 /// Runs `spec` over `plan` (made by `plan_on` for `device`) with scalar arguments `params`.
 /// On a driver device the launch is queued on the device's stream; on an emulated device it
 /// has run when this returns.
-pub(crate) fn launch(
+pub fn launch(
     spec: &KernelSpec,
     plan: &LaunchPlan,
     params: &ScalarArgs,

@@ -16,8 +16,9 @@ use libloading::Library;
 use tensorplay_ir::{CompileKind, Error, Result};
 
 use super::{CudaKernel, CudaLayout, EMULATION_HEADER, pack_args};
-use crate::codegen::cpu::{LaunchPlan, ScalarArgs};
-use crate::codegen::kernel::KernelSpec;
+use tensorplay_kernel::args::ScalarArgs;
+use tensorplay_kernel::plan::LaunchPlan;
+use tensorplay_kernel::spec::KernelSpec;
 
 type EmuFn = unsafe extern "C" fn(*const u64, u32, u32) -> *const std::ffi::c_char;
 
