@@ -1,17 +1,20 @@
 mod args;
+mod code;
 mod compile;
 mod emit;
+mod jit;
 mod launch;
 mod loops;
 pub mod math;
 mod staging;
 mod tiers;
+mod types;
 mod wide_asm;
 
 pub use args::{KernelArgs, KernelFn, ScalarArgs};
-pub use compile::{
-    CodegenOptions, CompiledKernel, compile, compile_tiered, compile_with, live_kernels,
-};
+pub use code::live_kernels;
+pub use compile::{CompiledKernel, compile, compile_tiered, compile_with};
 pub(crate) use launch::PlanKey;
 pub(crate) use launch::plan_on;
 pub use launch::{LaunchPlan, MIN_CHUNK, plan};
+pub use types::CodegenOptions;

@@ -23,17 +23,17 @@
 //! input's memory, so every store waits for the last stage and no bulk call writes an output:
 //! the earlier stages (and the bulk calls between them) read the tile's inputs intact.
 
-use cranelift_codegen::ir::types::{F32, F32X4, I64};
+use cranelift_codegen::ir::types::I64;
 use cranelift_codegen::ir::{
     AbiParam, Block, BlockArg, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind,
     Value,
 };
-use tensorplay_ir::CompileKind;
-use tensorplay_ir::{DType, Error, Result, ScalarOp};
+use tensorplay_ir::{CompileKind, DType, Error, Result, ScalarOp};
 
-use super::emit::{Emitter, Lanes, Row};
-use super::math::MathFn;
-use super::math::bulk::{self, BulkOp};
+use crate::codegen::cpu::emit::{Emitter, Row};
+use crate::codegen::cpu::math::MathFn;
+use crate::codegen::cpu::math::bulk::{self, BulkOp};
+use crate::codegen::cpu::types::{Buf, Lanes};
 use crate::codegen::kernel::{Inst, KernelSpec, LoopKind, LoopLayout, StrideClass, ValueId};
 
 /// Largest tile, in elements.
@@ -44,16 +44,6 @@ const SCRATCH_ELEMS: i64 = 4096;
 
 /// More slots than this and the kernel is not staged (tiles would get too short).
 const MAX_SLOTS: usize = 32;
-
-/// Where a bulk call reads an argument or writes its result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Buf {
-    /// Scratch slot `k`: `tile` f32 values on the stack.
-    Slot(usize),
-    /// Operand `op` itself (inputs, then outputs): only for unit-stride f32 operands of a
-    /// one-dim layout, where a tile is one contiguous run.
-    Operand(usize),
-}
 
 /// One call of a bulk kernel over a tile.
 #[derive(Debug, Clone)]
@@ -173,8 +163,37 @@ pub(super) fn plan(
         return None;
     }
     let n = spec.insts.len();
-    let outlined: Vec<Option<BulkOp>> = spec
-        .insts
+    let outlined = outlined_ops(spec, live);
+    if outlined.iter().all(Option::is_none) {
+        return None;
+    }
+    let level = levels(spec, &outlined);
+    let last = (0..n).filter(|&i| live[i]).map(|i| level[i]).max()?;
+    let placed = place_calls(spec, layout, &outlined, &level, last)?;
+    if placed.slots > MAX_SLOTS {
+        return None;
+    }
+    let stage_live = stage_liveness(spec, layout, live, &level, last, &placed);
+    let slots = placed.slots;
+    let tile = if slots == 0 {
+        MAX_TILE
+    } else {
+        (SCRATCH_ELEMS / slots as i64 / 16 * 16).clamp(64, MAX_TILE)
+    };
+    Some(StagePlan {
+        live: stage_live,
+        spills: placed.spills,
+        calls: placed.calls,
+        reads: placed.reads,
+        slots,
+        tile,
+    })
+}
+
+/// Per instruction: the bulk operation that computes it, for the live ops the host has a bulk
+/// kernel for.
+fn outlined_ops(spec: &KernelSpec, live: &[bool]) -> Vec<Option<BulkOp>> {
+    spec.insts
         .iter()
         .enumerate()
         .map(|(id, inst)| match inst {
@@ -193,12 +212,12 @@ pub(super) fn plan(
             Inst::Op { op, compute, .. } if live[id] => bulk_op(*op, *compute),
             _ => None,
         })
-        .collect();
-    if outlined.iter().all(Option::is_none) {
-        return None;
-    }
-    // Level: how many bulk calls must run before a value exists.
-    let mut level = vec![0usize; n];
+        .collect()
+}
+
+/// Per instruction, its level: how many bulk calls must run before its value exists.
+fn levels(spec: &KernelSpec, outlined: &[Option<BulkOp>]) -> Vec<usize> {
+    let mut level = vec![0usize; spec.insts.len()];
     for (id, inst) in spec.insts.iter().enumerate() {
         level[id] = match inst {
             Inst::Load { .. } | Inst::Const { .. } | Inst::Param { .. } => 0,
@@ -210,30 +229,49 @@ pub(super) fn plan(
             Inst::Store { value, .. } => level[*value],
         };
     }
-    let last = (0..n).filter(|&i| live[i]).map(|i| level[i]).max()?;
-    let direct = layout.dims == 1;
-    let n_in = spec.inputs.len();
-    // An input a bulk call can read in place.
-    let direct_input = |v: ValueId| match spec.insts[v] {
-        Inst::Load { input }
-            if direct
-                && spec.inputs[input] == DType::F32
-                && layout.classes[input] == StrideClass::Unit =>
-        {
-            Some(Buf::Operand(input))
-        }
-        _ => None,
+    level
+}
+
+/// The bulk calls of every stage and the buffers they read and write: the scratch slots, the
+/// values spilled to them, and the stores a call makes itself.
+struct Placement {
+    /// Number of scratch slots.
+    slots: usize,
+    /// Per instruction: the buffer an outlined value is read from in later stages.
+    reads: Vec<Option<Buf>>,
+    /// Per instruction: a store done by the bulk call computing its value.
+    done_stores: Vec<bool>,
+    /// Per stage: values stored to a scratch slot after they are evaluated.
+    spills: Vec<Vec<(ValueId, usize)>>,
+    /// Per stage: the bulk calls made after the stage's walk over the tile.
+    calls: Vec<Vec<BulkCall>>,
+}
+
+impl Placement {
+    fn new_slot(&mut self) -> usize {
+        self.slots += 1;
+        self.slots - 1
+    }
+}
+
+/// Places the calls of the `outlined` ops (whose values exist at their `level`, up to `last`)
+/// and their buffers; `None` when the host lacks one of their bulk kernels.
+fn place_calls(
+    spec: &KernelSpec,
+    layout: &LoopLayout,
+    outlined: &[Option<BulkOp>],
+    level: &[usize],
+    last: usize,
+) -> Option<Placement> {
+    let n = spec.insts.len();
+    let mut p = Placement {
+        slots: 0,
+        reads: vec![None; n],
+        done_stores: vec![false; n],
+        spills: vec![Vec::new(); last + 1],
+        calls: vec![Vec::new(); last + 1],
     };
-    let mut slots = 0usize;
-    let mut new_slot = || {
-        slots += 1;
-        slots - 1
-    };
-    let mut reads: Vec<Option<Buf>> = vec![None; n];
-    let mut done_stores = vec![false; n];
     let mut spilled: Vec<Option<usize>> = vec![None; n];
-    let mut spills: Vec<Vec<(ValueId, usize)>> = vec![Vec::new(); last + 1];
-    let mut calls: Vec<Vec<BulkCall>> = vec![Vec::new(); last + 1];
     // By stage, then instruction order: a value spilled for several calls is stored in the
     // stage of the earliest one (instruction order alone can put a later-stage consumer first).
     let mut order: Vec<ValueId> = (0..n).filter(|&u| outlined[u].is_some()).collect();
@@ -246,49 +284,30 @@ pub(super) fn plan(
         let stage = level[u] - 1;
         let mut bufs = Vec::with_capacity(args.len());
         for &a in args {
-            let buf = if let Some(b) = reads[a] {
+            let buf = if let Some(b) = p.reads[a] {
                 b
-            } else if let Some(b) = direct_input(a) {
+            } else if let Some(b) = direct_input(spec, layout, a) {
                 b
             } else if let Some(k) = spilled[a] {
                 Buf::Slot(k)
             } else {
-                let k = new_slot();
+                let k = p.new_slot();
                 spilled[a] = Some(k);
-                spills[stage].push((a, k));
+                p.spills[stage].push((a, k));
                 Buf::Slot(k)
             };
             bufs.push(buf);
         }
-        // A result stored unchanged to a contiguous f32 output goes straight there (not in
-        // place: later stages may still read the input that output overwrites).
-        let to_output = spec
-            .insts
-            .iter()
-            .enumerate()
-            .find_map(|(s, inst)| match inst {
-                Inst::Store { output, value }
-                    if *value == u
-                        && direct
-                        && !layout.in_place
-                        && spec.outputs[*output] == DType::F32
-                        && spec.value_dtype(u) == Some(DType::F32)
-                        && layout.classes[n_in + output] == StrideClass::Unit =>
-                {
-                    Some((s, n_in + output))
-                }
-                _ => None,
-            });
-        let out = match to_output {
+        let out = match direct_output(spec, layout, u) {
             Some((s, op)) => {
-                done_stores[s] = true;
+                p.done_stores[s] = true;
                 Buf::Operand(op)
             }
-            None => Buf::Slot(new_slot()),
+            None => Buf::Slot(p.new_slot()),
         };
-        reads[u] = Some(out);
+        p.reads[u] = Some(out);
         let addr = bulk_addr(op)?;
-        calls[stage].push(BulkCall {
+        p.calls[stage].push(BulkCall {
             inst: u,
             op,
             addr,
@@ -296,21 +315,68 @@ pub(super) fn plan(
             out,
         });
     }
-    if slots > MAX_SLOTS {
-        return None;
+    Some(p)
+}
+
+/// Value `v` as an input a bulk call can read in place: a load of a unit-stride f32 input of a
+/// one-dim layout.
+fn direct_input(spec: &KernelSpec, layout: &LoopLayout, v: ValueId) -> Option<Buf> {
+    match spec.insts[v] {
+        Inst::Load { input }
+            if layout.dims == 1
+                && spec.inputs[input] == DType::F32
+                && layout.classes[input] == StrideClass::Unit =>
+        {
+            Some(Buf::Operand(input))
+        }
+        _ => None,
     }
-    // The stage that performs a store: the first where its value exists, or in place the last
-    // (after every read of the inputs the outputs overwrite).
+}
+
+/// The store (and its operand) that bulk result `u` goes to straight from its call: a result
+/// stored unchanged to a contiguous f32 output of a one-dim layout (not in place: later stages
+/// may still read the input that output overwrites).
+fn direct_output(spec: &KernelSpec, layout: &LoopLayout, u: ValueId) -> Option<(usize, usize)> {
+    let n_in = spec.inputs.len();
+    spec.insts
+        .iter()
+        .enumerate()
+        .find_map(|(s, inst)| match inst {
+            Inst::Store { output, value }
+                if *value == u
+                    && layout.dims == 1
+                    && !layout.in_place
+                    && spec.outputs[*output] == DType::F32
+                    && spec.value_dtype(u) == Some(DType::F32)
+                    && layout.classes[n_in + output] == StrideClass::Unit =>
+            {
+                Some((s, n_in + output))
+            }
+            _ => None,
+        })
+}
+
+/// Per stage: what must be evaluated, backwards from its roots (the stores it performs and the
+/// values it spills). A store is performed in the first stage where its value exists, or in
+/// place in the last (after every read of the inputs the outputs overwrite).
+fn stage_liveness(
+    spec: &KernelSpec,
+    layout: &LoopLayout,
+    live: &[bool],
+    level: &[usize],
+    last: usize,
+    placed: &Placement,
+) -> Vec<Vec<bool>> {
+    let n = spec.insts.len();
     let store_stage = |id: ValueId| if layout.in_place { last } else { level[id] };
-    // Per stage: what must be evaluated, backwards from its roots.
     let mut stage_live = Vec::with_capacity(last + 1);
-    for (s, stage_spills) in spills.iter().enumerate() {
+    for (s, stage_spills) in placed.spills.iter().enumerate() {
         let mut need = vec![false; n];
         for (id, inst) in spec.insts.iter().enumerate() {
             if let Inst::Store { .. } = inst
                 && live[id]
                 && store_stage(id) == s
-                && !done_stores[id]
+                && !placed.done_stores[id]
             {
                 need[id] = true;
             }
@@ -323,7 +389,7 @@ pub(super) fn plan(
                 continue;
             }
             match &spec.insts[id] {
-                Inst::Op { .. } if reads[id].is_some() => {}
+                Inst::Op { .. } if placed.reads[id].is_some() => {}
                 Inst::Op { args, .. } => args.iter().for_each(|&a| need[a] = true),
                 Inst::Cast { arg, .. } => need[*arg] = true,
                 Inst::Store { value, .. } => need[*value] = true,
@@ -332,28 +398,7 @@ pub(super) fn plan(
         }
         stage_live.push(need);
     }
-    let tile = if slots == 0 {
-        MAX_TILE
-    } else {
-        (SCRATCH_ELEMS / slots as i64 / 16 * 16).clamp(64, MAX_TILE)
-    };
-    Some(StagePlan {
-        live: stage_live,
-        spills,
-        calls,
-        reads,
-        slots,
-        tile,
-    })
-}
-
-impl std::fmt::Display for Buf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Buf::Slot(k) => write!(f, "slot{k}"),
-            Buf::Operand(op) => write!(f, "operand{op}"),
-        }
-    }
+    stage_live
 }
 
 /// The plan as text, one line per stage (`TP_LOGS=clif`).
@@ -395,38 +440,6 @@ fn args(vals: &[Value]) -> Vec<BlockArg> {
 }
 
 impl<'a, 'b> Emitter<'a, 'b> {
-    /// The address of element `i + k` of scratch slot `slot` in the current segment.
-    fn slot_addr(&mut self, slot: usize, i: Value, k: i64) -> Result<(Value, i32)> {
-        let row = self
-            .scratch_row
-            .ok_or_else(|| internal("scratch read outside a staged kernel"))?;
-        let off = self.fb.ins().ishl_imm_s(i, 2);
-        let addr = self.fb.ins().iadd(row, off);
-        Ok((addr, (slot as i64 * self.slot_bytes + k * 4) as i32))
-    }
-
-    /// Loads an outlined value (f32) at element `i + k` of the segment from `buf`.
-    pub(super) fn load_staged(
-        &mut self,
-        row: &Row,
-        buf: Buf,
-        i: Value,
-        k: i64,
-        vector: bool,
-    ) -> Result<Value> {
-        match buf {
-            Buf::Operand(op) => self.load_operand(row, op, DType::F32, i, k, vector),
-            Buf::Slot(slot) => {
-                let (addr, off) = self.slot_addr(slot, i, k)?;
-                let ty = if vector { F32X4 } else { F32 };
-                Ok(self
-                    .fb
-                    .ins()
-                    .load(ty, MemFlagsData::new().with_notrap(), addr, off))
-            }
-        }
-    }
-
     /// Pointwise kernel in stages around bulk calls (see the module docs).
     pub(super) fn staged_pointwise(&mut self, exit: Block, plan: &StagePlan) -> Result<()> {
         let full_live = std::mem::take(&mut self.live);
@@ -535,85 +548,5 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 self.fb.ins().iadd(self.ptrs[op], off)
             }
         })
-    }
-
-    /// Whether the host has a bulk `exp` this softmax kernel can use: f32 output with unit
-    /// stride (the output row is the scratch) in a vector kernel.
-    pub(super) fn softmax_bulk_exp(&self) -> Option<usize> {
-        let out = self.spec.inputs.len();
-        if !self.bulk
-            || self.lanes != Lanes::F32x4
-            || self.spec.outputs[0] != DType::F32
-            || self.layout.classes[out] != StrideClass::Unit
-        {
-            return None;
-        }
-        bulk_addr(BulkOp::Math(MathFn::Exp))
-    }
-
-    /// The bulk row kernels for a softmax of `value` when it is a plain load of a contiguous
-    /// f32 input and the bulk `exp` applies ([`Self::softmax_bulk_exp`]): the input, then the
-    /// addresses of the row max, `exp(x - s)`, `x * s` and `x - s` kernels.
-    pub(super) fn softmax_bulk_row(&self, value: ValueId) -> Option<(usize, [usize; 4])> {
-        self.softmax_bulk_exp()?;
-        let input = match self.spec.insts[value] {
-            Inst::Load { input }
-                if self.spec.inputs[input] == DType::F32
-                    && self.layout.classes[input] == StrideClass::Unit =>
-            {
-                input
-            }
-            _ => return None,
-        };
-        let op = |o| bulk::scalar_op(o).map(|f| f as usize);
-        Some((
-            input,
-            [
-                bulk::row_max()? as usize,
-                op(bulk::RowScalarOp::SubExp)?,
-                op(bulk::RowScalarOp::Mul)?,
-                op(bulk::RowScalarOp::Sub)?,
-            ],
-        ))
-    }
-
-    /// Calls the row-max kernel at `addr` (`fn(x, n) -> f32`) on `ptr[0..n]`.
-    pub(super) fn call_row_max(&mut self, addr: usize, ptr: Value, n: Value) -> Value {
-        let mut sig = Signature::new(self.call_conv);
-        sig.params.extend([AbiParam::new(I64); 2]);
-        sig.returns.push(AbiParam::new(F32));
-        let sig_ref = self.fb.import_signature(sig);
-        let callee = self.fb.ins().iconst(I64, addr as i64);
-        let call = self.fb.ins().call_indirect(sig_ref, callee, &[ptr, n]);
-        self.fb.inst_results(call)[0]
-    }
-
-    /// Calls the kernel at `addr` (`fn(x, s, out, n)`, see `bulk::ScalarFn`) on `x[0..n]`.
-    pub(super) fn call_with_scalar(
-        &mut self,
-        addr: usize,
-        x: Value,
-        s: Value,
-        out: Value,
-        n: Value,
-    ) {
-        let mut sig = Signature::new(self.call_conv);
-        sig.params.push(AbiParam::new(I64));
-        sig.params.push(AbiParam::new(F32));
-        sig.params.extend([AbiParam::new(I64); 2]);
-        let sig_ref = self.fb.import_signature(sig);
-        let callee = self.fb.ins().iconst(I64, addr as i64);
-        self.fb
-            .ins()
-            .call_indirect(sig_ref, callee, &[x, s, out, n]);
-    }
-
-    /// Calls the bulk kernel at `addr` (`fn(x, out, n)`) in place on `ptr[0..n]`.
-    pub(super) fn call_bulk_in_place(&mut self, addr: usize, ptr: Value, n: Value) {
-        let mut sig = Signature::new(self.call_conv);
-        sig.params.extend([AbiParam::new(I64); 3]);
-        let sig_ref = self.fb.import_signature(sig);
-        let callee = self.fb.ins().iconst(I64, addr as i64);
-        self.fb.ins().call_indirect(sig_ref, callee, &[ptr, ptr, n]);
     }
 }

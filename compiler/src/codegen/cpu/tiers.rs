@@ -12,19 +12,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use super::args::KernelFn;
-use super::compile::{Code, CodegenOptions, compile_optimized_code};
+use crate::codegen::cpu::args::KernelFn;
+use crate::codegen::cpu::code::Code;
+use crate::codegen::cpu::jit::compile_optimized_code;
+use crate::codegen::cpu::types::CodegenOptions;
 use crate::codegen::kernel::{KernelSpec, LoopLayout};
 use crate::passes::logging;
-
-/// Which register allocator a Cranelift kernel is compiled with (indexes the ISA table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Tier {
-    /// Single-pass register allocation: the first code of a tiered kernel.
-    Fast = 0,
-    /// Backtracking register allocation: the code every kernel ends up running.
-    Optimized = 1,
-}
 
 /// Whether kernels are tiered (`TP_JIT_TIERS=0` turns it off; read once).
 pub(super) fn enabled() -> bool {

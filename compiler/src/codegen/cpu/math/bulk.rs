@@ -11,7 +11,7 @@ use cranelift_module::{Linkage, Module};
 use tensorplay_ir::{CompileKind, Error, Result};
 pub use tensorplay_math::bulk::*;
 
-use super::{MathCtx, MathShims, emit_pow, emit_unary};
+use crate::codegen::cpu::math::{MathCtx, MathShims, emit_pow, emit_unary};
 
 /// The inline CLIF form of a [`BulkOp`] ([`emit_unary`] / [`emit_pow`],
 /// CLIF `sqrt` / `fdiv`), JIT-compiled as a standalone loop with the bulk

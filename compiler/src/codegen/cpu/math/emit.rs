@@ -13,7 +13,7 @@ use cranelift_codegen::ir::types::F32;
 use cranelift_codegen::ir::{ConstantData, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::wide;
+use crate::codegen::cpu::math::wide;
 use tensorplay_math::arith::{Arith, Cmp};
 
 /// The result of a comparison: a scalar truth value or a vector lane mask.
