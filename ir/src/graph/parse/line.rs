@@ -163,11 +163,14 @@ impl<'a> Line<'a> {
         let body = rest.strip_prefix('-').unwrap_or(rest);
         let sign = rest.len() - body.len();
         for word in ["inf", "nan"] {
-            let boundary = body[word.len().min(body.len())..]
+            let Some(after) = body.strip_prefix(word) else {
+                continue;
+            };
+            let boundary = after
                 .chars()
                 .next()
                 .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
-            if body.starts_with(word) && boundary {
+            if boundary {
                 self.pos += sign + word.len();
                 let v: f64 = if word == "inf" {
                     f64::INFINITY
