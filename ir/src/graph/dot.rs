@@ -3,8 +3,8 @@
 use std::fmt::Write;
 
 use super::Graph;
+use super::naming::Naming;
 use super::node::{Edge, NodeId, NodeKind};
-use super::print::Naming;
 
 /// Escapes a label for a double-quoted DOT string (`\n` stays a DOT line break).
 fn escape(s: &str) -> String {

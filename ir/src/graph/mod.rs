@@ -26,6 +26,7 @@ pub mod attr;
 mod builder;
 mod dot;
 mod guard;
+mod naming;
 mod node;
 mod parse;
 mod print;
@@ -47,7 +48,7 @@ pub use node::{Arg, Constant, Edge, Node, NodeId, NodeKind, OpCall, ValueRef};
 use crate::error::{Error, Result};
 use crate::meta::TensorMeta;
 use crate::symint::SymExpr;
-use print::Naming;
+use naming::Naming;
 
 /// A dataflow graph of tensor operations.
 ///
@@ -623,7 +624,7 @@ impl Graph {
                         format!(
                             "{}: {} has {} data edges (expected exactly one)",
                             self.describe(id),
-                            validate::slot_name(node, arg, item),
+                            naming::slot_name(node, arg, item),
                             vals.len()
                         ),
                     ));

@@ -4,8 +4,8 @@ use crate::error::CompileKind;
 use std::collections::BTreeMap;
 
 use super::Graph;
+use super::naming::{Naming, slot_name};
 use super::node::{Arg, Edge, Node, NodeId, NodeKind};
-use super::print::Naming;
 use crate::error::{Error, Result};
 
 /// True for `[A-Za-z_][A-Za-z0-9_]*`.
@@ -34,21 +34,6 @@ pub(crate) fn check_op_name(name: &str) -> Result<()> {
              `namespace::name.overload` (identifiers of letters, digits and `_`)"
             ),
         ))
-    }
-}
-
-/// Words for a tensor slot of `node`: `tensor argument 1`, `item 2 of tensor-list argument 0`,
-/// `result 1`.
-pub(crate) fn slot_name(node: &Node, arg: usize, item: usize) -> String {
-    match &node.kind {
-        NodeKind::Output { .. } => format!("result {arg}"),
-        NodeKind::Op(call) => match call.args.get(arg) {
-            Some(Arg::TensorList { .. }) => format!("item {item} of tensor-list argument {arg}"),
-            Some(Arg::OptionalTensor { .. }) => format!("optional tensor argument {arg}"),
-            _ if item == 0 => format!("tensor argument {arg}"),
-            _ => format!("argument {arg} item {item}"),
-        },
-        _ => format!("argument {arg} item {item}"),
     }
 }
 
