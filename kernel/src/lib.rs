@@ -10,7 +10,9 @@
 
 pub mod args;
 pub mod classify;
+mod half;
 pub mod log;
+mod lower;
 pub mod lowering;
 pub mod plan;
 pub mod region;
