@@ -39,17 +39,7 @@ fn transcendental(e: &ScalarExpr) -> bool {
         ScalarExpr::Op(op, args) => {
             matches!(
                 op,
-                Exp | Log
-                    | Log1p
-                    | Expm1
-                    | Sin
-                    | Cos
-                    | Tanh
-                    | Sigmoid
-                    | GeluErf
-                    | GeluTanh
-                    | Silu
-                    | Erf
+                Math(_)
                     | Pow
                     // CUDA's (and the host C library's) libm is not Rust's: `asinh` & co. may
                     // differ from eager's in the last f64 bits (f32 rounds them away in practice).

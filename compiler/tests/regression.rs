@@ -585,6 +585,7 @@ fn issue12_elementwise_ops_match_eager() {
         unary("asinh", Tensor::asinh, Tol::Exact),
         unary("acosh", Tensor::acosh, Tol::Exact),
         unary("atanh", Tensor::atanh, Tol::Exact),
+        unary("sinc", Tensor::sinc, Tol::Exact),
         unary("trunc", Tensor::trunc, Tol::Exact),
         unary("frac", Tensor::frac, Tol::Exact),
         unary("isnan", Tensor::isnan, Tol::Exact),

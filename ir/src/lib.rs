@@ -20,6 +20,6 @@ pub use graph::{Graph, GraphBuilder, NodeId, ValueRef};
 pub use meta::TensorMeta;
 pub use op_class::OpClass;
 pub use op_id::OpId;
-pub use scalar::{LibmFn, LibmFn2, PowBy, ReduceOp, ScalarExpr, ScalarOp};
+pub use scalar::{LibmFn, LibmFn2, MathFn, PowBy, ReduceOp, ScalarExpr, ScalarOp};
 pub use shape::{Dim, Shape, Strides, SymShape};
 pub use symint::SymExpr;

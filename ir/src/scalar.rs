@@ -7,32 +7,21 @@
 
 use std::fmt;
 
+pub use tensorplay_math::{LibmFn, LibmFn2, MathFn};
+
 /// One scalar operation of a fused elementwise region.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ScalarOp {
     // Unary.
     Neg,
     Abs,
-    Exp,
-    Log,
-    /// `log(1 + x)`, accurate for small `x`.
-    Log1p,
-    /// `exp(x) - 1`, accurate for small `x`.
-    Expm1,
+    /// A function of the math library's table (`exp`, `log`, `tanh`, the GELUs, ...): its f32
+    /// approximation, or its f64 form rounded once (see [`MathFn`]).
+    Math(MathFn),
     Sqrt,
     Rsqrt,
     Reciprocal,
-    Sin,
-    Cos,
-    Tanh,
-    Sigmoid,
     Relu,
-    /// `0.5*x*(1+erf(x/sqrt(2)))`
-    GeluErf,
-    /// `0.5*x*(1+tanh(0.7978845608*(x+0.044715*x^3)))`
-    GeluTanh,
-    Silu,
-    Erf,
     Floor,
     Ceil,
     /// Round half to even.
@@ -93,133 +82,22 @@ pub enum ScalarOp {
     Shr,
 }
 
-/// A unary function computed in f64 by the platform's libm (`f64::tan`, ...) and rounded once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LibmFn {
-    Tan,
-    Asin,
-    Acos,
-    Atan,
-    Sinh,
-    Cosh,
-    Asinh,
-    Acosh,
-    Atanh,
-    Log2,
-    Log10,
-    Exp2,
-}
-
-impl LibmFn {
-    /// Every function, in a fixed order (the compiler's shim order).
-    pub const ALL: [LibmFn; 12] = [
-        LibmFn::Tan,
-        LibmFn::Asin,
-        LibmFn::Acos,
-        LibmFn::Atan,
-        LibmFn::Sinh,
-        LibmFn::Cosh,
-        LibmFn::Asinh,
-        LibmFn::Acosh,
-        LibmFn::Atanh,
-        LibmFn::Log2,
-        LibmFn::Log10,
-        LibmFn::Exp2,
-    ];
-
-    /// The C name of the f64 function (`"tan"`, `"log2"`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            LibmFn::Tan => "tan",
-            LibmFn::Asin => "asin",
-            LibmFn::Acos => "acos",
-            LibmFn::Atan => "atan",
-            LibmFn::Sinh => "sinh",
-            LibmFn::Cosh => "cosh",
-            LibmFn::Asinh => "asinh",
-            LibmFn::Acosh => "acosh",
-            LibmFn::Atanh => "atanh",
-            LibmFn::Log2 => "log2",
-            LibmFn::Log10 => "log10",
-            LibmFn::Exp2 => "exp2",
-        }
-    }
-
-    /// The function in f64: what eager and every code generator compute.
-    ///
-    /// ```
-    /// use tensorplay_ir::scalar::LibmFn;
-    /// assert_eq!(LibmFn::Log2.eval(8.0), 3.0);
-    /// assert!(LibmFn::Acosh.eval(0.5).is_nan());
-    /// ```
-    pub fn eval(self, x: f64) -> f64 {
-        match self {
-            LibmFn::Tan => x.tan(),
-            LibmFn::Asin => x.asin(),
-            LibmFn::Acos => x.acos(),
-            LibmFn::Atan => x.atan(),
-            LibmFn::Sinh => x.sinh(),
-            LibmFn::Cosh => x.cosh(),
-            LibmFn::Asinh => x.asinh(),
-            LibmFn::Acosh => x.acosh(),
-            LibmFn::Atanh => x.atanh(),
-            LibmFn::Log2 => x.log2(),
-            LibmFn::Log10 => x.log10(),
-            LibmFn::Exp2 => x.exp2(),
-        }
-    }
-}
-
-/// A binary function computed in f64 by the platform's libm and rounded once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LibmFn2 {
-    Atan2,
-    Hypot,
-    /// C's `fmod` (exact: the result has the dividend's sign).
-    Fmod,
-    Copysign,
-}
-
-impl LibmFn2 {
-    /// Every function, in a fixed order (the compiler's shim order).
-    pub const ALL: [LibmFn2; 4] = [
-        LibmFn2::Atan2,
-        LibmFn2::Hypot,
-        LibmFn2::Fmod,
-        LibmFn2::Copysign,
-    ];
-
-    /// The C name of the f64 function.
-    pub fn name(self) -> &'static str {
-        match self {
-            LibmFn2::Atan2 => "atan2",
-            LibmFn2::Hypot => "hypot",
-            LibmFn2::Fmod => "fmod",
-            LibmFn2::Copysign => "copysign",
-        }
-    }
-
-    /// The function in f64.
-    ///
-    /// ```
-    /// use tensorplay_ir::scalar::LibmFn2;
-    /// assert_eq!(LibmFn2::Fmod.eval(-7.0, 2.0), -1.0);
-    /// assert_eq!(LibmFn2::Copysign.eval(3.0, -0.0), -3.0);
-    /// ```
-    pub fn eval(self, a: f64, b: f64) -> f64 {
-        match self {
-            LibmFn2::Atan2 => a.atan2(b),
-            LibmFn2::Hypot => a.hypot(b),
-            LibmFn2::Fmod => a % b,
-            LibmFn2::Copysign => a.copysign(b),
-        }
-    }
-
-    /// Whether the result is exact (no rounding: fmod, copysign), so compiled code is
-    /// bit-identical to eager for it.
-    pub fn is_exact(self) -> bool {
-        matches!(self, LibmFn2::Fmod | LibmFn2::Copysign)
-    }
+/// The math functions under their former variant names (`ScalarOp::Exp` is
+/// `ScalarOp::Math(MathFn::Exp)`), so code written against the old variants keeps compiling.
+#[allow(non_upper_case_globals)]
+impl ScalarOp {
+    pub const Exp: ScalarOp = ScalarOp::Math(MathFn::Exp);
+    pub const Log: ScalarOp = ScalarOp::Math(MathFn::Log);
+    pub const Log1p: ScalarOp = ScalarOp::Math(MathFn::Log1p);
+    pub const Expm1: ScalarOp = ScalarOp::Math(MathFn::Expm1);
+    pub const Sin: ScalarOp = ScalarOp::Math(MathFn::Sin);
+    pub const Cos: ScalarOp = ScalarOp::Math(MathFn::Cos);
+    pub const Tanh: ScalarOp = ScalarOp::Math(MathFn::Tanh);
+    pub const Sigmoid: ScalarOp = ScalarOp::Math(MathFn::Sigmoid);
+    pub const GeluErf: ScalarOp = ScalarOp::Math(MathFn::GeluErf);
+    pub const GeluTanh: ScalarOp = ScalarOp::Math(MathFn::GeluTanh);
+    pub const Silu: ScalarOp = ScalarOp::Math(MathFn::Silu);
+    pub const Erf: ScalarOp = ScalarOp::Math(MathFn::Erf);
 }
 
 impl ScalarOp {
@@ -242,8 +120,7 @@ impl ScalarOp {
     pub fn cost(self) -> usize {
         use ScalarOp::*;
         match self {
-            Exp | Log | Log1p | Expm1 | Tanh | Sigmoid | Erf | GeluErf | GeluTanh | Silu | Sin
-            | Cos | Libm(_) => 8,
+            Math(_) | Libm(_) => 8,
             Libm2(f) => {
                 if f.is_exact() {
                     1
@@ -303,6 +180,7 @@ impl fmt::Display for ScalarOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ScalarOp::Clamp { min, max } => write!(f, "clamp({min:?}, {max:?})"),
+            ScalarOp::Math(g) => write!(f, "{}", format!("{g:?}").to_lowercase()),
             ScalarOp::Libm(g) => f.write_str(g.name()),
             ScalarOp::Libm2(g) => f.write_str(g.name()),
             ScalarOp::NanToNum {

@@ -329,30 +329,41 @@ trait Binary {
     fn eval(a: f32, b: f32) -> f32;
 }
 
-macro_rules! unary_ops {
-    ($($name:ident => $f:path),* $(,)?) => {$(
-        struct $name;
-        impl Unary for $name {
-            #[inline(always)]
-            fn eval(x: f32) -> f32 {
-                $f(&mut S32, x)
-            }
+/// The lane operation of every approximated row of the function table ([`MathFn`]) and the
+/// kernel lookup over them.
+macro_rules! math_lane_ops {
+    ($($(#[$doc:meta])* $V:ident => $name:literal, f64 = $f64:expr,
+       f32 = $kind:ident $(($approx:ident))?, shim = $shim:ident, cuda = $cuda:literal;)*) => {
+        /// One zero-sized lane operation per [`MathFn`]: its f32 approximation (a function
+        /// without one never gets a kernel, see `math_kernel`).
+        mod lane {
+            use crate::arith::S32;
+            $(
+                pub(super) struct $V;
+                impl super::Unary for $V {
+                    #[inline(always)]
+                    fn eval(x: f32) -> f32 {
+                        let y: Option<f32> = f32_form!($kind $(($approx))?, &mut S32, x);
+                        y.unwrap_or(x)
+                    }
+                }
+            )*
         }
-    )*};
+
+        /// The kernel of `f` built by the drivers `D`; `None` for a function whose f32 form is
+        /// the f64 function rounded once (no approximation to vectorize).
+        fn math_kernel<D: Drivers>(f: MathFn) -> Option<UnaryFn> {
+            if !f.is_inline_f32() {
+                return None;
+            }
+            Some(match f {
+                $(MathFn::$V => D::unary::<lane::$V>(),)*
+            })
+        }
+    };
 }
 
-unary_ops!(
-    ExpOp => approx::exp,
-    LogOp => approx::log,
-    TanhOp => approx::tanh,
-    SigmoidOp => approx::sigmoid,
-    ErfOp => approx::erf,
-    GeluErfOp => approx::gelu_erf,
-    GeluTanhOp => approx::gelu_tanh,
-    SiluOp => approx::silu,
-    Log1pOp => approx::log1p,
-    Expm1Op => approx::expm1,
-);
+math_fns!(math_lane_ops);
 
 struct SqrtOp;
 impl Unary for SqrtOp {
@@ -642,19 +653,7 @@ trait Drivers {
 /// The unary kernel of `op` built by the drivers `D` (`None`: no such unary kernel).
 fn unary_kernel<D: Drivers>(op: BulkOp) -> Option<UnaryFn> {
     Some(match op {
-        BulkOp::Math(f) => match f {
-            MathFn::Exp => D::unary::<ExpOp>(),
-            MathFn::Log => D::unary::<LogOp>(),
-            MathFn::Tanh => D::unary::<TanhOp>(),
-            MathFn::Sigmoid => D::unary::<SigmoidOp>(),
-            MathFn::Erf => D::unary::<ErfOp>(),
-            MathFn::GeluErf => D::unary::<GeluErfOp>(),
-            MathFn::GeluTanh => D::unary::<GeluTanhOp>(),
-            MathFn::Silu => D::unary::<SiluOp>(),
-            MathFn::Log1p => D::unary::<Log1pOp>(),
-            MathFn::Expm1 => D::unary::<Expm1Op>(),
-            MathFn::Sin | MathFn::Cos => return None,
-        },
+        BulkOp::Math(f) => return math_kernel::<D>(f),
         BulkOp::Sqrt => D::unary::<SqrtOp>(),
         BulkOp::Div | BulkOp::Pow => return None,
     })

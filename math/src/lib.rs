@@ -143,6 +143,9 @@
 //! (same bits as the inline code at the sweep's worst input).
 //!
 
+#[macro_use]
+mod func;
+
 pub mod approx;
 pub mod arith;
 pub mod bulk;
@@ -150,131 +153,4 @@ mod coeffs;
 pub mod pow;
 pub mod shims;
 
-/// A unary math function of the library.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MathFn {
-    /// `e^x`.
-    Exp,
-    /// Natural logarithm.
-    Log,
-    /// Hyperbolic tangent.
-    Tanh,
-    /// `1 / (1 + e^-x)`.
-    Sigmoid,
-    /// Error function.
-    Erf,
-    /// `0.5 x (1 + erf(x / sqrt 2))`.
-    GeluErf,
-    /// `0.5 x (1 + tanh(0.7978845608 (x + 0.044715 x^3)))`.
-    GeluTanh,
-    /// `x sigmoid(x)`.
-    Silu,
-    /// Sine (f32: through the f64 shim per lane for now).
-    Sin,
-    /// Cosine (f32: through the f64 shim per lane for now).
-    Cos,
-    /// `log(1 + x)`, accurate near 0.
-    Log1p,
-    /// `e^x - 1`, accurate near 0.
-    Expm1,
-}
-
-impl MathFn {
-    /// Every function, in the order of the compiler's f64 shim table.
-    pub const ALL: [MathFn; 12] = [
-        MathFn::Exp,
-        MathFn::Log,
-        MathFn::Tanh,
-        MathFn::Sigmoid,
-        MathFn::Erf,
-        MathFn::GeluErf,
-        MathFn::GeluTanh,
-        MathFn::Silu,
-        MathFn::Sin,
-        MathFn::Cos,
-        MathFn::Log1p,
-        MathFn::Expm1,
-    ];
-
-    /// Lower-case name (`"exp"`, `"gelu_tanh"`, ...).
-    ///
-    /// ```
-    /// use tensorplay_math::MathFn;
-    /// assert_eq!(MathFn::GeluTanh.name(), "gelu_tanh");
-    /// ```
-    pub fn name(self) -> &'static str {
-        match self {
-            MathFn::Exp => "exp",
-            MathFn::Log => "log",
-            MathFn::Tanh => "tanh",
-            MathFn::Sigmoid => "sigmoid",
-            MathFn::Erf => "erf",
-            MathFn::GeluErf => "gelu_erf",
-            MathFn::GeluTanh => "gelu_tanh",
-            MathFn::Silu => "silu",
-            MathFn::Sin => "sin",
-            MathFn::Cos => "cos",
-            MathFn::Log1p => "log1p",
-            MathFn::Expm1 => "expm1",
-        }
-    }
-
-    /// The `f64` implementation (what the f64 shims compute).
-    ///
-    /// ```
-    /// use tensorplay_math::MathFn;
-    /// assert_eq!(MathFn::Exp.eval_f64(0.0), 1.0);
-    /// assert_eq!(MathFn::Sigmoid.eval_f64(f64::NEG_INFINITY), 0.0);
-    /// assert!(MathFn::Silu.eval_f64(f64::NEG_INFINITY).is_nan());
-    /// ```
-    pub fn eval_f64(self, x: f64) -> f64 {
-        match self {
-            MathFn::Exp => x.exp(),
-            MathFn::Log => x.ln(),
-            MathFn::Tanh => x.tanh(),
-            MathFn::Sigmoid => shims::sigmoid_f64(x),
-            MathFn::Erf => shims::erf_f64(x),
-            MathFn::GeluErf => shims::gelu_erf_f64(x),
-            MathFn::GeluTanh => shims::gelu_tanh_f64(x),
-            MathFn::Silu => shims::silu_f64(x),
-            MathFn::Sin => x.sin(),
-            MathFn::Cos => x.cos(),
-            MathFn::Log1p => x.ln_1p(),
-            MathFn::Expm1 => x.exp_m1(),
-        }
-    }
-
-    /// Whether the f32 form is one of the library's approximations (false: sin and cos, which
-    /// round the f64 function once per lane).
-    pub fn is_inline_f32(self) -> bool {
-        !matches!(self, MathFn::Sin | MathFn::Cos)
-    }
-
-    /// The f32 function for one value: the library's approximation (the same bits as every
-    /// kernel of [`bulk`] and the compiler's FMA code), or for sin and cos the f64 function
-    /// rounded once.
-    ///
-    /// ```
-    /// use tensorplay_math::MathFn;
-    /// assert_eq!(MathFn::Tanh.eval_f32(0.0), 0.0);
-    /// assert_eq!(MathFn::Exp.eval_f32(f32::NEG_INFINITY), 0.0);
-    /// ```
-    #[inline]
-    pub fn eval_f32(self, x: f32) -> f32 {
-        use arith::S32;
-        let s = &mut S32;
-        match self {
-            MathFn::Exp => approx::exp(s, x),
-            MathFn::Log => approx::log(s, x),
-            MathFn::Tanh => approx::tanh(s, x),
-            MathFn::Sigmoid => approx::sigmoid(s, x),
-            MathFn::Erf => approx::erf(s, x),
-            MathFn::GeluErf => approx::gelu_erf(s, x),
-            MathFn::GeluTanh => approx::gelu_tanh(s, x),
-            MathFn::Silu => approx::silu(s, x),
-            MathFn::Log1p => approx::log1p(s, x),
-            MathFn::Expm1 => approx::expm1(s, x),
-            MathFn::Sin | MathFn::Cos => self.eval_f64(x as f64) as f32,
-        }
-    }
-}
+pub use func::{LibmFn, LibmFn2, MathFn};

@@ -266,66 +266,52 @@ pub fn gelu_tanh_f64(x: f64) -> f64 {
     }
 }
 
-macro_rules! shims {
-    ($($name:ident => $body:expr;)*) => {
+/// Declares the `extern "C" fn(f64) -> f64` shim of every row of a function table.
+macro_rules! unary_shims {
+    ($($(#[$doc:meta])* $V:ident => $name:literal, f64 = $f64:expr,
+       $(f32 = $kind:ident $(($approx:ident))?,)? shim = $shim:ident, cuda = $cuda:literal;)*) => {
         $(
-            #[doc = concat!("JIT shim `", stringify!($name), "`: the f64 function called per lane.")]
-            pub extern "C" fn $name(x: f64) -> f64 {
-                let f: fn(f64) -> f64 = $body;
+            #[doc = concat!("JIT shim of `", $name, "`: the f64 function called per lane.")]
+            pub extern "C" fn $shim(x: f64) -> f64 {
+                let f: fn(f64) -> f64 = $f64;
                 f(x)
             }
         )*
     };
 }
 
-shims! {
-    tp_math_exp_f64 => f64::exp;
-    tp_math_log_f64 => f64::ln;
-    tp_math_tanh_f64 => f64::tanh;
-    tp_math_sigmoid_f64 => sigmoid_f64;
-    tp_math_erf_f64 => erf_f64;
-    tp_math_gelu_erf_f64 => gelu_erf_f64;
-    tp_math_gelu_tanh_f64 => gelu_tanh_f64;
-    tp_math_silu_f64 => silu_f64;
-    tp_math_sin_f64 => f64::sin;
-    tp_math_cos_f64 => f64::cos;
-    tp_math_log1p_f64 => f64::ln_1p;
-    tp_math_expm1_f64 => f64::exp_m1;
-}
-
-shims! {
-    tp_libm_tan_f64 => f64::tan;
-    tp_libm_asin_f64 => f64::asin;
-    tp_libm_acos_f64 => f64::acos;
-    tp_libm_atan_f64 => f64::atan;
-    tp_libm_sinh_f64 => f64::sinh;
-    tp_libm_cosh_f64 => f64::cosh;
-    tp_libm_asinh_f64 => f64::asinh;
-    tp_libm_acosh_f64 => f64::acosh;
-    tp_libm_atanh_f64 => f64::atanh;
-    tp_libm_log2_f64 => f64::log2;
-    tp_libm_log10_f64 => f64::log10;
-    tp_libm_exp2_f64 => f64::exp2;
-}
-
-/// Declares `extern "C" fn(f64, f64) -> f64` shims from Rust functions.
-macro_rules! shims2 {
-    ($($name:ident => $body:expr;)*) => {
+/// Declares the `extern "C" fn(f64, f64) -> f64` shim of every row of a function table.
+macro_rules! binary_shims {
+    ($($(#[$doc:meta])* $V:ident => $name:literal, f64 = $f64:expr, shim = $shim:ident,
+       cuda = $cuda:literal;)*) => {
         $(
-            #[doc = concat!("JIT shim `", stringify!($name), "`: the f64 function called per lane.")]
-            pub extern "C" fn $name(x: f64, y: f64) -> f64 {
-                let f: fn(f64, f64) -> f64 = $body;
+            #[doc = concat!("JIT shim of `", $name, "`: the f64 function called per lane.")]
+            pub extern "C" fn $shim(x: f64, y: f64) -> f64 {
+                let f: fn(f64, f64) -> f64 = $f64;
                 f(x, y)
             }
         )*
     };
 }
 
-shims2! {
-    tp_libm_atan2_f64 => f64::atan2;
-    tp_libm_hypot_f64 => f64::hypot;
-    tp_libm_fmod_f64 => |a, b| a % b;
-    tp_libm_copysign_f64 => f64::copysign;
+math_fns!(unary_shims);
+libm_fns!(unary_shims);
+libm2_fns!(binary_shims);
+
+/// `sin(pi x) / (pi x)`, 1 at 0 (PyTorch's normalized sinc), in f64.
+///
+/// ```
+/// use tensorplay_math::shims::sinc_f64;
+/// assert_eq!(sinc_f64(0.0), 1.0);
+/// assert!(sinc_f64(1.0).abs() < 1e-16);
+/// assert!(sinc_f64(f64::INFINITY).is_nan());
+/// ```
+pub fn sinc_f64(x: f64) -> f64 {
+    if x == 0.0 {
+        return 1.0;
+    }
+    let px = std::f64::consts::PI * x;
+    px.sin() / px
 }
 
 /// JIT shim `tp_math_pow_f64`: `x.powf(y)` (C99 `pow` semantics).

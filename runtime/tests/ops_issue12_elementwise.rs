@@ -3,6 +3,7 @@
 //! broadcast operands, errors, and their behaviour under vmap, autocast and fake tensors.
 //! (Gradients: `op_table.rs` gradchecks every entry; closed forms are checked here too.)
 
+use tensorplay_ir::LibmFn;
 use tensorplay_runtime::autocast::autocast;
 use tensorplay_runtime::vmap::vmap;
 use tensorplay_runtime::{DType, Device, Error, Result, Tensor};
@@ -38,7 +39,18 @@ fn libm_cases() -> Vec<Case> {
         ("asinh", Tensor::asinh, f64::asinh),
         ("acosh", Tensor::acosh, f64::acosh),
         ("atanh", Tensor::atanh, f64::atanh),
+        ("sinc", Tensor::sinc, |x| LibmFn::Sinc.eval(x)),
     ]
+}
+
+/// The cases above cover the whole libm table: a function declared there without a case here
+/// fails this test.
+#[test]
+fn libm_cases_cover_the_table() {
+    let names: Vec<&str> = libm_cases().iter().map(|c| c.0).collect();
+    for f in LibmFn::ALL {
+        assert!(names.contains(&f.name()), "no case for {}", f.name());
+    }
 }
 
 const SPECIALS: [f64; 14] = [

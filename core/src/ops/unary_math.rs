@@ -213,6 +213,33 @@ libm_op! {
     autocast = Keep
 }
 
+libm_op! {
+    /// Normalized sinc, `sin(pi x) / (pi x)` with `sinc(0) = 1` (PyTorch's `sinc`), computed in
+    /// f64 and rounded once; integers compute in f32.
+    ///
+    /// ```
+    /// use tensorplay_core::Tensor;
+    /// let x = Tensor::from_vec(vec![0.0f64, 0.5, 1.0], &[3])?;
+    /// let y = x.sinc()?.to_vec::<f64>()?;
+    /// assert_eq!(y[0], 1.0);
+    /// assert!((y[1] - 2.0 / std::f64::consts::PI).abs() < 1e-15);
+    /// assert!(y[2].abs() < 1e-15);
+    /// # Ok::<(), tensorplay_core::Error>(())
+    /// ```
+    SINC, Sinc, "sinc", sinc, Sinc,
+    grad = Some(|c| grad_times(c, sinc_slope)), saved = Inputs, autocast = Keep
+}
+
+/// `d sinc / dx = (cos(pi x) - sinc(x)) / x`, 0 at `x = 0` (where sinc has its maximum).
+fn sinc_slope(x: &Tensor) -> Result<Tensor> {
+    let slope = x
+        .mul_scalar(std::f64::consts::PI)?
+        .cos()?
+        .sub(&x.sinc()?)?
+        .div(x)?;
+    Tensor::where_cond(&x.eq_scalar(0.0)?, &Tensor::zeros_like(&slope), &slope)
+}
+
 /// `trunc(x)` as `where(x < 0, ceil(x), floor(x))`: exact, `-0.0` and NaN kept as eager's
 /// `f32::trunc` keeps them; integers pass through floor/ceil unchanged.
 fn trunc_expr(x: ScalarExpr) -> ScalarExpr {
@@ -280,8 +307,8 @@ math_op! {
 
 /// Every op of this family.
 pub static OPS: &[&OpDef] = &[
-    &LOG2, &LOG10, &EXP2, &TAN, &ASIN, &ACOS, &ATAN, &SINH, &COSH, &ASINH, &ACOSH, &ATANH, &TRUNC,
-    &FRAC,
+    &LOG2, &LOG10, &EXP2, &TAN, &ASIN, &ACOS, &ATAN, &SINH, &COSH, &ASINH, &ACOSH, &ATANH, &SINC,
+    &TRUNC, &FRAC,
 ];
 
 #[cfg(test)]

@@ -29,14 +29,44 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use tensorplay_ir::{CompileKind, Error, Result};
+use tensorplay_ir::{CompileKind, Error, LibmFn, LibmFn2, MathFn, Result};
 
 use tensorplay_kernel::log as logging;
 use tensorplay_kernel::spec::{KernelSpec, LoopKind, LoopLayout};
 
+/// The hand-written part of the prelude; `prelude()` fills in the function tables.
+const PRELUDE_TEMPLATE: &str = include_str!("prelude.cuh");
+
+/// Where the template takes the generated `TP_MATH` lines.
+const TABLES_MARKER: &str = "// @TP_MATH_TABLES@\n";
+
 /// The scalar semantics every generated kernel includes (guarded, so many kernels can share one
-/// translation unit).
-pub const PRELUDE: &str = include_str!("prelude.cuh");
+/// translation unit): `prelude.cuh` with one `TP_MATH`/`TP_MATH2` line per function of the math
+/// library's tables ([`MathFn`], [`LibmFn`], [`LibmFn2`]), so a function declared there has its
+/// CUDA form without an edit here.
+///
+/// ```
+/// let p = tensorplay_cuda::codegen::prelude();
+/// assert!(p.contains("TP_MATH(tp_gelu_tanh, tp_gelu_tanh_f64(x))"));
+/// assert!(p.contains("TP_MATH2(tp_atan2, atan2(a, b))"));
+/// ```
+pub fn prelude() -> &'static str {
+    static PRELUDE: OnceLock<String> = OnceLock::new();
+    PRELUDE.get_or_init(|| {
+        let mut lines = String::new();
+        let unary = MathFn::ALL
+            .iter()
+            .map(|f| (f.name(), f.cuda_f64()))
+            .chain(LibmFn::ALL.iter().map(|f| (f.name(), f.cuda_f64())));
+        for (name, expr) in unary {
+            lines.push_str(&format!("TP_MATH(tp_{name}, {expr})\n"));
+        }
+        for f in LibmFn2::ALL {
+            lines.push_str(&format!("TP_MATH2(tp_{}, {})\n", f.name(), f.cuda_f64()));
+        }
+        PRELUDE_TEMPLATE.replacen(TABLES_MARKER, &lines, 1)
+    })
+}
 
 /// The host emulation header (see [`emulate`]).
 pub const EMULATION_HEADER: &str = include_str!("emulation.h");
@@ -86,7 +116,7 @@ impl fmt::Display for CudaLayout {
 pub struct CudaKernel {
     /// The entry point (`extern "C"`), unique per spec and layout.
     pub name: String,
-    /// The complete translation unit: [`PRELUDE`] then the kernel.
+    /// The complete translation unit: [`prelude()`] then the kernel.
     pub source: String,
     /// The spec it computes.
     pub spec: KernelSpec,
@@ -103,7 +133,7 @@ impl CudaKernel {
 
     /// The kernel without the prelude (what `TP_LOGS=cuda` prints).
     pub fn kernel_source(&self) -> &str {
-        &self.source[PRELUDE.len()..]
+        &self.source[prelude().len()..]
     }
 }
 
@@ -167,7 +197,7 @@ pub fn emit(spec: &KernelSpec, layout: &CudaLayout) -> Result<CudaKernel> {
     let body = emit::kernel_source(spec, layout, &name)?;
     Ok(CudaKernel {
         name,
-        source: format!("{PRELUDE}{body}"),
+        source: format!("{}{body}", prelude()),
         spec: spec.clone(),
         layout: *layout,
     })

@@ -258,41 +258,14 @@ TP_FN double tp_gelu_tanh_f64(double x) {
   TP_FN double NAME(double x) { return F64; }                                                    \
   TP_FN float NAME(float x) { return (float)NAME((double)x); }
 
-TP_MATH(tp_exp, exp(x))
-TP_MATH(tp_log, log(x))
-TP_MATH(tp_log1p, log1p(x))
-TP_MATH(tp_expm1, expm1(x))
-TP_MATH(tp_sin, sin(x))
-TP_MATH(tp_cos, cos(x))
-TP_MATH(tp_tanh, tanh(x))
-TP_MATH(tp_erf, erf(x))
-TP_MATH(tp_sigmoid, tp_sigmoid_f64(x))
-TP_MATH(tp_silu, tp_silu_f64(x))
-TP_MATH(tp_gelu_erf, tp_gelu_erf_f64(x))
-TP_MATH(tp_gelu_tanh, tp_gelu_tanh_f64(x))
-
-// libm functions: computed in double and rounded once, as eager's kernels do.
-TP_MATH(tp_tan, tan(x))
-TP_MATH(tp_asin, asin(x))
-TP_MATH(tp_acos, acos(x))
-TP_MATH(tp_atan, atan(x))
-TP_MATH(tp_sinh, sinh(x))
-TP_MATH(tp_cosh, cosh(x))
-TP_MATH(tp_asinh, asinh(x))
-TP_MATH(tp_acosh, acosh(x))
-TP_MATH(tp_atanh, atanh(x))
-TP_MATH(tp_log2, log2(x))
-TP_MATH(tp_log10, log10(x))
-TP_MATH(tp_exp2, exp2(x))
-
 #define TP_MATH2(NAME, F64)                                                                      \
   TP_FN double NAME(double a, double b) { return F64; }                                          \
   TP_FN float NAME(float a, float b) { return (float)NAME((double)a, (double)b); }
 
-TP_MATH2(tp_atan2, atan2(a, b))
-TP_MATH2(tp_hypot, hypot(a, b))
-TP_MATH2(tp_fmod, fmod(a, b))
-TP_MATH2(tp_copysign, copysign(a, b))
+// The functions of tensorplay_math's tables (`MathFn`, `LibmFn`, `LibmFn2`), one `TP_MATH` or
+// `TP_MATH2` line each, generated from the tables where this line stands (`prelude()`); libm
+// functions are computed in double and rounded once, as eager's kernels do.
+// @TP_MATH_TABLES@
 
 TP_FN double tp_pow(double a, double b) { return pow(a, b); }
 TP_FN float tp_pow(float a, float b) { return (float)pow((double)a, (double)b); }

@@ -3,7 +3,7 @@
 
 use std::hash::{Hash, Hasher};
 
-use tensorplay_ir::{DType, LibmFn, LibmFn2, ScalarOp};
+use tensorplay_ir::{DType, LibmFn, LibmFn2, MathFn, ScalarOp};
 
 use crate::spec::lit::Lit;
 
@@ -40,7 +40,8 @@ pub enum Inst {
 }
 
 /// Bitwise identity of a scalar op: its variant and its payload (`Clamp` and `NanToNum` values
-/// compared by bits, the libm function by its position).
+/// compared by bits, the math or libm function by its position). Exhaustive on purpose: a variant
+/// with a payload left out here would make different ops one cache entry.
 fn op_key(op: &ScalarOp) -> (std::mem::Discriminant<ScalarOp>, [Option<u64>; 3]) {
     let bits = |v: &Option<f64>| v.map(f64::to_bits);
     let payload = match op {
@@ -50,6 +51,11 @@ fn op_key(op: &ScalarOp) -> (std::mem::Discriminant<ScalarOp>, [Option<u64>; 3])
             posinf,
             neginf,
         } => [Some(nan.to_bits()), bits(posinf), bits(neginf)],
+        ScalarOp::Math(f) => [
+            MathFn::ALL.iter().position(|g| g == f).map(|i| i as u64),
+            None,
+            None,
+        ],
         ScalarOp::Libm(f) => [
             LibmFn::ALL.iter().position(|g| g == f).map(|i| i as u64),
             None,
@@ -60,7 +66,42 @@ fn op_key(op: &ScalarOp) -> (std::mem::Discriminant<ScalarOp>, [Option<u64>; 3])
             None,
             None,
         ],
-        _ => [None; 3],
+        ScalarOp::Neg
+        | ScalarOp::Abs
+        | ScalarOp::Sqrt
+        | ScalarOp::Rsqrt
+        | ScalarOp::Reciprocal
+        | ScalarOp::Relu
+        | ScalarOp::Floor
+        | ScalarOp::Ceil
+        | ScalarOp::Round
+        | ScalarOp::Sign
+        | ScalarOp::Square
+        | ScalarOp::LogicalNot
+        | ScalarOp::Cast
+        | ScalarOp::Add
+        | ScalarOp::Sub
+        | ScalarOp::Mul
+        | ScalarOp::Div
+        | ScalarOp::Pow
+        | ScalarOp::Maximum
+        | ScalarOp::Minimum
+        | ScalarOp::Eq
+        | ScalarOp::Ne
+        | ScalarOp::Lt
+        | ScalarOp::Le
+        | ScalarOp::Gt
+        | ScalarOp::Ge
+        | ScalarOp::LogicalAnd
+        | ScalarOp::LogicalOr
+        | ScalarOp::LogicalXor
+        | ScalarOp::Where
+        | ScalarOp::BitAnd
+        | ScalarOp::BitOr
+        | ScalarOp::BitXor
+        | ScalarOp::BitNot
+        | ScalarOp::Shl
+        | ScalarOp::Shr => [None; 3],
     };
     (std::mem::discriminant(op), payload)
 }

@@ -3,7 +3,9 @@
 
 use std::str::FromStr;
 
-use tensorplay_ir::{CompileKind, DType, Error, LibmFn, LibmFn2, ReduceOp, Result, ScalarOp};
+use tensorplay_ir::{
+    CompileKind, DType, Error, LibmFn, LibmFn2, MathFn, ReduceOp, Result, ScalarOp,
+};
 
 use crate::spec::cursor::Cursor;
 use crate::spec::inst::{Inst, ValueId};
@@ -15,15 +17,14 @@ use crate::spec::print::{class_name, op_name, reduce_name};
 const SPEC: &str = "kernel spec text";
 const LAYOUT: &str = "loop layout text";
 
-/// The scalar ops without a payload, named by [`op_name`] (`clamp`, `nan_to_num` and the libm
-/// functions are read separately).
-pub(crate) const PLAIN_OPS: [ScalarOp; 48] = {
+/// The scalar ops without a payload, named by [`op_name`] (`clamp`, `nan_to_num` and the
+/// math and libm functions are read separately).
+pub(crate) const PLAIN_OPS: [ScalarOp; 36] = {
     use ScalarOp::*;
     [
-        Neg, Abs, Exp, Log, Log1p, Expm1, Sqrt, Rsqrt, Reciprocal, Sin, Cos, Tanh, Sigmoid, Relu,
-        GeluErf, GeluTanh, Silu, Erf, Floor, Ceil, Round, Sign, Square, LogicalNot, Cast, Add, Sub,
-        Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge, LogicalAnd, LogicalOr, LogicalXor,
-        Where, BitAnd, BitOr, BitXor, BitNot, Shl, Shr,
+        Neg, Abs, Sqrt, Rsqrt, Reciprocal, Relu, Floor, Ceil, Round, Sign, Square, LogicalNot,
+        Cast, Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge, LogicalAnd,
+        LogicalOr, LogicalXor, Where, BitAnd, BitOr, BitXor, BitNot, Shl, Shr,
     ]
 };
 
@@ -366,14 +367,14 @@ fn scalar_op(c: &mut Cursor, name: &str) -> Result<Option<ScalarOp>> {
             }
         }
         _ => {
-            let plain = PLAIN_OPS.into_iter().find(|op| op_name(op) == name);
-            let libm = || LibmFn::ALL.into_iter().find(|f| f.name() == name);
-            let libm2 = || LibmFn2::ALL.into_iter().find(|f| f.name() == name);
-            match (plain, libm(), libm2()) {
-                (Some(op), _, _) => op,
-                (None, Some(f), _) => ScalarOp::Libm(f),
-                (None, None, Some(f)) => ScalarOp::Libm2(f),
-                (None, None, None) => return Ok(None),
+            let named = |op: &ScalarOp| op_name(op) == name;
+            let found = PLAIN_OPS.into_iter().find(named);
+            let found = found.or_else(|| MathFn::ALL.map(ScalarOp::Math).into_iter().find(named));
+            let found = found.or_else(|| LibmFn::ALL.map(ScalarOp::Libm).into_iter().find(named));
+            let found = found.or_else(|| LibmFn2::ALL.map(ScalarOp::Libm2).into_iter().find(named));
+            match found {
+                Some(op) => op,
+                None => return Ok(None),
             }
         }
     }))

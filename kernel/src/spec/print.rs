@@ -51,6 +51,7 @@ pub(crate) fn op_name(op: &ScalarOp) -> String {
         ScalarOp::Clamp { min, max } => {
             format!("clamp[{}, {}]", opt_float_text(min), opt_float_text(max))
         }
+        ScalarOp::Math(f) => format!("{f:?}").to_lowercase(),
         ScalarOp::Libm(f) => f.name().to_string(),
         ScalarOp::Libm2(f) => f.name().to_string(),
         ScalarOp::NanToNum {

@@ -21,8 +21,7 @@ pub(crate) fn op_accepts(op: ScalarOp, compute: DType) -> bool {
     let float = compute.is_float();
     let boolean = compute == DType::Bool;
     match op {
-        Exp | Log | Log1p | Expm1 | Sqrt | Rsqrt | Reciprocal | Sin | Cos | Tanh | Sigmoid
-        | GeluErf | GeluTanh | Silu | Erf | Div | Libm(_) | Libm2(_) => float,
+        Math(_) | Sqrt | Rsqrt | Reciprocal | Div | Libm(_) | Libm2(_) => float,
         Pow => !boolean,
         NanToNum { .. } => true,
         BitAnd | BitOr | BitXor | BitNot => !float,

@@ -3,7 +3,7 @@
 //! specs (print → parse → equal, and the reprint is identical).
 
 use proptest::prelude::*;
-use tensorplay_ir::{DType, LibmFn, LibmFn2, ReduceOp, ScalarOp};
+use tensorplay_ir::{DType, LibmFn, LibmFn2, MathFn, ReduceOp, ScalarOp};
 
 use super::parse::PLAIN_OPS;
 use super::rules::op_accepts;
@@ -225,22 +225,25 @@ fn plain_ops_are_complete() {
     let mut seen = 0;
     for o in PLAIN_OPS {
         match o {
-            Neg | Abs | Exp | Log | Log1p | Expm1 | Sqrt | Rsqrt | Reciprocal | Sin | Cos
-            | Tanh | Sigmoid | Relu | GeluErf | GeluTanh | Silu | Erf | Floor | Ceil | Round
-            | Sign | Square | LogicalNot | Cast | Add | Sub | Mul | Div | Pow | Maximum
-            | Minimum | Eq | Ne | Lt | Le | Gt | Ge | LogicalAnd | LogicalOr | LogicalXor
-            | Where | BitAnd | BitOr | BitXor | BitNot | Shl | Shr => seen += 1,
-            Clamp { .. } | Libm(_) | Libm2(_) | NanToNum { .. } => panic!("{o:?} has a payload"),
+            Neg | Abs | Sqrt | Rsqrt | Reciprocal | Relu | Floor | Ceil | Round | Sign | Square
+            | LogicalNot | Cast | Add | Sub | Mul | Div | Pow | Maximum | Minimum | Eq | Ne
+            | Lt | Le | Gt | Ge | LogicalAnd | LogicalOr | LogicalXor | Where | BitAnd | BitOr
+            | BitXor | BitNot | Shl | Shr => seen += 1,
+            Math(_) | Clamp { .. } | Libm(_) | Libm2(_) | NanToNum { .. } => {
+                panic!("{o:?} has a payload")
+            }
         }
     }
-    assert_eq!(seen, 48);
+    assert_eq!(seen, 36);
     let names: std::collections::HashSet<String> = PLAIN_OPS
         .iter()
         .map(print::op_name)
+        .chain(MathFn::ALL.map(|f| print::op_name(&Math(f))))
         .chain(LibmFn::ALL.map(|f| f.name().to_string()))
         .chain(LibmFn2::ALL.map(|f| f.name().to_string()))
         .collect();
-    assert_eq!(names.len(), 48 + LibmFn::ALL.len() + LibmFn2::ALL.len());
+    let total = 36 + MathFn::ALL.len() + LibmFn::ALL.len() + LibmFn2::ALL.len();
+    assert_eq!(names.len(), total, "every op has its own name");
 }
 
 #[test]
@@ -523,12 +526,16 @@ fn opt_float_of(bits: u64) -> Option<f64> {
 
 /// Every scalar op, payloads from `bits`.
 fn scalar_op_of(k: u16, bits: u64) -> ScalarOp {
-    let n = PLAIN_OPS.len() + LibmFn::ALL.len() + LibmFn2::ALL.len() + 2;
+    let n = PLAIN_OPS.len() + MathFn::ALL.len() + LibmFn::ALL.len() + LibmFn2::ALL.len() + 2;
     let k = k as usize % n;
     if let Some(&o) = PLAIN_OPS.get(k) {
         return o;
     }
     let k = k - PLAIN_OPS.len();
+    if let Some(&f) = MathFn::ALL.get(k) {
+        return ScalarOp::Math(f);
+    }
+    let k = k - MathFn::ALL.len();
     if let Some(&f) = LibmFn::ALL.get(k) {
         return ScalarOp::Libm(f);
     }
@@ -924,6 +931,34 @@ fn mutated_text_never_panics() {
         match result {
             Ok(l) => assert_eq!(LoopLayout::parse(&l.to_string()).unwrap(), l),
             Err(e) => assert!(e.to_string().contains("column "), "{e}"),
+        }
+    }
+}
+
+/// Different scalar ops are different instructions with different hashes (the kernel cache
+/// keys on `Inst`), whatever payload tells them apart.
+#[test]
+fn distinct_ops_are_distinct_instructions() {
+    use std::collections::HashSet;
+    use std::hash::{BuildHasher, RandomState};
+    let ops: Vec<ScalarOp> = PLAIN_OPS
+        .into_iter()
+        .chain(MathFn::ALL.map(ScalarOp::Math))
+        .chain(LibmFn::ALL.map(ScalarOp::Libm))
+        .chain(LibmFn2::ALL.map(ScalarOp::Libm2))
+        .collect();
+    let inst = |op: ScalarOp| Inst::Op {
+        op,
+        args: vec![0],
+        compute: DType::F32,
+        out: DType::F32,
+    };
+    let state = RandomState::new();
+    let hashes: HashSet<u64> = ops.iter().map(|&o| state.hash_one(inst(o))).collect();
+    assert_eq!(hashes.len(), ops.len(), "hash collisions between ops");
+    for (i, &a) in ops.iter().enumerate() {
+        for (j, &b) in ops.iter().enumerate() {
+            assert_eq!(inst(a) == inst(b), i == j, "{a} vs {b}");
         }
     }
 }

@@ -91,77 +91,29 @@ use cranelift_module::{FuncId, Linkage, Module, ModuleResult};
 
 use tensorplay_ir::{LibmFn, LibmFn2};
 pub use tensorplay_math::MathFn;
+use tensorplay_math::pow;
 pub use tensorplay_math::shims::{
     erf_f64, erfc_f64, gelu_erf_f64, gelu_tanh_f64, sigmoid_f64, silu_f64, tp_math_cos_f64,
     tp_math_erf_f64, tp_math_exp_f64, tp_math_expm1_f64, tp_math_gelu_erf_f64,
     tp_math_gelu_tanh_f64, tp_math_log_f64, tp_math_log1p_f64, tp_math_pow_f64,
     tp_math_sigmoid_f64, tp_math_silu_f64, tp_math_sin_f64, tp_math_tanh_f64,
 };
-use tensorplay_math::shims::{
-    tp_libm_acos_f64, tp_libm_acosh_f64, tp_libm_asin_f64, tp_libm_asinh_f64, tp_libm_atan_f64,
-    tp_libm_atan2_f64, tp_libm_atanh_f64, tp_libm_copysign_f64, tp_libm_cosh_f64, tp_libm_exp2_f64,
-    tp_libm_fmod_f64, tp_libm_hypot_f64, tp_libm_log2_f64, tp_libm_log10_f64, tp_libm_sinh_f64,
-    tp_libm_tan_f64,
-};
-use tensorplay_math::{approx, pow};
 
 use emit::Em;
 
-/// Index of `f`'s f64 shim in the shim table (`MathFn::ALL` order).
-fn shim_index(f: MathFn) -> usize {
-    f as usize
-}
-
-type UnaryShim = extern "C" fn(f64) -> f64;
-
-const SHIMS: [(&str, UnaryShim); 12] = [
-    ("tp_math_exp_f64", tp_math_exp_f64),
-    ("tp_math_log_f64", tp_math_log_f64),
-    ("tp_math_tanh_f64", tp_math_tanh_f64),
-    ("tp_math_sigmoid_f64", tp_math_sigmoid_f64),
-    ("tp_math_erf_f64", tp_math_erf_f64),
-    ("tp_math_gelu_erf_f64", tp_math_gelu_erf_f64),
-    ("tp_math_gelu_tanh_f64", tp_math_gelu_tanh_f64),
-    ("tp_math_silu_f64", tp_math_silu_f64),
-    ("tp_math_sin_f64", tp_math_sin_f64),
-    ("tp_math_cos_f64", tp_math_cos_f64),
-    ("tp_math_log1p_f64", tp_math_log1p_f64),
-    ("tp_math_expm1_f64", tp_math_expm1_f64),
-];
-
-/// The f64 libm functions of [`LibmFn`] (same order as `LibmFn::ALL`).
-const LIBM_SHIMS: [(&str, UnaryShim); 12] = [
-    ("tp_libm_tan_f64", tp_libm_tan_f64),
-    ("tp_libm_asin_f64", tp_libm_asin_f64),
-    ("tp_libm_acos_f64", tp_libm_acos_f64),
-    ("tp_libm_atan_f64", tp_libm_atan_f64),
-    ("tp_libm_sinh_f64", tp_libm_sinh_f64),
-    ("tp_libm_cosh_f64", tp_libm_cosh_f64),
-    ("tp_libm_asinh_f64", tp_libm_asinh_f64),
-    ("tp_libm_acosh_f64", tp_libm_acosh_f64),
-    ("tp_libm_atanh_f64", tp_libm_atanh_f64),
-    ("tp_libm_log2_f64", tp_libm_log2_f64),
-    ("tp_libm_log10_f64", tp_libm_log10_f64),
-    ("tp_libm_exp2_f64", tp_libm_exp2_f64),
-];
-
-type BinaryShim = extern "C" fn(f64, f64) -> f64;
-
-/// The f64 libm functions of [`LibmFn2`] (same order as `LibmFn2::ALL`).
-const LIBM2_SHIMS: [(&str, BinaryShim); 4] = [
-    ("tp_libm_atan2_f64", tp_libm_atan2_f64),
-    ("tp_libm_hypot_f64", tp_libm_hypot_f64),
-    ("tp_libm_fmod_f64", tp_libm_fmod_f64),
-    ("tp_libm_copysign_f64", tp_libm_copysign_f64),
-];
-
-/// Number of shims: one per [`MathFn`], `pow`, one per [`LibmFn`] and per [`LibmFn2`].
-pub const NUM_SHIMS: usize = 13 + LIBM_SHIMS.len() + LIBM2_SHIMS.len();
-const POW_SHIM: usize = 12;
+/// The shims in table order: one per [`MathFn`], `pow`, one per [`LibmFn`], one per
+/// [`LibmFn2`] (all from the math library's function tables).
+pub const NUM_SHIMS: usize = MathFn::ALL.len() + 1 + LibmFn::ALL.len() + LibmFn2::ALL.len();
+const POW_SHIM: usize = MathFn::ALL.len();
 const POW_SHIM_NAME: &str = "tp_math_pow_f64";
 /// Shim index of the first [`LibmFn`], then of the first [`LibmFn2`].
-const LIBM_SHIM: usize = 13;
-const LIBM2_SHIM: usize = LIBM_SHIM + LIBM_SHIMS.len();
+const LIBM_SHIM: usize = POW_SHIM + 1;
+const LIBM2_SHIM: usize = LIBM_SHIM + LibmFn::ALL.len();
+
+/// Index of `f`'s f64 shim in the shim table.
+fn shim_index(f: MathFn) -> usize {
+    MathFn::ALL.iter().position(|&g| g == f).expect("in ALL")
+}
 
 fn libm_shim_index(f: LibmFn) -> usize {
     LIBM_SHIM + LibmFn::ALL.iter().position(|&g| g == f).expect("in ALL")
@@ -202,33 +154,19 @@ pub struct ShimSymbol {
 /// assert_eq!(syms[0].name, "tp_math_exp_f64");
 /// ```
 pub fn shim_symbols() -> [ShimSymbol; NUM_SHIMS] {
-    let mut out = [ShimSymbol {
-        name: POW_SHIM_NAME,
-        addr: tp_math_pow_f64 as *const u8,
-        params: 2,
-    }; NUM_SHIMS];
-    for (slot, (name, f)) in out.iter_mut().zip(SHIMS) {
-        *slot = ShimSymbol {
-            name,
-            addr: f as *const u8,
-            params: 1,
-        };
-    }
-    for (slot, (name, f)) in out[LIBM_SHIM..].iter_mut().zip(LIBM_SHIMS) {
-        *slot = ShimSymbol {
-            name,
-            addr: f as *const u8,
-            params: 1,
-        };
-    }
-    for (slot, (name, f)) in out[LIBM2_SHIM..].iter_mut().zip(LIBM2_SHIMS) {
-        *slot = ShimSymbol {
-            name,
-            addr: f as *const u8,
-            params: 2,
-        };
-    }
-    out
+    let symbol = |name, addr, params| ShimSymbol { name, addr, params };
+    let unary =
+        |(name, f): (&'static str, extern "C" fn(f64) -> f64)| symbol(name, f as *const u8, 1);
+    let binary =
+        |(name, f): (&'static str, extern "C" fn(f64, f64) -> f64)| symbol(name, f as *const u8, 2);
+    let all: Vec<ShimSymbol> = MathFn::ALL
+        .iter()
+        .map(|f| unary(f.shim()))
+        .chain([symbol(POW_SHIM_NAME, tp_math_pow_f64 as *const u8, 2)])
+        .chain(LibmFn::ALL.iter().map(|f| unary(f.shim())))
+        .chain(LibmFn2::ALL.iter().map(|f| binary(f.shim())))
+        .collect();
+    all.try_into().expect("NUM_SHIMS symbols")
 }
 
 /// The f64 shims declared (as imports) in one [`Module`].
@@ -365,19 +303,7 @@ pub fn emit_unary(fb: &mut FunctionBuilder, ctx: &MathCtx, f: MathFn, x: Value) 
     match ty {
         F32 | F32X4 if f.is_inline_f32() => {
             let em = &mut Em::new(fb, ty, ctx.has_fma);
-            match f {
-                MathFn::Exp => approx::exp(em, x),
-                MathFn::Log => approx::log(em, x),
-                MathFn::Tanh => approx::tanh(em, x),
-                MathFn::Sigmoid => approx::sigmoid(em, x),
-                MathFn::Erf => approx::erf(em, x),
-                MathFn::GeluErf => approx::gelu_erf(em, x),
-                MathFn::GeluTanh => approx::gelu_tanh(em, x),
-                MathFn::Silu => approx::silu(em, x),
-                MathFn::Log1p => approx::log1p(em, x),
-                MathFn::Expm1 => approx::expm1(em, x),
-                MathFn::Sin | MathFn::Cos => unreachable!(),
-            }
+            f.approx(em, x).expect("an inline f32 form")
         }
         F32 | F32X4 => per_lane(fb, ctx, shim_index(f), &[x], true),
         F64 | F64X2 => per_lane(fb, ctx, shim_index(f), &[x], false),

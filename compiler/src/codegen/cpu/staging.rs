@@ -31,7 +31,6 @@ use cranelift_codegen::ir::{
 use tensorplay_ir::{CompileKind, DType, Error, Result, ScalarOp};
 
 use crate::codegen::cpu::emit::{Emitter, Row};
-use crate::codegen::cpu::math::MathFn;
 use crate::codegen::cpu::math::bulk::{self, BulkOp};
 use crate::codegen::cpu::types::{Buf, Lanes};
 use crate::codegen::kernel::{Inst, KernelSpec, LoopKind, LoopLayout, StrideClass, ValueId};
@@ -83,18 +82,7 @@ pub(super) fn bulk_op(op: ScalarOp, compute: DType) -> Option<BulkOp> {
         return None;
     }
     let b = match op {
-        ScalarOp::Exp => BulkOp::Math(MathFn::Exp),
-        ScalarOp::Log => BulkOp::Math(MathFn::Log),
-        ScalarOp::Tanh => BulkOp::Math(MathFn::Tanh),
-        ScalarOp::Sigmoid => BulkOp::Math(MathFn::Sigmoid),
-        ScalarOp::Erf => BulkOp::Math(MathFn::Erf),
-        ScalarOp::GeluErf => BulkOp::Math(MathFn::GeluErf),
-        ScalarOp::GeluTanh => BulkOp::Math(MathFn::GeluTanh),
-        ScalarOp::Silu => BulkOp::Math(MathFn::Silu),
-        ScalarOp::Sin => BulkOp::Math(MathFn::Sin),
-        ScalarOp::Cos => BulkOp::Math(MathFn::Cos),
-        ScalarOp::Log1p => BulkOp::Math(MathFn::Log1p),
-        ScalarOp::Expm1 => BulkOp::Math(MathFn::Expm1),
+        ScalarOp::Math(f) => BulkOp::Math(f),
         ScalarOp::Pow => BulkOp::Pow,
         ScalarOp::Sqrt => BulkOp::Sqrt,
         ScalarOp::Div => BulkOp::Div,

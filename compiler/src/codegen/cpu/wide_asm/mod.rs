@@ -285,14 +285,14 @@ mod tests {
         // (W2), two in one stage, a later stage reloading inputs and spilled values, `pow`
         // with a constant exponent (a slot written from a fixed register), and outlined ops
         // nested (a bulk result feeding a bulk call), each with an output per stage.
-        v.push(unary_store(GeluTanh));
-        v.push(unary_store(Exp));
+        v.push(unary_store(ScalarOp::GeluTanh));
+        v.push(unary_store(ScalarOp::Exp));
         v.push(spec(
             2,
             1,
             vec![
                 Inst::Load { input: 0 },
-                op(Silu, vec![0]),
+                op(ScalarOp::Silu, vec![0]),
                 Inst::Load { input: 1 },
                 op(Mul, vec![1, 2]),
                 store(0, 3),
@@ -307,9 +307,9 @@ mod tests {
                 op(Mul, vec![0, 1]),
                 konst(0.5),
                 op(Add, vec![2, 3]),
-                op(Tanh, vec![4]),
+                op(ScalarOp::Tanh, vec![4]),
                 op(Neg, vec![0]),
-                op(Exp, vec![6]),
+                op(ScalarOp::Exp, vec![6]),
                 op(Mul, vec![7, 1]),
                 op(Add, vec![5, 8]),
                 op(Sub, vec![9, 4]),
@@ -324,10 +324,10 @@ mod tests {
                 Inst::Load { input: 0 },
                 konst(2.5),
                 op(Pow, vec![0, 1]),
-                op(Exp, vec![0]),
+                op(ScalarOp::Exp, vec![0]),
                 Inst::Load { input: 1 },
                 op(Pow, vec![3, 4]),
-                op(Sigmoid, vec![5]),
+                op(ScalarOp::Sigmoid, vec![5]),
                 op(Add, vec![6, 2]),
                 store(0, 7),
                 store(1, 3),
@@ -386,7 +386,7 @@ mod tests {
                 Inst::Load { input: 0 },
                 Inst::Load { input: 1 },
                 cmp(Gt, vec![0, 1]),
-                op(Exp, vec![0]),
+                op(ScalarOp::Exp, vec![0]),
                 cmp(Gt, vec![3, 1]),
                 logic(LogicalAnd, vec![2, 4]),
                 op(Where, vec![5, 0, 1]),
