@@ -161,9 +161,10 @@ fn exp_scaled(y: f64, t: f64) -> f64 {
 /// gelu_erf for `x < -36` (results below 1e-280, subnormal below -37.6) by
 /// the asymptotic series of erfc: `-exp(-x^2 / 2) / sqrt(2 pi) * (1 - 1/x^2 +
 /// 3/x^4 - 15/x^6 ...)` (8 terms reach 3e-19), with `x^2` exact in two parts
-/// and `exp` scaled by 2^64 so subnormal results round once. Eager computes
-/// the same way there.
-fn gelu_erf_far_tail(x: f64) -> f64 {
+/// and `exp` scaled by 2^64 so subnormal results round once (`0.5 x erfc(..)`
+/// rounds erfc to a subnormal first, ~10 ulps off there). Eager's f64 gelu
+/// calls this too.
+pub fn gelu_erf_far_tail(x: f64) -> f64 {
     if x < -40.0 {
         // Below -38.6 the result is under half the smallest subnormal: -0.0 (as PyTorch gives
         // for huge negative x), and NaN for -inf (x * erfc(inf) = -inf * 0, as PyTorch). The

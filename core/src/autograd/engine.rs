@@ -42,131 +42,182 @@ fn run(
     } else {
         no_grad()
     };
-    let mut captured: Vec<Option<Tensor>> = vec![None; targets.map_or(0, |t| t.len())];
-
-    // Seed buffers and collect reachable nodes.
-    let mut nodes: Vec<Arc<Node>> = Vec::new();
-    let mut index: HashMap<*const Node, usize> = HashMap::new();
-    let mut buffers: Vec<Vec<Option<Tensor>>> = Vec::new();
-    let mut stack: Vec<Arc<Node>> = Vec::new();
-    let mut visit = |n: &Arc<Node>,
-                     nodes: &mut Vec<Arc<Node>>,
-                     buffers: &mut Vec<Vec<Option<Tensor>>>,
-                     stack: &mut Vec<Arc<Node>>|
-     -> usize {
-        *index.entry(key(n)).or_insert_with(|| {
-            nodes.push(n.clone());
-            buffers.push(vec![None; n.output_meta.len()]);
-            stack.push(n.clone());
-            nodes.len() - 1
-        })
+    let mut sink = Sink {
+        targets,
+        create_graph,
+        captured: vec![None; targets.map_or(0, |t| t.len())],
     };
-    let mut leaf_grads: Vec<(Tensor, Tensor)> = Vec::new();
-    for (t, g) in roots.iter().zip(root_grads) {
-        match t.grad_edge() {
-            Some(GradEdge { node, output }) => {
-                let i = visit(node, &mut nodes, &mut buffers, &mut stack);
-                add_into(&mut buffers[i][*output], g)?;
-            }
-            None if t.requires_grad() => leaf_grads.push((t.clone(), g)),
-            None => {
-                return Err(Error::Autograd(
-                    "a tensor passed to backward does not require grad and has no grad_fn".into(),
-                ));
+    let mut walk = Walk::default();
+    let leaf_grads = walk.seed(roots, root_grads)?;
+    walk.reach_all();
+    let mut deps = walk.dependencies();
+    for (leaf, g) in leaf_grads {
+        sink.leaf(&leaf, g)?;
+    }
+    walk.backward(&mut deps, &mut sink)?;
+    Ok(sink.captured)
+}
+
+/// The recorded graph one backward pass walks: the nodes reached from the roots (in the order
+/// first reached), their index, and the gradient buffer of each node's outputs.
+#[derive(Default)]
+struct Walk {
+    nodes: Vec<Arc<Node>>,
+    index: HashMap<*const Node, usize>,
+    buffers: Vec<Vec<Option<Tensor>>>,
+    /// Nodes reached whose edges are not followed yet.
+    stack: Vec<Arc<Node>>,
+}
+
+impl Walk {
+    /// The index of `n`, adding it (with empty gradient buffers) when first reached.
+    fn visit(&mut self, n: &Arc<Node>) -> usize {
+        *self.index.entry(key(n)).or_insert_with(|| {
+            self.nodes.push(n.clone());
+            self.buffers.push(vec![None; n.output_meta.len()]);
+            self.stack.push(n.clone());
+            self.nodes.len() - 1
+        })
+    }
+
+    /// Puts each root's gradient into its node's buffer; returns the gradients of roots that are
+    /// leaves (they reach no node).
+    fn seed(&mut self, roots: &[Tensor], root_grads: Vec<Tensor>) -> Result<Vec<(Tensor, Tensor)>> {
+        let mut leaf_grads: Vec<(Tensor, Tensor)> = Vec::new();
+        for (t, g) in roots.iter().zip(root_grads) {
+            match t.grad_edge() {
+                Some(GradEdge { node, output }) => {
+                    let i = self.visit(node);
+                    add_into(&mut self.buffers[i][*output], g)?;
+                }
+                None if t.requires_grad() => leaf_grads.push((t.clone(), g)),
+                None => {
+                    return Err(Error::Autograd(
+                        "a tensor passed to backward does not require grad and has no grad_fn"
+                            .into(),
+                    ));
+                }
             }
         }
+        Ok(leaf_grads)
     }
-    while let Some(n) = stack.pop() {
-        for e in n.next.iter().flatten() {
-            if let Edge::Node(GradEdge { node, .. }) = e {
-                visit(node, &mut nodes, &mut buffers, &mut stack);
-            }
-        }
-    }
-    let mut deps = vec![0usize; nodes.len()];
-    for n in &nodes {
-        for e in n.next.iter().flatten() {
-            if let Edge::Node(GradEdge { node, .. }) = e {
-                deps[index[&key(node)]] += 1;
+
+    /// Follows edges from the seeded nodes until every reachable node is visited.
+    fn reach_all(&mut self) {
+        while let Some(n) = self.stack.pop() {
+            for e in n.next.iter().flatten() {
+                if let Edge::Node(GradEdge { node, .. }) = e {
+                    self.visit(node);
+                }
             }
         }
     }
 
-    let deliver_leaf =
-        |leaf: &Tensor, g: Tensor, captured: &mut Vec<Option<Tensor>>| -> Result<()> {
-            let g = if g.dtype() != leaf.dtype() {
-                g.to_dtype(leaf.dtype())?
+    /// How many edges of reached nodes lead into each node: a node runs when its count is 0.
+    fn dependencies(&self) -> Vec<usize> {
+        let mut deps = vec![0usize; self.nodes.len()];
+        for n in &self.nodes {
+            for e in n.next.iter().flatten() {
+                if let Edge::Node(GradEdge { node, .. }) = e {
+                    deps[self.index[&key(node)]] += 1;
+                }
+            }
+        }
+        deps
+    }
+
+    /// Runs each node once all its gradients are in (dependency order), handing its input
+    /// gradients to the nodes and leaves its edges lead to.
+    fn backward(&mut self, deps: &mut [usize], sink: &mut Sink) -> Result<()> {
+        let mut ready: Vec<usize> = (0..self.nodes.len()).filter(|&i| deps[i] == 0).collect();
+        while let Some(i) = ready.pop() {
+            let node = self.nodes[i].clone();
+            let grads = std::mem::take(&mut self.buffers[i]);
+            sink.node_outputs(&node, &grads)?;
+            let input_grads = if grads.iter().any(Option::is_some) {
+                node.run(&grads)?
             } else {
-                g
+                vec![None; node.next.len()]
             };
-            match targets {
-                Some(ts) => {
-                    for (i, t) in ts.iter().enumerate() {
-                        if let Target::Leaf(l) = t
-                            && l.same(leaf)
-                        {
-                            add_into(&mut captured[i], g.clone())?;
+            for (edge, g) in node.next.iter().zip(input_grads) {
+                match edge {
+                    Some(Edge::Node(GradEdge { node: next, output })) => {
+                        let j = self.index[&key(next)];
+                        if let Some(g) = g {
+                            let want = next.output_meta[*output].1;
+                            let g = if g.dtype() != want {
+                                g.to_dtype(want)?
+                            } else {
+                                g
+                            };
+                            add_into(&mut self.buffers[j][*output], g)?;
+                        }
+                        deps[j] -= 1;
+                        if deps[j] == 0 {
+                            ready.push(j);
                         }
                     }
-                }
-                None => {
-                    let g = if create_graph { g } else { g.detach() };
-                    leaf.accumulate_grad(g)?;
+                    Some(Edge::Leaf(leaf)) => {
+                        if let Some(g) = g {
+                            sink.leaf(leaf, g)?;
+                        }
+                    }
+                    None => {}
                 }
             }
-            Ok(())
+        }
+        Ok(())
+    }
+}
+
+/// Where a backward pass's gradients go: into the targets' captures (`grad()`), or into every
+/// leaf's `.grad` (`backward()`).
+struct Sink<'a> {
+    targets: Option<&'a [Target]>,
+    create_graph: bool,
+    captured: Vec<Option<Tensor>>,
+}
+
+impl Sink<'_> {
+    /// Delivers a leaf's gradient (cast to its dtype).
+    fn leaf(&mut self, leaf: &Tensor, g: Tensor) -> Result<()> {
+        let g = if g.dtype() != leaf.dtype() {
+            g.to_dtype(leaf.dtype())?
+        } else {
+            g
         };
-    for (leaf, g) in leaf_grads {
-        deliver_leaf(&leaf, g, &mut captured)?;
+        match self.targets {
+            Some(ts) => {
+                for (i, t) in ts.iter().enumerate() {
+                    if let Target::Leaf(l) = t
+                        && l.same(leaf)
+                    {
+                        add_into(&mut self.captured[i], g.clone())?;
+                    }
+                }
+            }
+            None => {
+                let g = if self.create_graph { g } else { g.detach() };
+                leaf.accumulate_grad(g)?;
+            }
+        }
+        Ok(())
     }
 
-    let mut ready: Vec<usize> = (0..nodes.len()).filter(|&i| deps[i] == 0).collect();
-    while let Some(i) = ready.pop() {
-        let node = nodes[i].clone();
-        let grads = std::mem::take(&mut buffers[i]);
-        if let Some(ts) = targets {
+    /// Captures the gradients of `node`'s outputs that are targets (non-leaf inputs of `grad()`).
+    fn node_outputs(&mut self, node: &Arc<Node>, grads: &[Option<Tensor>]) -> Result<()> {
+        if let Some(ts) = self.targets {
             for (ti, t) in ts.iter().enumerate() {
                 if let Target::Output(p, out) = t
-                    && *p == key(&node)
+                    && *p == key(node)
                     && let Some(g) = &grads[*out]
                 {
-                    add_into(&mut captured[ti], g.clone())?;
+                    add_into(&mut self.captured[ti], g.clone())?;
                 }
             }
         }
-        let input_grads = if grads.iter().any(Option::is_some) {
-            node.run(&grads)?
-        } else {
-            vec![None; node.next.len()]
-        };
-        for (edge, g) in node.next.iter().zip(input_grads) {
-            match edge {
-                Some(Edge::Node(GradEdge { node: next, output })) => {
-                    let j = index[&key(next)];
-                    if let Some(g) = g {
-                        let want = next.output_meta[*output].1;
-                        let g = if g.dtype() != want {
-                            g.to_dtype(want)?
-                        } else {
-                            g
-                        };
-                        add_into(&mut buffers[j][*output], g)?;
-                    }
-                    deps[j] -= 1;
-                    if deps[j] == 0 {
-                        ready.push(j);
-                    }
-                }
-                Some(Edge::Leaf(leaf)) => {
-                    if let Some(g) = g {
-                        deliver_leaf(leaf, g, &mut captured)?;
-                    }
-                }
-                None => {}
-            }
-        }
+        Ok(())
     }
-    Ok(captured)
 }
 
 fn default_root_grads(roots: &[Tensor], grads: &[Option<Tensor>]) -> Result<Vec<Tensor>> {

@@ -136,104 +136,123 @@ where
         emit: impl Fn(usize, A, usize) + Sync,
     ) -> Result<()> {
         let px = SendPtr(x.data_ptr(op)? as *mut T);
-        let (mut kshape, mut kstr, mut rshape, mut rstr) = (vec![], vec![], vec![], vec![]);
-        for ((&s, &st), &m) in x.shape().iter().zip(x.strides()).zip(mask) {
-            if m {
-                rshape.push(s);
-                rstr.push(st);
-            } else {
-                kshape.push(s);
-                kstr.push(st);
-            }
-        }
-        let nout: usize = kshape.iter().product();
-        let nred: usize = rshape.iter().product();
-        if nout == 0 {
+        let Some(walk) = Walk::new(px, x, mask) else {
             return Ok(());
-        }
-        let ostr = tensorplay_ir::shape::contiguous_strides(&kshape);
-        let outer = Nest::<2>::new(&kshape, [&ostr, &kstr]);
-        let inner = Nest::<1>::new(&rshape, [&rstr]);
-        let [istride] = inner.inner_strides();
-
-        // Reduces reduced-space positions `range` starting from element offset `base`.
-        let partial = |base: isize, range: std::ops::Range<usize>| -> A {
-            let mut acc = (self.init)();
-            let mut pos = range.start;
-            // SAFETY: `base + o` walks `x`'s own strides over its own shape (the nests split `x`'s
-            // dims), so each run lies inside `x`'s storage; `x` is initialised and only read here,
-            // and a reduction's output is a fresh tensor, never `x`.
-            inner.for_each_run(range, |[o], len| unsafe {
-                if istride == 1 {
-                    let xs = std::slice::from_raw_parts(px.at(base + o), len);
-                    acc = (self.slice)(acc, xs, pos);
-                } else {
-                    for i in 0..len as isize {
-                        let v = *px.at(base + o + i * istride);
-                        acc = (self.step)(acc, v, pos + i as usize);
-                    }
-                }
-                pos += len;
-            });
-            acc
         };
-        // Accumulates `width` outputs whose input elements are adjacent (unit stride along the
-        // kept dim) over the reduced positions `range`: walks the reduced space once, updating a
-        // row of accumulators per position, so memory is read row by row, not column by column.
-        let columns =
-            |base: isize, width: usize, range: std::ops::Range<usize>, accs: &mut Vec<A>| {
-                accs.clear();
-                accs.resize(width, (self.init)());
-                let mut pos = range.start;
-                inner.for_each_run(range, |[o], len| {
-                    for i in 0..len {
-                        let row = base + o + i as isize * istride;
-                        // SAFETY: `width` adjacent kept elements (unit stride) of row `row` lie
-                        // inside `x`, which is initialised and only read while `xs` lives.
-                        let xs = unsafe { std::slice::from_raw_parts(px.at(row), width) };
-                        for (a, &v) in accs.iter_mut().zip(xs) {
-                            *a = (self.step)(*a, v, pos + i);
-                        }
-                    }
-                    pos += len;
-                });
-            };
         let threads = parallel::num_threads();
-        let total = nout * nred;
-        let parallel = threads > 1 && total >= PAR_MIN_ELEMS;
-        let [so, sx] = outer.inner_strides();
-        if sx == 1 && istride != 1 && nred > 1 {
-            self.by_columns(&outer, nout, nred, parallel, threads, &columns, &emit);
-            return Ok(());
+        let parallel = threads > 1 && walk.nout * walk.nred >= PAR_MIN_ELEMS;
+        let [_, sx] = walk.outer.inner_strides();
+        if sx == 1 && walk.istride != 1 && walk.nred > 1 {
+            self.by_columns(&walk, parallel, threads, &emit);
+        } else if parallel && walk.nout < threads * 4 && walk.nred >= PAR_MIN_ELEMS / 2 {
+            self.by_reduced_chunks(&walk, threads, &emit);
+        } else {
+            self.by_outputs(&walk, parallel, threads, &emit);
         }
-        if parallel && nout < threads * 4 && nred >= PAR_MIN_ELEMS / 2 {
-            // Few outputs, long reductions: split each reduction into chunks merged in order.
-            let chunks = (nred / (PAR_MIN_ELEMS / 2)).clamp(1, threads * 4);
-            let per = nred.div_ceil(chunks);
-            let mut bases: Vec<(isize, isize)> = Vec::with_capacity(nout);
-            outer.for_each_run(0..nout, |[oo, ox], len| {
+        Ok(())
+    }
+
+    /// Reduces reduced-space positions `range` of the output whose input starts at element
+    /// offset `base`.
+    #[inline(always)]
+    fn partial(&self, walk: &Walk<T>, base: isize, range: std::ops::Range<usize>) -> A {
+        let (px, istride) = (walk.px, walk.istride);
+        let mut acc = (self.init)();
+        let mut pos = range.start;
+        // SAFETY: `base + o` walks `x`'s own strides over its own shape (the nests split `x`'s
+        // dims), so each run lies inside `x`'s storage; `x` is initialised and only read here,
+        // and a reduction's output is a fresh tensor, never `x`.
+        walk.inner.for_each_run(range, |[o], len| unsafe {
+            if istride == 1 {
+                let xs = std::slice::from_raw_parts(px.at(base + o), len);
+                acc = (self.slice)(acc, xs, pos);
+            } else {
                 for i in 0..len as isize {
-                    bases.push((oo + i * so, ox + i * sx));
+                    let v = *px.at(base + o + i * istride);
+                    acc = (self.step)(acc, v, pos + i as usize);
                 }
-            });
-            for (oo, ox) in bases {
-                let parts: Vec<A> = parallel::pool().install(|| {
-                    (0..chunks)
-                        .into_par_iter()
-                        .map(|c| partial(ox, (c * per).min(nred)..((c + 1) * per).min(nred)))
-                        .collect()
-                });
-                let acc = parts
-                    .into_iter()
-                    .reduce(|a, b| (self.merge)(a, b))
-                    .unwrap_or_else(|| (self.init)());
-                emit(oo as usize, acc, nred);
             }
-            return Ok(());
+            pos += len;
+        });
+        acc
+    }
+
+    /// Accumulates `width` outputs whose input elements are adjacent (unit stride along the
+    /// kept dim) over the reduced positions `range`: walks the reduced space once, updating a
+    /// row of accumulators per position, so memory is read row by row, not column by column.
+    #[inline(always)]
+    fn columns(
+        &self,
+        walk: &Walk<T>,
+        base: isize,
+        width: usize,
+        range: std::ops::Range<usize>,
+        accs: &mut Vec<A>,
+    ) {
+        let (px, istride) = (walk.px, walk.istride);
+        accs.clear();
+        accs.resize(width, (self.init)());
+        let mut pos = range.start;
+        walk.inner.for_each_run(range, |[o], len| {
+            for i in 0..len {
+                let row = base + o + i as isize * istride;
+                // SAFETY: `width` adjacent kept elements (unit stride) of row `row` lie
+                // inside `x`, which is initialised and only read while `xs` lives.
+                let xs = unsafe { std::slice::from_raw_parts(px.at(row), width) };
+                for (a, &v) in accs.iter_mut().zip(xs) {
+                    *a = (self.step)(*a, v, pos + i);
+                }
+            }
+            pos += len;
+        });
+    }
+
+    /// Few outputs, long reductions: each output's reduction is split into chunks run on the
+    /// pool, whose partial results are merged in chunk order.
+    fn by_reduced_chunks(
+        &self,
+        walk: &Walk<T>,
+        threads: usize,
+        emit: &(impl Fn(usize, A, usize) + Sync),
+    ) {
+        let (nout, nred) = (walk.nout, walk.nred);
+        let [so, sx] = walk.outer.inner_strides();
+        let chunks = (nred / (PAR_MIN_ELEMS / 2)).clamp(1, threads * 4);
+        let per = nred.div_ceil(chunks);
+        let mut bases: Vec<(isize, isize)> = Vec::with_capacity(nout);
+        walk.outer.for_each_run(0..nout, |[oo, ox], len| {
+            for i in 0..len as isize {
+                bases.push((oo + i * so, ox + i * sx));
+            }
+        });
+        for (oo, ox) in bases {
+            let parts: Vec<A> = parallel::pool().install(|| {
+                (0..chunks)
+                    .into_par_iter()
+                    .map(|c| self.partial(walk, ox, (c * per).min(nred)..((c + 1) * per).min(nred)))
+                    .collect()
+            });
+            let acc = parts
+                .into_iter()
+                .reduce(|a, b| (self.merge)(a, b))
+                .unwrap_or_else(|| (self.init)());
+            emit(oo as usize, acc, nred);
         }
+    }
+
+    /// One whole reduction per output, outputs split across the pool when `parallel`.
+    fn by_outputs(
+        &self,
+        walk: &Walk<T>,
+        parallel: bool,
+        threads: usize,
+        emit: &(impl Fn(usize, A, usize) + Sync),
+    ) {
+        let (nout, nred) = (walk.nout, walk.nred);
+        let [so, sx] = walk.outer.inner_strides();
         let body = |[oo, ox]: [isize; 2], len: usize| {
             for i in 0..len as isize {
-                let acc = partial(ox + i * sx, 0..nred);
+                let acc = self.partial(walk, ox + i * sx, 0..nred);
                 emit((oo + i * so) as usize, acc, nred);
             }
         };
@@ -243,30 +262,26 @@ where
             parallel::pool().install(|| {
                 (0..chunks).into_par_iter().for_each(|c| {
                     let r = (c * per).min(nout)..((c + 1) * per).min(nout);
-                    outer.for_each_run(r, body);
+                    walk.outer.for_each_run(r, body);
                 })
             });
         } else {
-            outer.for_each_run(0..nout, body);
+            walk.outer.for_each_run(0..nout, body);
         }
-        Ok(())
     }
 
     /// The column path of [`Reducer::run_with`]: kept elements are adjacent in memory while the
     /// reduction walks a larger stride. Outputs are cut into blocks of up to [`COLS`] adjacent
     /// columns; with too few blocks to feed the pool, each block's reduced range is also split
     /// into chunks whose accumulator rows are merged in chunk order (deterministic).
-    #[allow(clippy::too_many_arguments)]
     fn by_columns(
         &self,
-        outer: &Nest<2>,
-        nout: usize,
-        nred: usize,
+        walk: &Walk<T>,
         parallel: bool,
         threads: usize,
-        columns: &(impl Fn(isize, usize, std::ops::Range<usize>, &mut Vec<A>) + Sync),
         emit: &(impl Fn(usize, A, usize) + Sync),
     ) {
+        let (outer, nout, nred) = (&walk.outer, walk.nout, walk.nred);
         // (first output, first input element, width) of each column block.
         let mut blocks: Vec<(usize, isize, usize)> = Vec::new();
         outer.for_each_run(0..nout, |[oo, ox], len| {
@@ -298,7 +313,8 @@ where
                         .into_par_iter()
                         .map(|c| {
                             let mut accs = Vec::new();
-                            columns(
+                            self.columns(
+                                walk,
                                 b.1,
                                 b.2,
                                 (c * per).min(nred)..((c + 1) * per).min(nred),
@@ -326,7 +342,7 @@ where
                     for &b in
                         &blocks[(c * per).min(blocks.len())..((c + 1) * per).min(blocks.len())]
                     {
-                        columns(b.1, b.2, 0..nred, &mut accs);
+                        self.columns(walk, b.1, b.2, 0..nred, &mut accs);
                         finish_block(b, &accs);
                     }
                 })
@@ -334,10 +350,58 @@ where
         } else {
             let mut accs = Vec::new();
             for &b in &blocks {
-                columns(b.1, b.2, 0..nred, &mut accs);
+                self.columns(walk, b.1, b.2, 0..nred, &mut accs);
                 finish_block(b, &accs);
             }
         }
+    }
+}
+
+/// A strided tensor's dims split for one reduction: the kept dims, walked with the output
+/// (`outer`, over output and input offsets), and the reduced dims, walked per output (`inner`).
+struct Walk<T> {
+    px: SendPtr<T>,
+    outer: Nest<2>,
+    inner: Nest<1>,
+    /// The innermost stride of the reduced dims (1: reduced runs are unit-stride slices).
+    istride: isize,
+    /// Output elements (the product of the kept sizes).
+    nout: usize,
+    /// Reduced positions per output (the product of the reduced sizes).
+    nred: usize,
+}
+
+impl<T> Walk<T> {
+    /// Splits the dims of `x` (whose data `px` points at) by `mask`; `None` when the output has
+    /// no elements.
+    fn new(px: SendPtr<T>, x: &Tensor, mask: &[bool]) -> Option<Walk<T>> {
+        let (mut kshape, mut kstr, mut rshape, mut rstr) = (vec![], vec![], vec![], vec![]);
+        for ((&s, &st), &m) in x.shape().iter().zip(x.strides()).zip(mask) {
+            if m {
+                rshape.push(s);
+                rstr.push(st);
+            } else {
+                kshape.push(s);
+                kstr.push(st);
+            }
+        }
+        let nout: usize = kshape.iter().product();
+        let nred: usize = rshape.iter().product();
+        if nout == 0 {
+            return None;
+        }
+        let ostr = tensorplay_ir::shape::contiguous_strides(&kshape);
+        let outer = Nest::<2>::new(&kshape, [&ostr, &kstr]);
+        let inner = Nest::<1>::new(&rshape, [&rstr]);
+        let [istride] = inner.inner_strides();
+        Some(Walk {
+            px,
+            outer,
+            inner,
+            istride,
+            nout,
+            nred,
+        })
     }
 }
 

@@ -49,6 +49,38 @@ fn float_map(
     }
 }
 
+/// Declares an activation's `OpDef`: elementwise, computed by `meta` (`float`: [`float_meta`]
+/// under the op's name) and `fill`, differentiated by `grad` from the saved inputs, lowered to the
+/// pointwise expression `lower` under `DTypeRule::$dtype` (never `float_only`), cast by
+/// `AutocastPolicy::$autocast`, batched by the derived vmap rule. Its doc is its schema.
+macro_rules! activation {
+    ($STATIC:ident, $name:literal, $schema:literal, meta = float, $($rest:tt)*) => {
+        activation!($STATIC, $name, $schema, meta = |a| float_meta($name, a), $($rest)*);
+    };
+    ($STATIC:ident, $name:literal, $schema:literal, meta = $meta:expr, fill = $fill:expr,
+     grad = $grad:expr, lower = $lower:expr, dtype = $dtype:ident, autocast = $ac:ident) => {
+        #[doc = concat!("`", $schema, "`")]
+        pub static $STATIC: OpDef = OpDef {
+            name: $name,
+            schema: $schema,
+            class: OpClass::Elementwise,
+            kernel: Kernel::Compute {
+                meta: $meta,
+                fill: $fill,
+            },
+            derivative: Some($grad),
+            saved: Saved::Inputs,
+            lower: Lower::Pointwise(Pointwise {
+                expr: $lower,
+                dtype: DTypeRule::$dtype,
+                float_only: false,
+            }),
+            autocast: AutocastPolicy::$ac,
+            vmap: VmapRule::Derived,
+        };
+    };
+}
+
 // ---- leaky_relu ----------------------------------------------------------------------------
 
 /// PyTorch's default `negative_slope`.
@@ -93,25 +125,12 @@ fn leaky_relu_lowering(attrs: &[&Attr]) -> Result<ScalarExpr> {
     ))
 }
 
-/// `leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor`
-pub static LEAKY_RELU: OpDef = OpDef {
-    name: "leaky_relu",
-    schema: "leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor",
-    class: OpClass::Elementwise,
-    kernel: Kernel::Compute {
-        meta: |a| float_meta("leaky_relu", a),
-        fill: leaky_relu_fill,
-    },
-    derivative: Some(leaky_relu_grad),
-    saved: Saved::Inputs,
-    lower: Lower::Pointwise(Pointwise {
-        expr: leaky_relu_lowering,
-        dtype: DTypeRule::FloatOnly,
-        float_only: false,
-    }),
-    autocast: AutocastPolicy::Keep,
-    vmap: VmapRule::Derived,
-};
+activation! {
+    LEAKY_RELU, "leaky_relu",
+    "leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor",
+    meta = float, fill = leaky_relu_fill, grad = leaky_relu_grad,
+    lower = leaky_relu_lowering, dtype = FloatOnly, autocast = Keep
+}
 
 // ---- softplus ------------------------------------------------------------------------------
 
@@ -173,25 +192,12 @@ fn softplus_lowering(attrs: &[&Attr]) -> Result<ScalarExpr> {
     ))
 }
 
-/// `softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor`
-pub static SOFTPLUS: OpDef = OpDef {
-    name: "softplus",
-    schema: "softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor",
-    class: OpClass::Elementwise,
-    kernel: Kernel::Compute {
-        meta: |a| float_meta("softplus", a),
-        fill: softplus_fill,
-    },
-    derivative: Some(softplus_grad),
-    saved: Saved::Inputs,
-    lower: Lower::Pointwise(Pointwise {
-        expr: softplus_lowering,
-        dtype: DTypeRule::FloatOnly,
-        float_only: false,
-    }),
-    autocast: AutocastPolicy::F32,
-    vmap: VmapRule::Derived,
-};
+activation! {
+    SOFTPLUS, "softplus",
+    "softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor",
+    meta = float, fill = softplus_fill, grad = softplus_grad,
+    lower = softplus_lowering, dtype = FloatOnly, autocast = F32
+}
 
 impl Tensor {
     /// `x` where `x > 0`, else `x * negative_slope` (PyTorch's default slope is
@@ -297,25 +303,12 @@ fn elu_lowering(attrs: &[&Attr]) -> Result<ScalarExpr> {
     ))
 }
 
-/// `elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor`
-pub static ELU: OpDef = OpDef {
-    name: "elu",
-    schema: "elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor",
-    class: OpClass::Elementwise,
-    kernel: Kernel::Compute {
-        meta: |a| float_meta("elu", a),
-        fill: elu_fill,
-    },
-    derivative: Some(elu_grad),
-    saved: Saved::Inputs,
-    lower: Lower::Pointwise(Pointwise {
-        expr: elu_lowering,
-        dtype: DTypeRule::FloatOnly,
-        float_only: false,
-    }),
-    autocast: AutocastPolicy::Keep,
-    vmap: VmapRule::Derived,
-};
+activation! {
+    ELU, "elu",
+    "elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor",
+    meta = float, fill = elu_fill, grad = elu_grad,
+    lower = elu_lowering, dtype = FloatOnly, autocast = Keep
+}
 
 // ---- hardtanh ------------------------------------------------------------------------------
 
@@ -352,25 +345,12 @@ fn hardtanh_lowering(attrs: &[&Attr]) -> Result<ScalarExpr> {
     }))
 }
 
-/// `hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor`
-pub static HARDTANH: OpDef = OpDef {
-    name: "hardtanh",
-    schema: "hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor",
-    class: OpClass::Elementwise,
-    kernel: Kernel::Compute {
-        meta: |a| float_meta("hardtanh", a),
-        fill: hardtanh_fill,
-    },
-    derivative: Some(hardtanh_grad),
-    saved: Saved::Inputs,
-    lower: Lower::Pointwise(Pointwise {
-        expr: hardtanh_lowering,
-        dtype: DTypeRule::FloatOnly,
-        float_only: false,
-    }),
-    autocast: AutocastPolicy::Keep,
-    vmap: VmapRule::Derived,
-};
+activation! {
+    HARDTANH, "hardtanh",
+    "hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor",
+    meta = float, fill = hardtanh_fill, grad = hardtanh_grad,
+    lower = hardtanh_lowering, dtype = FloatOnly, autocast = Keep
+}
 
 // ---- hardsigmoid, hardswish ----------------------------------------------------------------
 
@@ -397,88 +377,76 @@ fn relu6_shift_expr() -> ScalarExpr {
     )
 }
 
-/// `hardsigmoid(Tensor self) -> Tensor`
-pub static HARDSIGMOID: OpDef = OpDef {
-    name: "hardsigmoid",
-    schema: "hardsigmoid(Tensor self) -> Tensor",
-    class: OpClass::Elementwise,
-    kernel: Kernel::Compute {
-        meta: |a| float_meta("hardsigmoid", a),
-        fill: |a, outs| {
-            float_map(
-                a,
-                &outs[0],
-                |x: f32| relu6_shift!(x) / 6.0,
-                |x: f64| relu6_shift!(x) / 6.0,
-            )
-        },
-    },
-    // grad / 6 strictly inside (-3, 3), else 0.
-    derivative: Some(|c| {
-        let (x, g) = (c.args.tensor(0)?, c.grad(0)?);
-        let inside = x.gt_scalar(-3.0)?.logical_and(&x.lt_scalar(3.0)?)?;
-        Ok(vec![Some(
-            g.mul(&inside.to_dtype(g.dtype())?)?.div_scalar(6.0)?,
-        )])
-    }),
-    saved: Saved::Inputs,
-    lower: Lower::Pointwise(Pointwise {
-        expr: |_| {
-            Ok(ScalarExpr::op(
-                ScalarOp::Div,
-                [relu6_shift_expr(), ScalarExpr::lit(6.0)],
-            ))
-        },
-        dtype: DTypeRule::FloatOnly,
-        float_only: false,
-    }),
-    autocast: AutocastPolicy::Keep,
-    vmap: VmapRule::Derived,
-};
+fn hardsigmoid_fill(a: Args, outs: &[Tensor]) -> Result<()> {
+    float_map(
+        a,
+        &outs[0],
+        |x: f32| relu6_shift!(x) / 6.0,
+        |x: f64| relu6_shift!(x) / 6.0,
+    )
+}
 
-/// `hardswish(Tensor self) -> Tensor`
-pub static HARDSWISH: OpDef = OpDef {
-    name: "hardswish",
-    schema: "hardswish(Tensor self) -> Tensor",
-    class: OpClass::Elementwise,
-    kernel: Kernel::Compute {
-        meta: |a| float_meta("hardswish", a),
-        fill: |a, outs| {
-            float_map(
-                a,
-                &outs[0],
-                |x: f32| x * relu6_shift!(x) / 6.0,
-                |x: f64| x * relu6_shift!(x) / 6.0,
-            )
-        },
-    },
-    // 0 below -3, grad (x / 3 + 0.5) on [-3, 3], grad above.
-    derivative: Some(|c| {
-        let (x, g) = (c.args.tensor(0)?, c.grad(0)?);
-        let z = Tensor::zeros(&[], g.dtype());
-        let one = Tensor::ones(&[], g.dtype());
-        let mid = x.div_scalar(3.0)?.add_scalar(0.5)?;
-        let slope = Tensor::where_cond(&x.le_scalar(3.0)?, &mid, &one)?;
-        let slope = Tensor::where_cond(&x.lt_scalar(-3.0)?, &z, &slope)?;
-        Ok(vec![Some(g.mul(&slope)?)])
-    }),
-    saved: Saved::Inputs,
-    lower: Lower::Pointwise(Pointwise {
-        expr: |_| {
-            Ok(ScalarExpr::op(
-                ScalarOp::Div,
-                [
-                    ScalarExpr::op(ScalarOp::Mul, [ScalarExpr::arg(0), relu6_shift_expr()]),
-                    ScalarExpr::lit(6.0),
-                ],
-            ))
-        },
-        dtype: DTypeRule::FloatOnly,
-        float_only: false,
-    }),
-    autocast: AutocastPolicy::Keep,
-    vmap: VmapRule::Derived,
-};
+/// grad / 6 strictly inside (-3, 3), else 0.
+fn hardsigmoid_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
+    let (x, g) = (c.args.tensor(0)?, c.grad(0)?);
+    let inside = x.gt_scalar(-3.0)?.logical_and(&x.lt_scalar(3.0)?)?;
+    Ok(vec![Some(
+        g.mul(&inside.to_dtype(g.dtype())?)?.div_scalar(6.0)?,
+    )])
+}
+
+/// `clamp(x + 3, 0, 6) / 6`.
+fn hardsigmoid_lowering(_: &[&Attr]) -> Result<ScalarExpr> {
+    Ok(ScalarExpr::op(
+        ScalarOp::Div,
+        [relu6_shift_expr(), ScalarExpr::lit(6.0)],
+    ))
+}
+
+activation! {
+    HARDSIGMOID, "hardsigmoid",
+    "hardsigmoid(Tensor self) -> Tensor",
+    meta = float, fill = hardsigmoid_fill, grad = hardsigmoid_grad,
+    lower = hardsigmoid_lowering, dtype = FloatOnly, autocast = Keep
+}
+
+fn hardswish_fill(a: Args, outs: &[Tensor]) -> Result<()> {
+    float_map(
+        a,
+        &outs[0],
+        |x: f32| x * relu6_shift!(x) / 6.0,
+        |x: f64| x * relu6_shift!(x) / 6.0,
+    )
+}
+
+/// 0 below -3, grad (x / 3 + 0.5) on [-3, 3], grad above.
+fn hardswish_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
+    let (x, g) = (c.args.tensor(0)?, c.grad(0)?);
+    let z = Tensor::zeros(&[], g.dtype());
+    let one = Tensor::ones(&[], g.dtype());
+    let mid = x.div_scalar(3.0)?.add_scalar(0.5)?;
+    let slope = Tensor::where_cond(&x.le_scalar(3.0)?, &mid, &one)?;
+    let slope = Tensor::where_cond(&x.lt_scalar(-3.0)?, &z, &slope)?;
+    Ok(vec![Some(g.mul(&slope)?)])
+}
+
+/// `x * clamp(x + 3, 0, 6) / 6`.
+fn hardswish_lowering(_: &[&Attr]) -> Result<ScalarExpr> {
+    Ok(ScalarExpr::op(
+        ScalarOp::Div,
+        [
+            ScalarExpr::op(ScalarOp::Mul, [ScalarExpr::arg(0), relu6_shift_expr()]),
+            ScalarExpr::lit(6.0),
+        ],
+    ))
+}
+
+activation! {
+    HARDSWISH, "hardswish",
+    "hardswish(Tensor self) -> Tensor",
+    meta = float, fill = hardswish_fill, grad = hardswish_grad,
+    lower = hardswish_lowering, dtype = FloatOnly, autocast = Keep
+}
 
 // ---- mish ----------------------------------------------------------------------------------
 
@@ -496,48 +464,44 @@ fn mish_f64(x: f64) -> f64 {
     }
 }
 
-/// `mish(Tensor self) -> Tensor`
-pub static MISH: OpDef = OpDef {
-    name: "mish",
-    schema: "mish(Tensor self) -> Tensor",
-    class: OpClass::Elementwise,
-    kernel: Kernel::Compute {
-        meta: |a| float_meta("mish", a),
-        // f32 (and halves) evaluate in f64 and round once: the three steep functions would
-        // otherwise compound their roundings.
-        fill: |a, outs| float_map(a, &outs[0], |x| mish_f64(x as f64) as f32, mish_f64),
-    },
-    // tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2), sp = softplus(x)
-    derivative: Some(|c| {
-        let (x, g) = (c.args.tensor(0)?, c.grad(0)?);
-        let t = x.exp()?.log1p()?.tanh()?;
-        let sech2 = t.mul(&t)?.neg()?.add_scalar(1.0)?;
-        let d = t.add(&x.mul(&x.sigmoid()?)?.mul(&sech2)?)?;
-        Ok(vec![Some(g.mul(&d)?)])
-    }),
-    saved: Saved::Inputs,
-    lower: Lower::Pointwise(Pointwise {
-        expr: |_| {
-            let x = ScalarExpr::arg(0);
-            let sp = ScalarExpr::op(
-                ScalarOp::Log1p,
-                [ScalarExpr::op(ScalarOp::Exp, [x.clone()])],
-            );
-            Ok(ScalarExpr::op(
-                ScalarOp::Where,
-                [
-                    ScalarExpr::op(ScalarOp::Lt, [x.clone(), ScalarExpr::lit(MISH_TAIL)]),
-                    ScalarExpr::op(ScalarOp::Silu, [x.clone()]),
-                    ScalarExpr::op(ScalarOp::Mul, [x, ScalarExpr::op(ScalarOp::Tanh, [sp])]),
-                ],
-            ))
-        },
-        dtype: DTypeRule::FloatOnly,
-        float_only: false,
-    }),
-    autocast: AutocastPolicy::Keep,
-    vmap: VmapRule::Derived,
-};
+/// f32 (and halves) evaluate in f64 and round once: the three steep functions would otherwise
+/// compound their roundings.
+fn mish_fill(a: Args, outs: &[Tensor]) -> Result<()> {
+    float_map(a, &outs[0], |x| mish_f64(x as f64) as f32, mish_f64)
+}
+
+/// tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2), sp = softplus(x)
+fn mish_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
+    let (x, g) = (c.args.tensor(0)?, c.grad(0)?);
+    let t = x.exp()?.log1p()?.tanh()?;
+    let sech2 = t.mul(&t)?.neg()?.add_scalar(1.0)?;
+    let d = t.add(&x.mul(&x.sigmoid()?)?.mul(&sech2)?)?;
+    Ok(vec![Some(g.mul(&d)?)])
+}
+
+/// `where(x < MISH_TAIL, silu(x), x * tanh(log1p(exp(x))))`.
+fn mish_lowering(_: &[&Attr]) -> Result<ScalarExpr> {
+    let x = ScalarExpr::arg(0);
+    let sp = ScalarExpr::op(
+        ScalarOp::Log1p,
+        [ScalarExpr::op(ScalarOp::Exp, [x.clone()])],
+    );
+    Ok(ScalarExpr::op(
+        ScalarOp::Where,
+        [
+            ScalarExpr::op(ScalarOp::Lt, [x.clone(), ScalarExpr::lit(MISH_TAIL)]),
+            ScalarExpr::op(ScalarOp::Silu, [x.clone()]),
+            ScalarExpr::op(ScalarOp::Mul, [x, ScalarExpr::op(ScalarOp::Tanh, [sp])]),
+        ],
+    ))
+}
+
+activation! {
+    MISH, "mish",
+    "mish(Tensor self) -> Tensor",
+    meta = float, fill = mish_fill, grad = mish_grad,
+    lower = mish_lowering, dtype = FloatOnly, autocast = Keep
+}
 
 // ---- logit ---------------------------------------------------------------------------------
 
@@ -617,25 +581,12 @@ fn logit_lowering(attrs: &[&Attr]) -> Result<ScalarExpr> {
     Ok(ScalarExpr::op(ScalarOp::Log, [q]))
 }
 
-/// `logit(Tensor self, float? eps=None) -> Tensor`
-pub static LOGIT: OpDef = OpDef {
-    name: "logit",
-    schema: "logit(Tensor self, float? eps=None) -> Tensor",
-    class: OpClass::Elementwise,
-    kernel: Kernel::Compute {
-        meta: logit_meta,
-        fill: logit_fill,
-    },
-    derivative: Some(logit_grad),
-    saved: Saved::Inputs,
-    lower: Lower::Pointwise(Pointwise {
-        expr: logit_lowering,
-        dtype: DTypeRule::Float,
-        float_only: false,
-    }),
-    autocast: AutocastPolicy::Keep,
-    vmap: VmapRule::Derived,
-};
+activation! {
+    LOGIT, "logit",
+    "logit(Tensor self, float? eps=None) -> Tensor",
+    meta = logit_meta, fill = logit_fill, grad = logit_grad,
+    lower = logit_lowering, dtype = Float, autocast = Keep
+}
 
 impl Tensor {
     /// Exponential linear unit: `x * scale` where `x > 0`, else

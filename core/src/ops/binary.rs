@@ -9,6 +9,7 @@ use tensorplay_math::arith::S32;
 use tensorplay_math::bulk::{self, BulkOp};
 use tensorplay_math::pow;
 
+use super::binary_decl::binary_decl;
 use super::lowering::expr;
 use super::{
     AutocastPolicy, DTypeRule, GradCtx, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule,
@@ -182,8 +183,10 @@ macro_rules! binary_bulk {
     };
 }
 
-/// Declares a binary op: its math type and its `OpDef` static. `meta = f, fill = g` override the
-/// shared meta rule and fill (for ops with extra argument checks or fast paths, such as `pow`).
+/// Declares an arithmetic binary op through [`binary_decl!`]: its math type and its `OpDef`
+/// static, lowered to `lower` over the operands under eager's dtype rule. `meta = f, fill = g`
+/// override the shared meta rule and fill (for ops with extra argument checks or fast paths, such
+/// as `pow`).
 macro_rules! binary_op {
     ($STATIC:ident, $Math:ident, $name:literal, out = $out:ident, bool_ok = $bool_ok:expr,
      f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
@@ -212,48 +215,13 @@ macro_rules! binary_op {
      f32 = $f32:expr, f64 = $f64:expr, int = $int:expr, bool = $bool:expr,
      grad = $grad:expr, saved = $saved:ident, meta = $meta:expr, fill = $fill:expr,
      lower = $lower:path $(, autocast = $ac:ident)? $(, bulk = $bulk:ident)?) => {
-        #[doc = concat!("Scalar definition of `", $name, "`.")]
-        pub struct $Math;
-        impl BinaryMath for $Math {
-            const NAME: &'static str = $name;
-            const OUT: BinaryOut = BinaryOut::$out;
-            const BOOL_OK: bool = $bool_ok;
-            const BULK: Option<BulkOp> = binary_bulk!($($bulk)?);
-            #[inline(always)]
-            fn f32(a: f32, b: f32) -> f32 {
-                ($f32)(a, b)
-            }
-            #[inline(always)]
-            fn f64(a: f64, b: f64) -> f64 {
-                ($f64)(a, b)
-            }
-            #[inline(always)]
-            fn int(a: i64, b: i64) -> i64 {
-                ($int)(a, b)
-            }
-            #[inline(always)]
-            fn bool(a: bool, b: bool) -> bool {
-                ($bool)(a, b)
-            }
+        binary_decl! {
+            $STATIC, $Math, $name, out = $out, bool_ok = $bool_ok, bulk = binary_bulk!($($bulk)?),
+            f32 = $f32, f64 = $f64, int = $int, bool = $bool,
+            meta = $meta, fill = $fill, grad = $grad, saved = $saved,
+            lower = Pointwise::op($lower, binary_dtype_rule(BinaryOut::$out, $bool_ok)),
+            autocast = binary_autocast!($($ac)?)
         }
-        #[doc = concat!("`", $name, "(Tensor self, Tensor other) -> Tensor`")]
-        pub static $STATIC: OpDef = OpDef {
-            name: $name,
-            schema: concat!($name, "(Tensor self, Tensor other) -> Tensor"),
-            class: OpClass::Elementwise,
-            kernel: Kernel::Compute {
-                meta: $meta,
-                fill: $fill,
-            },
-            derivative: $grad,
-            saved: Saved::$saved,
-            lower: Lower::Pointwise(Pointwise::op(
-                $lower,
-                binary_dtype_rule(BinaryOut::$out, $bool_ok),
-            )),
-            autocast: binary_autocast!($($ac)?),
-            vmap: VmapRule::Derived,
-        };
     };
 }
 

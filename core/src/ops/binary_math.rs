@@ -16,6 +16,7 @@ use super::binary::{
     BinaryMath, BinaryOut, as_dtype, binary_dtype_rule, binary_fill, binary_meta, grad_for,
     result_type,
 };
+use super::binary_decl::binary_decl;
 use super::{
     AutocastPolicy, DTypeRule, GradCtx, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule,
 };
@@ -34,66 +35,23 @@ fn lit(v: f64) -> E {
     E::lit(v)
 }
 
-/// Declares a binary op over a [`BinaryMath`] type: the math type, the `OpDef` and the tensor
-/// and scalar methods.
+/// Declares a binary op over a [`BinaryMath`] type through [`binary_decl!`]: the math type, the
+/// `OpDef` and the tensor and scalar methods.
 macro_rules! binary_math_op {
     ($(#[$attr:meta])* $STATIC:ident, $Math:ident, $name:literal, $method:ident, $smethod:ident,
      out = $out:ident, bool_ok = $bool_ok:expr, f32 = $f32:expr, f64 = $f64:expr,
      int = $int:expr, bool = $bool:expr, meta = $meta:expr, fill = $fill:expr,
      lower = $lower:expr, rule = $rule:expr, float_only = $fo:expr,
      grad = $grad:expr, saved = $saved:ident) => {
-        #[doc = concat!("Scalar definition of `", $name, "`.")]
-        pub struct $Math;
-        impl BinaryMath for $Math {
-            const NAME: &'static str = $name;
-            const OUT: BinaryOut = BinaryOut::$out;
-            const BOOL_OK: bool = $bool_ok;
-            #[inline(always)]
-            fn f32(a: f32, b: f32) -> f32 {
-                ($f32)(a, b)
-            }
-            #[inline(always)]
-            fn f64(a: f64, b: f64) -> f64 {
-                ($f64)(a, b)
-            }
-            #[inline(always)]
-            fn int(a: i64, b: i64) -> i64 {
-                ($int)(a, b)
-            }
-            #[inline(always)]
-            fn bool(a: bool, b: bool) -> bool {
-                ($bool)(a, b)
-            }
-        }
-        #[doc = concat!("`", $name, "(Tensor self, Tensor other) -> Tensor`")]
-        pub static $STATIC: OpDef = OpDef {
-            name: $name,
-            schema: concat!($name, "(Tensor self, Tensor other) -> Tensor"),
-            class: OpClass::Elementwise,
-            kernel: Kernel::Compute {
-                meta: $meta,
-                fill: $fill,
-            },
-            derivative: $grad,
-            saved: Saved::$saved,
-            lower: Lower::Pointwise(Pointwise {
-                expr: $lower,
-                dtype: $rule,
-                float_only: $fo,
-            }),
-            autocast: AutocastPolicy::Keep,
-            vmap: VmapRule::Derived,
-        };
-        impl Tensor {
-            #[doc = concat!("Elementwise `", $name, "` with broadcasting.")]
-            $(#[$attr])*
-            pub fn $method(&self, other: &Tensor) -> Result<Tensor> {
-                call1(&$STATIC, &[self.into(), other.into()])
-            }
-            #[doc = concat!("`", $name, "(self, s)` for a Rust scalar `s`.")]
-            pub fn $smethod(&self, s: impl Into<Scalar>) -> Result<Tensor> {
-                self.$method(&Tensor::wrapped_scalar(s.into()))
-            }
+        binary_decl! {
+            $STATIC, $Math, $name, out = $out, bool_ok = $bool_ok, bulk = None,
+            f32 = $f32, f64 = $f64, int = $int, bool = $bool,
+            meta = $meta, fill = $fill, grad = $grad, saved = $saved,
+            lower = Pointwise { expr: $lower, dtype: $rule, float_only: $fo },
+            autocast = AutocastPolicy::Keep,
+            methods = #[doc = concat!("Elementwise `", $name, "` with broadcasting.")]
+                $(#[$attr])* $method,
+                #[doc = concat!("`", $name, "(self, s)` for a Rust scalar `s`.")] $smethod
         }
     };
 }

@@ -7,6 +7,7 @@ use tensorplay_ir::graph::Attr;
 use tensorplay_ir::{DType, Error, OpClass, Result, ScalarExpr, ScalarOp};
 
 use super::binary::{BinaryMath, BinaryOut, binary_fill, binary_meta};
+use super::binary_decl::binary_decl;
 use super::{AutocastPolicy, DTypeRule, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule};
 use crate::dispatch::call1;
 use crate::kernels::map::map1;
@@ -48,59 +49,23 @@ fn unused_float<T>(a: T, _: T) -> T {
     a
 }
 
-/// Declares a bitwise binary op, its tensor method and its Rust-scalar method.
+/// Declares a bitwise binary op, its tensor method and its Rust-scalar method, through
+/// [`binary_decl!`].
 macro_rules! bitwise_op {
     ($(#[$attr:meta])* $STATIC:ident, $Math:ident, $name:literal, $method:ident, $smethod:ident,
      bool_ok = $bool_ok:expr, int = $int:expr, bool = $bool:expr, scalar = $sop:ident,
      rule = $rule:ident) => {
-        #[doc = concat!("Scalar definition of `", $name, "`.")]
-        pub struct $Math;
-        impl BinaryMath for $Math {
-            const NAME: &'static str = $name;
-            const OUT: BinaryOut = BinaryOut::Promote;
-            const BOOL_OK: bool = $bool_ok;
-            fn f32(a: f32, b: f32) -> f32 {
-                unused_float(a, b)
-            }
-            fn f64(a: f64, b: f64) -> f64 {
-                unused_float(a, b)
-            }
-            #[inline(always)]
-            fn int(a: i64, b: i64) -> i64 {
-                ($int)(a, b)
-            }
-            #[inline(always)]
-            fn bool(a: bool, b: bool) -> bool {
-                ($bool)(a, b)
-            }
-        }
-        #[doc = concat!("`", $name, "(Tensor self, Tensor other) -> Tensor`")]
-        pub static $STATIC: OpDef = OpDef {
-            name: $name,
-            schema: concat!($name, "(Tensor self, Tensor other) -> Tensor"),
-            class: OpClass::Elementwise,
-            kernel: Kernel::Compute {
-                meta: int_meta::<$Math>,
-                fill: binary_fill::<$Math>,
-            },
-            derivative: None,
-            saved: Saved::Nothing,
-            lower: Lower::Pointwise(Pointwise::op(
+        binary_decl! {
+            $STATIC, $Math, $name, out = Promote, bool_ok = $bool_ok, bulk = None,
+            f32 = unused_float, f64 = unused_float, int = $int, bool = $bool,
+            meta = int_meta::<$Math>, fill = binary_fill::<$Math>, grad = None, saved = Nothing,
+            lower = Pointwise::op(
                 |_: &[&Attr]| Ok(ScalarExpr::unary(ScalarOp::$sop)),
                 DTypeRule::$rule,
-            )),
-            autocast: AutocastPolicy::Keep,
-            vmap: VmapRule::Derived,
-        };
-        impl Tensor {
-            $(#[$attr])*
-            pub fn $method(&self, other: &Tensor) -> Result<Tensor> {
-                call1(&$STATIC, &[self.into(), other.into()])
-            }
-            #[doc = concat!("`", $name, "(self, s)` for a Rust integer or bool `s`.")]
-            pub fn $smethod(&self, s: impl Into<Scalar>) -> Result<Tensor> {
-                self.$method(&Tensor::wrapped_scalar(s.into()))
-            }
+            ),
+            autocast = AutocastPolicy::Keep,
+            methods = $(#[$attr])* $method,
+                #[doc = concat!("`", $name, "(self, s)` for a Rust integer or bool `s`.")] $smethod
         }
     };
 }

@@ -7,8 +7,9 @@
 //! hardswish, mish, logit), `unary_math` (log2, log10, exp2, tan, inverse and hyperbolic trig,
 //! trunc, frac), `float_class` (isnan, isinf, isfinite, nan_to_num), `binary_math` (atan2,
 //! hypot, copysign, fmod, fmax, fmin, floor_divide, lerp), `bitwise` (and/or/xor/not, shifts),
-//! `clamp_tensor` (clamp with tensor bounds),
-//! `reduce`, `softmax`,
+//! `clamp_tensor` (clamp with tensor bounds); `binary_decl` is the one macro that declares a
+//! binary op for `binary`, `binary_math` and `bitwise`;
+//! `reduce` (by family: `sum`, `extreme`, `moments`), `softmax`,
 //! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`, `index`
 //! (gather, scatter, scatter_add, scatter_reduce, flip, nonzero), `scan` (cumsum, cumprod), `sort`.
 //! `compose` holds composite
@@ -18,6 +19,7 @@
 
 pub mod activation;
 pub mod binary;
+mod binary_decl;
 pub mod binary_math;
 pub mod bitwise;
 pub mod cast;

@@ -13,7 +13,9 @@ use rayon::prelude::*;
 use tensorplay_ir::shape::normalize_dim;
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
-use super::{AutocastPolicy, GradCtx, Kernel, Lower, OpDef, OutSpec, Saved, VmapRule};
+use super::{
+    AutocastPolicy, DerivativeFn, FillFn, GradCtx, Kernel, Lower, OpDef, OutSpec, Saved, VmapRule,
+};
 use crate::dispatch::call1;
 use crate::kernels::iter::{PAR_MIN_ELEMS, SendPtr};
 use crate::parallel;
@@ -21,36 +23,47 @@ use crate::tensor::Tensor;
 use crate::value::Args;
 
 /// `softmax(Tensor self, int dim) -> Tensor`: `exp(x - max) / sum(exp(x - max))` along `dim`.
-pub static SOFTMAX: OpDef = OpDef {
-    name: "softmax",
-    schema: "softmax(Tensor self, int dim) -> Tensor",
-    class: OpClass::Reduction,
-    kernel: Kernel::Compute {
-        meta: softmax_meta,
-        fill: softmax_fill::<false>,
-    },
-    derivative: Some(softmax_grad),
-    saved: Saved::Outputs,
-    lower: Lower::Softmax { log: false },
-    autocast: AutocastPolicy::F32,
-    vmap: VmapRule::Derived,
-};
+pub static SOFTMAX: OpDef = softmax_op(
+    "softmax",
+    "softmax(Tensor self, int dim) -> Tensor",
+    softmax_fill::<false>,
+    softmax_grad,
+    false,
+);
 
 /// `log_softmax(Tensor self, int dim) -> Tensor`: `x - max - log(sum(exp(x - max)))` along `dim`.
-pub static LOG_SOFTMAX: OpDef = OpDef {
-    name: "log_softmax",
-    schema: "log_softmax(Tensor self, int dim) -> Tensor",
-    class: OpClass::Reduction,
-    kernel: Kernel::Compute {
-        meta: softmax_meta,
-        fill: softmax_fill::<true>,
-    },
-    derivative: Some(log_softmax_grad),
-    saved: Saved::Outputs,
-    lower: Lower::Softmax { log: true },
-    autocast: AutocastPolicy::F32,
-    vmap: VmapRule::Derived,
-};
+pub static LOG_SOFTMAX: OpDef = softmax_op(
+    "log_softmax",
+    "log_softmax(Tensor self, int dim) -> Tensor",
+    softmax_fill::<true>,
+    log_softmax_grad,
+    true,
+);
+
+/// The `OpDef` of softmax or (`log`) log_softmax: a reduction-class op over one dim, filled by
+/// `fill`, differentiated by `grad` from its saved output, computed in f32 under autocast.
+const fn softmax_op(
+    name: &'static str,
+    schema: &'static str,
+    fill: FillFn,
+    grad: DerivativeFn,
+    log: bool,
+) -> OpDef {
+    OpDef {
+        name,
+        schema,
+        class: OpClass::Reduction,
+        kernel: Kernel::Compute {
+            meta: softmax_meta,
+            fill,
+        },
+        derivative: Some(grad),
+        saved: Saved::Outputs,
+        lower: Lower::Softmax { log },
+        autocast: AutocastPolicy::F32,
+        vmap: VmapRule::Derived,
+    }
+}
 
 /// Every op of this family.
 pub static OPS: &[&OpDef] = &[&SOFTMAX, &LOG_SOFTMAX];
@@ -84,85 +97,53 @@ trait SoftFloat: Copy + Send + Sync + PartialOrd + 'static {
     fn narrow(v: f64) -> Self;
 }
 
-impl SoftFloat for f32 {
-    const NEG_INF: Self = f32::NEG_INFINITY;
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    #[inline(always)]
-    fn add(self, o: Self) -> Self {
-        self + o
-    }
-    #[inline(always)]
-    fn sub(self, o: Self) -> Self {
-        self - o
-    }
-    #[inline(always)]
-    fn mul(self, o: Self) -> Self {
-        self * o
-    }
-    #[inline(always)]
-    fn div(self, o: Self) -> Self {
-        self / o
-    }
-    #[inline(always)]
-    fn exp_nonpos(self) -> Self {
-        exp_nonpos_f32(self)
-    }
-    fn ln(self) -> Self {
-        f32::ln(self)
-    }
-    fn nan() -> Self {
-        f32::NAN
-    }
-    #[inline(always)]
-    fn widen(self) -> f64 {
-        self as f64
-    }
-    #[inline(always)]
-    fn narrow(v: f64) -> Self {
-        v as f32
-    }
+/// Implements [`SoftFloat`] for the primitive float types, each with its `exp_nonpos`.
+macro_rules! soft_float {
+    ($($F:ident: exp_nonpos = $exp:path),*) => {$(
+        impl SoftFloat for $F {
+            const NEG_INF: Self = $F::NEG_INFINITY;
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            #[inline(always)]
+            fn add(self, o: Self) -> Self {
+                self + o
+            }
+            #[inline(always)]
+            fn sub(self, o: Self) -> Self {
+                self - o
+            }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self {
+                self * o
+            }
+            #[inline(always)]
+            fn div(self, o: Self) -> Self {
+                self / o
+            }
+            #[inline(always)]
+            fn exp_nonpos(self) -> Self {
+                $exp(self)
+            }
+            fn ln(self) -> Self {
+                $F::ln(self)
+            }
+            fn nan() -> Self {
+                $F::NAN
+            }
+            #[inline(always)]
+            #[allow(clippy::unnecessary_cast, reason = "a no-op for f64")]
+            fn widen(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            #[allow(clippy::unnecessary_cast, reason = "a no-op for f64")]
+            fn narrow(v: f64) -> Self {
+                v as $F
+            }
+        }
+    )*};
 }
-
-impl SoftFloat for f64 {
-    const NEG_INF: Self = f64::NEG_INFINITY;
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    #[inline(always)]
-    fn add(self, o: Self) -> Self {
-        self + o
-    }
-    #[inline(always)]
-    fn sub(self, o: Self) -> Self {
-        self - o
-    }
-    #[inline(always)]
-    fn mul(self, o: Self) -> Self {
-        self * o
-    }
-    #[inline(always)]
-    fn div(self, o: Self) -> Self {
-        self / o
-    }
-    #[inline(always)]
-    fn exp_nonpos(self) -> Self {
-        f64::exp(self)
-    }
-    fn ln(self) -> Self {
-        f64::ln(self)
-    }
-    fn nan() -> Self {
-        f64::NAN
-    }
-    #[inline(always)]
-    fn widen(self) -> f64 {
-        self
-    }
-    #[inline(always)]
-    fn narrow(v: f64) -> Self {
-        v
-    }
-}
+soft_float!(f32: exp_nonpos = exp_nonpos_f32, f64: exp_nonpos = f64::exp);
 
 /// `exp(x)` in f32 for `x <= 0` (NaN gives NaN), branch-free so loops over it vectorize.
 ///

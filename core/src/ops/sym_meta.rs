@@ -242,176 +242,224 @@ pub fn sym_meta(
     args: &[SymArg],
     ctx: &mut SymCtx,
 ) -> Option<Vec<Vec<SymExpr>>> {
-    let is = |other: &'static OpDef| std::ptr::eq(op, other);
+    let is = |others: &[&'static OpDef]| others.iter().any(|o| std::ptr::eq(op, *o));
     if args.iter().any(|a| matches!(a, SymArg::UnknownTensor)) {
         return None;
     }
     if op.class == OpClass::Elementwise {
-        let mut out: Vec<SymExpr> = Vec::new();
-        for a in args {
-            if let SymArg::Tensor(s) = a {
-                out = ctx.broadcast(&out, s)?;
-            }
-        }
-        return Some(vec![out]);
+        return Some(vec![elementwise(args, ctx)?]);
     }
-    if is(&CUMSUM)
-        || is(&CUMPROD)
-        || is(&FLIP)
-        || is(&SCATTER)
-        || is(&SCATTER_ADD)
-        || is(&SCATTER_REDUCE)
-    {
+    if is(&[
+        &CUMSUM,
+        &CUMPROD,
+        &FLIP,
+        &SCATTER,
+        &SCATTER_ADD,
+        &SCATTER_REDUCE,
+    ]) {
         return Some(vec![tensor(args, 0)?.to_vec()]);
     }
-    if is(&SORT) {
+    if is(&[&SORT]) {
         let x = tensor(args, 0)?.to_vec();
         return Some(vec![x.clone(), x]);
     }
-    if is(&GATHER) {
+    if is(&[&GATHER]) {
         return Some(vec![tensor(args, 2)?.to_vec()]);
     }
-    if is(&VIEW) {
-        let size = ints(args, 1)?;
-        if size.iter().any(|e| e.as_lit() == Some(-1)) {
-            return None;
-        }
-        return Some(vec![size.to_vec()]);
+    if is(&[&VIEW]) {
+        return Some(vec![view(args)?]);
     }
-    if is(&EXPAND) {
-        let x = tensor(args, 0)?;
-        let size = ints(args, 1)?;
-        let lead = size.len().checked_sub(x.len())?;
-        let out = size
-            .iter()
-            .enumerate()
-            .map(|(i, &e)| match e.as_lit() {
-                Some(-1) => i.checked_sub(lead).map(|j| x[j]),
-                _ => Some(e),
-            })
-            .collect::<Option<Vec<_>>>()?;
-        return Some(vec![out]);
+    if is(&[&EXPAND]) {
+        return Some(vec![expand(args)?]);
     }
-    if is(&PERMUTE) {
-        let x = tensor(args, 0)?;
-        let dims = ints(args, 1)?;
-        let out = dims
-            .iter()
-            .map(|&d| dim_index(d, x.len()).map(|j| x[j]))
-            .collect::<Option<Vec<_>>>()?;
-        return Some(vec![out]);
+    if is(&[&PERMUTE]) {
+        return Some(vec![permute(args)?]);
     }
-    if [&SUM, &MEAN, &PROD, &AMAX, &AMIN, &VAR, &STD]
-        .iter()
-        .any(|o| is(o))
-    {
-        let x = tensor(args, 0)?;
-        let keepdim = flag(args, if is(&VAR) || is(&STD) { 3 } else { 2 })?;
-        let dims = reduce_dims(args, 1)?;
-        return Some(vec![reduced(x, dims.as_deref(), keepdim)?]);
+    if is(&[&SUM, &MEAN, &PROD, &AMAX, &AMIN, &VAR, &STD]) {
+        // var/std take `correction` before `keepdim`.
+        let keepdim_at = if is(&[&VAR, &STD]) { 3 } else { 2 };
+        return Some(vec![reduction(args, keepdim_at)?]);
     }
-    if is(&MAX) || is(&MIN) {
+    if is(&[&MAX, &MIN]) {
         tensor(args, 0)?;
         return Some(vec![Vec::new()]);
     }
-    if is(&MAX_DIM) || is(&MIN_DIM) || is(&ARGMAX) || is(&ARGMIN) {
-        let x = tensor(args, 0)?;
-        let dims = reduce_dims(args, 1)?;
-        let keepdim = flag(args, 2)?;
-        // argmax without a dim reduces the flattened tensor: a 0-d result (its keepdim form
-        // has every dim 1, which `reduced` also gives).
-        let out = reduced(x, dims.as_deref(), keepdim)?;
-        let n = if is(&MAX_DIM) || is(&MIN_DIM) { 2 } else { 1 };
+    if is(&[&MAX_DIM, &MIN_DIM, &ARGMAX, &ARGMIN]) {
+        let out = one_dim_reduction(args)?;
+        let n = if is(&[&MAX_DIM, &MIN_DIM]) { 2 } else { 1 };
         return Some(vec![out; n]);
     }
-    if is(&SOFTMAX) || is(&LOG_SOFTMAX) {
+    if is(&[&SOFTMAX, &LOG_SOFTMAX]) {
         return Some(vec![tensor(args, 0)?.to_vec()]);
     }
-    if is(&MATMUL) {
+    if is(&[&MATMUL]) {
         let (a, b) = (tensor(args, 0)?.to_vec(), tensor(args, 1)?.to_vec());
         return Some(vec![ctx.matmul(&a, &b)?]);
     }
-    if is(&CAT) || is(&STACK) {
-        let SymArg::Tensors(xs) = args.first()? else {
-            return None;
-        };
-        let dim = match args.get(1) {
-            None => SymExpr::lit(0),
-            Some(_) => int(args, 1)?,
-        };
-        let out = if is(&CAT) {
-            ctx.cat(xs, dim)?
-        } else {
-            ctx.stack(xs, dim)?
-        };
-        return Some(vec![out]);
+    if is(&[&CAT, &STACK]) {
+        return Some(vec![join(args, ctx, is(&[&CAT]))?]);
     }
-    if is(&DIAGONAL) {
-        let x = tensor(args, 0)?;
-        let arg = |i: usize, default: i64| match args.get(i) {
-            None => Some(default),
-            Some(_) => int(args, i)?.as_lit(),
-        };
-        let (offset, d1, d2) = (arg(1, 0)?, arg(2, 0)?, arg(3, 1)?);
-        let (d1, d2) = (
-            dim_index(SymExpr::lit(d1), x.len())?,
-            dim_index(SymExpr::lit(d2), x.len())?,
-        );
-        if d1 == d2 {
-            return None;
-        }
-        // Above the main diagonal the columns shrink by `offset`, below it the rows.
-        let (rows, cols) = (x[d1], x[d2]);
-        let len = if offset >= 0 {
-            rows.min(cols.minus(SymExpr::lit(offset)))
-        } else {
-            rows.plus(SymExpr::lit(offset)).min(cols)
-        }
-        .max(SymExpr::lit(0));
-        let mut out: Vec<SymExpr> = (0..x.len())
-            .filter(|&i| i != d1 && i != d2)
-            .map(|i| x[i])
-            .collect();
-        out.push(len);
-        return Some(vec![out]);
+    if is(&[&DIAGONAL]) {
+        return Some(vec![diagonal(args)?]);
     }
-    if is(&SLICE) {
-        let x = tensor(args, 0)?;
-        let dim = match args.get(1) {
-            None => 0,
-            Some(_) => dim_index(int(args, 1)?, x.len())?,
-        };
-        let size = x[dim];
-        let step = match args.get(4) {
-            None => SymExpr::lit(1),
-            Some(_) => int(args, 4)?,
-        };
-        if step.as_lit().is_none_or(|s| s < 1) {
-            return None;
-        }
-        // Python bounds: a negative bound counts from the end; both clamp to [0, size].
-        let mut bound = |i: usize, default: SymExpr| -> Option<SymExpr> {
-            let e = match args.get(i) {
-                None | Some(SymArg::Other) => return Some(default),
-                Some(_) => int(args, i)?,
-            };
-            let e = if ctx.decide(e, SymCmp::Lt, 0)? {
-                e.plus(size)
-            } else {
-                e
-            };
-            Some(e.max(SymExpr::lit(0)).min(size))
-        };
-        let start = bound(2, SymExpr::lit(0))?;
-        let end = bound(3, size)?.max(start);
-        let len = end
-            .minus(start)
-            .plus(step)
-            .minus(SymExpr::lit(1))
-            .floor_div(step);
-        let mut out = x.to_vec();
-        out[dim] = len;
-        return Some(vec![out]);
+    if is(&[&SLICE]) {
+        return Some(vec![slice(args, ctx)?]);
     }
     None
+}
+
+/// An elementwise op's result: every tensor argument broadcast together.
+fn elementwise(args: &[SymArg], ctx: &mut SymCtx) -> Option<Vec<SymExpr>> {
+    let mut out: Vec<SymExpr> = Vec::new();
+    for a in args {
+        if let SymArg::Tensor(s) = a {
+            out = ctx.broadcast(&out, s)?;
+        }
+    }
+    Some(out)
+}
+
+/// `view`'s result: its size list, unless a size is inferred (`-1`).
+fn view(args: &[SymArg]) -> Option<Vec<SymExpr>> {
+    let size = ints(args, 1)?;
+    if size.iter().any(|e| e.as_lit() == Some(-1)) {
+        return None;
+    }
+    Some(size.to_vec())
+}
+
+/// `expand`'s result: its size list, a `-1` keeping the input's size there.
+fn expand(args: &[SymArg]) -> Option<Vec<SymExpr>> {
+    let x = tensor(args, 0)?;
+    let size = ints(args, 1)?;
+    let lead = size.len().checked_sub(x.len())?;
+    size.iter()
+        .enumerate()
+        .map(|(i, &e)| match e.as_lit() {
+            Some(-1) => i.checked_sub(lead).map(|j| x[j]),
+            _ => Some(e),
+        })
+        .collect()
+}
+
+/// `permute`'s result: the input's sizes in the order of its dims argument.
+fn permute(args: &[SymArg]) -> Option<Vec<SymExpr>> {
+    let x = tensor(args, 0)?;
+    let dims = ints(args, 1)?;
+    dims.iter()
+        .map(|&d| dim_index(d, x.len()).map(|j| x[j]))
+        .collect()
+}
+
+/// The result of a reduction over a dims argument (`dim` at 1, `keepdim` at `keepdim_at`).
+fn reduction(args: &[SymArg], keepdim_at: usize) -> Option<Vec<SymExpr>> {
+    let x = tensor(args, 0)?;
+    let keepdim = flag(args, keepdim_at)?;
+    let dims = reduce_dims(args, 1)?;
+    reduced(x, dims.as_deref(), keepdim)
+}
+
+/// The result of a reduction over one optional dim (`max_dim`, `argmax`...).
+fn one_dim_reduction(args: &[SymArg]) -> Option<Vec<SymExpr>> {
+    let x = tensor(args, 0)?;
+    let dims = reduce_dims(args, 1)?;
+    let keepdim = flag(args, 2)?;
+    // argmax without a dim reduces the flattened tensor: a 0-d result (its keepdim form
+    // has every dim 1, which `reduced` also gives).
+    reduced(x, dims.as_deref(), keepdim)
+}
+
+/// `cat`'s (or, unless `is_cat`, `stack`'s) result.
+fn join(args: &[SymArg], ctx: &mut SymCtx, is_cat: bool) -> Option<Vec<SymExpr>> {
+    let SymArg::Tensors(xs) = args.first()? else {
+        return None;
+    };
+    let dim = match args.get(1) {
+        None => SymExpr::lit(0),
+        Some(_) => int(args, 1)?,
+    };
+    if is_cat {
+        ctx.cat(xs, dim)
+    } else {
+        ctx.stack(xs, dim)
+    }
+}
+
+/// `diagonal`'s result: the other dims, then the diagonal's length.
+fn diagonal(args: &[SymArg]) -> Option<Vec<SymExpr>> {
+    let x = tensor(args, 0)?;
+    let arg = |i: usize, default: i64| match args.get(i) {
+        None => Some(default),
+        Some(_) => int(args, i)?.as_lit(),
+    };
+    let (offset, d1, d2) = (arg(1, 0)?, arg(2, 0)?, arg(3, 1)?);
+    let (d1, d2) = (
+        dim_index(SymExpr::lit(d1), x.len())?,
+        dim_index(SymExpr::lit(d2), x.len())?,
+    );
+    if d1 == d2 {
+        return None;
+    }
+    // Above the main diagonal the columns shrink by `offset`, below it the rows.
+    let (rows, cols) = (x[d1], x[d2]);
+    let len = if offset >= 0 {
+        rows.min(cols.minus(SymExpr::lit(offset)))
+    } else {
+        rows.plus(SymExpr::lit(offset)).min(cols)
+    }
+    .max(SymExpr::lit(0));
+    let mut out: Vec<SymExpr> = (0..x.len())
+        .filter(|&i| i != d1 && i != d2)
+        .map(|i| x[i])
+        .collect();
+    out.push(len);
+    Some(out)
+}
+
+/// `slice`'s result: the sliced dim's length from Python bounds and a positive step.
+fn slice(args: &[SymArg], ctx: &mut SymCtx) -> Option<Vec<SymExpr>> {
+    let x = tensor(args, 0)?;
+    let dim = match args.get(1) {
+        None => 0,
+        Some(_) => dim_index(int(args, 1)?, x.len())?,
+    };
+    let size = x[dim];
+    let step = match args.get(4) {
+        None => SymExpr::lit(1),
+        Some(_) => int(args, 4)?,
+    };
+    if step.as_lit().is_none_or(|s| s < 1) {
+        return None;
+    }
+    let start = slice_bound(args, 2, SymExpr::lit(0), size, ctx)?;
+    let end = slice_bound(args, 3, size, size, ctx)?.max(start);
+    let len = end
+        .minus(start)
+        .plus(step)
+        .minus(SymExpr::lit(1))
+        .floor_div(step);
+    let mut out = x.to_vec();
+    out[dim] = len;
+    Some(out)
+}
+
+/// A Python bound of `slice` (argument `i`, `default` when absent or `None`): a negative bound
+/// counts from the end; both clamp to `[0, size]`.
+fn slice_bound(
+    args: &[SymArg],
+    i: usize,
+    default: SymExpr,
+    size: SymExpr,
+    ctx: &mut SymCtx,
+) -> Option<SymExpr> {
+    let e = match args.get(i) {
+        None | Some(SymArg::Other) => return Some(default),
+        Some(_) => int(args, i)?,
+    };
+    let e = if ctx.decide(e, SymCmp::Lt, 0)? {
+        e.plus(size)
+    } else {
+        e
+    };
+    Some(e.max(SymExpr::lit(0)).min(size))
 }

@@ -529,7 +529,7 @@ const FRAC_1_SQRT_2_LO: f64 = -4.833_646_656_726_457e-17;
 #[inline(always)]
 fn gelu_erf(x: f64) -> f64 {
     if x < -36.0 {
-        return gelu_erf_far_tail(x);
+        return tensorplay_math::shims::gelu_erf_far_tail(x);
     }
     let z = -x * FRAC_1_SQRT_2;
     let mut e = libm::erfc(z);
@@ -540,34 +540,6 @@ fn gelu_erf(x: f64) -> f64 {
         e -= FRAC_2_SQRT_PI * (-z * z).exp() * zl;
     }
     0.5 * x * e
-}
-
-/// `1 / sqrt(2 pi)`.
-const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
-
-/// Exact gelu for `x < -36` (results below 1e-280, subnormal below -37.6): by the asymptotic
-/// series of erfc, `gelu(x) = -exp(-x^2 / 2) / sqrt(2 pi) * (1 - 1/x^2 + 3/x^4 - 15/x^6 ...)`
-/// (8 terms reach 3e-19), with `x^2` exact in two parts and `exp` scaled by 2^64 so subnormal
-/// results round once (`0.5 x erfc(..)` rounds erfc to a subnormal first, ~10 ulps off there).
-fn gelu_erf_far_tail(x: f64) -> f64 {
-    if x < -40.0 {
-        // Below -38.6 the result is under half the smallest subnormal: -0.0 (as PyTorch gives
-        // for huge negative x), and NaN for -inf (x * erfc(inf) = -inf * 0, as PyTorch). The
-        // series below would square x into inf and give NaN for any x under -1.3e154.
-        return if x == f64::NEG_INFINITY {
-            f64::NAN
-        } else {
-            -0.0
-        };
-    }
-    let h = x * x;
-    let l = x.mul_add(x, -h);
-    let w = 1.0 / h;
-    let mut s = 1.0;
-    for k in (1..8).rev() {
-        s = 1.0 - (2 * k - 1) as f64 * w * s;
-    }
-    -(exp_scaled(-0.5 * h, -0.5 * l) * s * FRAC_1_SQRT_2PI) * TWO_M64
 }
 
 /// Tanh-approximated gelu in f64: the math library's (`2u` in double-double, within 4 ulp of the

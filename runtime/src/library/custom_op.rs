@@ -403,6 +403,8 @@ impl CustomOpBuilder {
         }
     }
 
+    /// The op's schema: the explicit one (checked to name the op) or one inferred from the
+    /// kernel's parameter types, agreeing with `mutates_args` and the kernel's arity.
     fn resolve_schema<F: IntoKernel<M>, M>(
         &self,
         ns: &str,
@@ -414,59 +416,61 @@ impl CustomOpBuilder {
             None => format!("{ns}::{name}"),
         };
         let mut schema = match &self.schema {
-            Some(text) => {
-                let text = text.trim();
-                let full = if text.starts_with('(') {
-                    format!("{qualname}{text}")
-                } else {
-                    text.to_string()
-                };
-                let mut s = Schema::parse(&full)?;
-                if s.namespace.is_none() {
-                    s.namespace = Some(ns.to_string());
-                }
-                if s.qualified_name() != qualname {
-                    return Err(Error::Registration(format!(
-                        "the schema names `{}` but the op is `{qualname}`",
-                        s.qualified_name()
-                    )));
-                }
-                s
-            }
-            None => {
-                let names: Vec<String> = match &self.arg_names {
-                    Some(n) => {
-                        if let Some(types) = F::param_types()
-                            && types.len() != n.len()
-                        {
-                            return Err(Error::argument(
-                                &qualname,
-                                "arg_names",
-                                format!("{} names, one per kernel parameter", types.len()),
-                                format!("{} names {n:?}", n.len()),
-                            ));
-                        }
-                        n.clone()
-                    }
-                    None => (0..F::param_types().map_or(0, |t| t.len()))
-                        .map(|i| format!("arg{i}"))
-                        .collect(),
-                };
-                let names: Vec<&str> = names.iter().map(String::as_str).collect();
-                let proto = Prototype::of::<F, M>(&names).map_err(|e| match F::param_types() {
-                    None => Error::Registration(format!(
-                        "`{qualname}`: a boxed kernel needs an explicit schema (.schema(...))"
-                    )),
-                    Some(_) => e,
-                })?;
-                Schema::parse(&infer_schema(
-                    &proto,
-                    self.mutates_args.clone(),
-                    Some(&qualname),
-                )?)?
-            }
+            Some(text) => explicit_schema(text, ns, &qualname)?,
+            None => self.inferred_schema::<F, M>(&qualname)?,
         };
-        // The schema's write annotations must agree with mutates_args.
+        self.check_mutates_args(&schema, &qualname)?;
+        if let Some(types) = F::param_types()
+            && types.len() != schema.params.len()
+        {
+            return Err(Error::Registration(format!(
+                "`{qualname}`: the kernel takes {} parameters but the schema has {}",
+                types.len(),
+                schema.params.len()
+            )));
+        }
+        schema.namespace = Some(ns.to_string());
+        Ok(schema)
+    }
+
+    /// The schema inferred from the kernel's parameter types, named by `arg_names` (default
+    /// `arg0`, `arg1`, …); a boxed kernel has none to infer.
+    fn inferred_schema<F: IntoKernel<M>, M>(&self, qualname: &str) -> Result<Schema> {
+        let names: Vec<String> = match &self.arg_names {
+            Some(n) => {
+                if let Some(types) = F::param_types()
+                    && types.len() != n.len()
+                {
+                    return Err(Error::argument(
+                        qualname,
+                        "arg_names",
+                        format!("{} names, one per kernel parameter", types.len()),
+                        format!("{} names {n:?}", n.len()),
+                    ));
+                }
+                n.clone()
+            }
+            None => (0..F::param_types().map_or(0, |t| t.len()))
+                .map(|i| format!("arg{i}"))
+                .collect(),
+        };
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let proto = Prototype::of::<F, M>(&names).map_err(|e| match F::param_types() {
+            None => Error::Registration(format!(
+                "`{qualname}`: a boxed kernel needs an explicit schema (.schema(...))"
+            )),
+            Some(_) => e,
+        })?;
+        Schema::parse(&infer_schema(
+            &proto,
+            self.mutates_args.clone(),
+            Some(qualname),
+        )?)
+    }
+
+    /// The schema's write annotations must agree with `mutates_args`, which may name only
+    /// tensor parameters.
+    fn check_mutates_args(&self, schema: &Schema, qualname: &str) -> Result<()> {
         let declared: Vec<String> = match &self.mutates_args {
             MutatesArgs::None => vec![],
             MutatesArgs::Names(n) => n.clone(),
@@ -481,7 +485,7 @@ impl CustomOpBuilder {
             match schema.param(n) {
                 None => {
                     return Err(Error::argument(
-                        &qualname,
+                        qualname,
                         "mutates_args",
                         "names of parameters",
                         format!("`{n}`, which is not a parameter"),
@@ -489,7 +493,7 @@ impl CustomOpBuilder {
                 }
                 Some(p) if !p.ty.is_tensor_like() => {
                     return Err(Error::argument(
-                        &qualname,
+                        qualname,
                         "mutates_args",
                         "tensor parameters",
                         format!("`{n}` of type {}", p.ty),
@@ -513,17 +517,7 @@ impl CustomOpBuilder {
                 want.join(", ")
             )));
         }
-        if let Some(types) = F::param_types()
-            && types.len() != schema.params.len()
-        {
-            return Err(Error::Registration(format!(
-                "`{qualname}`: the kernel takes {} parameters but the schema has {}",
-                types.len(),
-                schema.params.len()
-            )));
-        }
-        schema.namespace = Some(ns.to_string());
-        Ok(schema)
+        Ok(())
     }
 
     /// Defines (or redefines) the op with `kernel` as its body and returns its typed handle
@@ -559,6 +553,28 @@ impl CustomOpBuilder {
             ret: PhantomData,
         })
     }
+}
+
+/// An explicit schema `text` (with or without the `ns::name` prefix), which must name the op
+/// `qualname`; without a namespace it gets `ns`.
+fn explicit_schema(text: &str, ns: &str, qualname: &str) -> Result<Schema> {
+    let text = text.trim();
+    let full = if text.starts_with('(') {
+        format!("{qualname}{text}")
+    } else {
+        text.to_string()
+    };
+    let mut s = Schema::parse(&full)?;
+    if s.namespace.is_none() {
+        s.namespace = Some(ns.to_string());
+    }
+    if s.qualified_name() != qualname {
+        return Err(Error::Registration(format!(
+            "the schema names `{}` but the op is `{qualname}`",
+            s.qualified_name()
+        )));
+    }
+    Ok(s)
 }
 
 /// A typed handle from [`CustomOpBuilder::build`]: [`CustomOp::call`] returns the kernel's result
