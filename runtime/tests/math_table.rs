@@ -89,7 +89,7 @@ fn sinc_matches_pytorch_definition() {
     assert_eq!(i.dtype(), DType::F32);
     assert_eq!(i.to_vec::<f32>().unwrap()[0], 1.0);
     // By name, as capture and the library call it.
-    let by_name = ops::call("sinc", &[x.clone().into()]).unwrap();
+    let by_name = ops::call("tp::sinc", &[x.clone().into()]).unwrap();
     assert_eq!(by_name[0].to_vec::<f64>().unwrap(), got);
 }
 
