@@ -177,7 +177,11 @@ impl Crate {
         let code = &self.code[module];
         let mut out = BTreeSet::new();
         for (start, _) in code.match_indices(|c: char| c.is_ascii_lowercase()) {
-            if code[..start].chars().last().is_some_and(|c| is_ident(c) || c == ':') {
+            if code[..start]
+                .chars()
+                .last()
+                .is_some_and(|c| is_ident(c) || c == ':')
+            {
                 continue;
             }
             let line_start = code[..start].rfind('\n').map_or(0, |i| i + 1);
@@ -376,7 +380,10 @@ fn the_reader_sees_a_circle_it_is_shown() {
         "a/b.rs",
         "use super::c::Other;\npub struct Thing;\nfn f(_: Other) {}\n",
     );
-    write("a/c.rs", "pub struct Other;\nfn g() { crate::a::helper() }\n");
+    write(
+        "a/c.rs",
+        "pub struct Other;\nfn g() { crate::a::helper() }\n",
+    );
     assert!(circles_of(&dir).is_empty(), "no circle yet");
     write(
         "a/mod.rs",
@@ -387,7 +394,11 @@ fn the_reader_sees_a_circle_it_is_shown() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(
         found[0],
-        ["a/b.rs -> a/c.rs", "a/c.rs -> a/mod.rs", "a/mod.rs -> a/b.rs"],
+        [
+            "a/b.rs -> a/c.rs",
+            "a/c.rs -> a/mod.rs",
+            "a/mod.rs -> a/b.rs"
+        ],
         "{found:?}"
     );
 }
