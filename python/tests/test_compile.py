@@ -108,3 +108,11 @@ def test_bad_input_is_an_error_not_a_panic():
         tp.full([1 << 40, 1 << 40], 1.0)
     with pytest.raises(IndexError):
         tp.zeros(2, 2)[0, 0, 0]
+
+
+def test_quickstart_example_runs():
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", "python", "quickstart.py")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "compiled loss" in r.stdout and "dloss/dx has shape (4, 8)" in r.stdout
