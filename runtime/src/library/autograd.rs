@@ -51,11 +51,14 @@ impl AutogradCtx {
         &self.needs_input_grad
     }
 
-    pub(crate) fn set_typed(&mut self, state: Arc<dyn Any + Send + Sync>) {
+    /// Keeps an arbitrary state object for `backward` (what a typed `setup` returned, or a
+    /// language binding's own context object); it replaces any state set before.
+    pub fn set_typed(&mut self, state: Arc<dyn Any + Send + Sync>) {
         self.typed = Some(state);
     }
 
-    pub(crate) fn typed(&self) -> Option<&(dyn Any + Send + Sync)> {
+    /// The state kept by [`AutogradCtx::set_typed`].
+    pub fn typed(&self) -> Option<&(dyn Any + Send + Sync)> {
         self.typed.as_deref()
     }
 }

@@ -1,0 +1,266 @@
+"""``tensorplay.library`` from Python: every page function, Python kernels run from the Rust
+dispatcher eagerly, under autograd, vmap, autocast and compile, and the page's exception types."""
+
+from typing import Optional, Sequence
+
+import pytest
+
+import tensorplay as tp
+from tensorplay import library
+
+
+def test_custom_op_decorator_and_positional(ns):
+    @library.custom_op(f"{ns}::scale", mutates_args=())
+    def scale(x: tp.Tensor, factor: float) -> tp.Tensor:
+        return x * factor
+
+    assert isinstance(scale, library.CustomOpDef)
+    assert scale.schema == f"{ns}::scale(Tensor x, float factor) -> Tensor"
+    assert scale(tp.ones(2), 3.0).tolist() == [3.0, 3.0]
+    assert scale(tp.ones(2), factor=2).tolist() == [2.0, 2.0]  # keyword, int widened to float
+
+    def body(x):
+        return x + 1
+
+    inc = library.custom_op(f"{ns}::inc", body, mutates_args=())
+    assert inc(tp.zeros(2)).tolist() == [1.0, 1.0]
+    # The op is reachable through the generic call path too.
+    assert tp._C._call(f"{ns}::inc", (tp.zeros(1),)).tolist() == [1.0]
+
+
+def test_custom_op_mutates_args(ns):
+    @library.custom_op(f"{ns}::fill2_", mutates_args=("out",))
+    def fill2_(out: tp.Tensor) -> None:
+        out.fill_(2.0)
+
+    assert "Tensor(a!) out" in fill2_.schema
+    buf = tp.zeros(3)
+    assert fill2_(buf) is None
+    assert buf.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_register_kernel_per_device_and_set_kernel_enabled(ns):
+    @library.custom_op(f"{ns}::which", mutates_args=())
+    def which(x: tp.Tensor) -> tp.Tensor:
+        return x * 0
+
+    @which.register_kernel("cpu")
+    def _(x):
+        return x * 0 + 1
+
+    assert which(tp.zeros(1)).item() == 1.0
+    with which.set_kernel_enabled("cpu", False):
+        assert which(tp.zeros(1)).item() == 0.0
+    assert which(tp.zeros(1)).item() == 1.0
+    assert library.get_kernel(which, "cpu")(tp.zeros(1)).item() == 1.0
+    assert library.get_kernel(f"{ns}::which", "default")(tp.zeros(1)).item() == 0.0
+
+
+def test_get_kernel_lookup_error(ns):
+    library.define(f"{ns}::nokernel(Tensor x) -> Tensor")
+    with pytest.raises(LookupError):
+        library.get_kernel(f"{ns}::nokernel", "cpu")
+
+
+def test_define_impl_and_library(ns):
+    library.define(f"{ns}::twice", "(Tensor x) -> Tensor")
+
+    @library.impl(f"{ns}::twice", "CompositeExplicitAutograd")
+    def twice(x):
+        return x * 2
+
+    assert tp._C._call(f"{ns}::twice", (tp.ones(2),)).tolist() == [2.0, 2.0]
+
+    lib = library.Library(f"{ns}_lib", "DEF")
+    assert lib.define("add3(Tensor a, Tensor b, Tensor c) -> Tensor") is None
+    lib.impl("add3", lambda a, b, c: a + b + c, device_type="CPU")
+    out = tp._C._call(f"{ns}_lib::add3", (tp.ones(1), tp.ones(1), tp.ones(1)))
+    assert out.item() == 3.0
+    with pytest.raises(RuntimeError, match="fallback"):
+        lib.fallback("CPU")
+
+
+def test_register_fake_and_impl_abstract(ns):
+    @library.custom_op(f"{ns}::rowsum", mutates_args=())
+    def rowsum(x: tp.Tensor) -> tp.Tensor:
+        # Reads data (item): under compile it cannot be traced, so it runs as an opaque node.
+        return tp.tensor([float(sum(r)) for r in x.tolist()])
+
+    calls = []
+
+    @rowsum.register_fake
+    def _(x):
+        calls.append(x.shape)
+        return tp.empty(x.shape[0], dtype=x.dtype)
+
+    f = tp.compile(lambda x: rowsum(x) * 2)
+    assert f(tp.ones(3, 4)).tolist() == [8.0, 8.0, 8.0]
+    assert calls, "the fake kernel ran during capture"
+    assert f(tp.ones(2, 5)).tolist() == [10.0, 10.0]
+
+    library.define(f"{ns}::neg2(Tensor x) -> Tensor")
+    library.impl(f"{ns}::neg2", "CPU", lambda x: -x)
+    assert library.impl_abstract(f"{ns}::neg2", lambda x: tp.empty(*x.shape)) is not None
+
+
+def test_register_autograd(ns):
+    @library.custom_op(f"{ns}::mysin", mutates_args=())
+    def mysin(x: tp.Tensor) -> tp.Tensor:
+        return tp.sin(x.detach())  # opaque to autograd without a formula
+
+    seen = {}
+
+    def setup_context(ctx, inputs, output):
+        (x,) = inputs
+        ctx.save_for_backward(x)
+        ctx.note = "kept"
+        seen["needs"] = ctx.needs_input_grad
+
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        assert ctx.note == "kept"
+        return grad * tp.cos(x)
+
+    library.register_autograd(mysin, backward, setup_context=setup_context)
+    x = tp.tensor([0.0, 1.0], requires_grad=True)
+    mysin(x).sum().backward()
+    assert x.grad.tolist() == pytest.approx([1.0, 0.5403023])
+    assert seen["needs"] == (True,)
+
+
+def test_register_autograd_through_compile(ns):
+    @library.custom_op(f"{ns}::cube", mutates_args=())
+    def cube(x: tp.Tensor) -> tp.Tensor:
+        return x.detach() ** 3
+
+    cube.register_fake(lambda x: tp.empty(*x.shape))
+    cube.register_autograd(lambda ctx, g: g * 3 * ctx.saved_tensors[0] ** 2,
+                           setup_context=lambda ctx, inputs, out: ctx.save_for_backward(inputs[0]))
+    f = tp.compile(lambda x: cube(x).sum())
+    x = tp.tensor([1.0, 2.0], requires_grad=True)
+    f(x).backward()
+    assert x.grad.tolist() == [3.0, 12.0]
+
+
+def test_register_vmap(ns):
+    @library.custom_op(f"{ns}::rownorm", mutates_args=())
+    def rownorm(x: tp.Tensor) -> tp.Tensor:
+        return (x * x).sum()
+
+    used = []
+
+    @rownorm.register_vmap
+    def _(info, in_dims, x):
+        used.append(info.batch_size)
+        xb = x if in_dims[0] == 0 else x.transpose(0, in_dims[0])
+        return (xb * xb).sum(1), 0
+
+    out = tp.vmap(rownorm)(tp.ones(4, 3))
+    assert out.tolist() == [3.0] * 4 and used == [4]
+
+
+def test_register_autocast(ns):
+    @library.custom_op(f"{ns}::dtype_of", mutates_args=())
+    def dtype_of(x: tp.Tensor) -> tp.Tensor:
+        return x * 1
+
+    library.register_autocast(dtype_of, "cpu", tp.bfloat16)
+    with tp.autocast("cpu", dtype=tp.bfloat16):
+        assert dtype_of(tp.ones(2)).dtype == tp.bfloat16
+    assert dtype_of(tp.ones(2)).dtype == tp.float32
+
+
+def test_infer_schema():
+    def f(x, n: int, scale: float = 1.0, flag: bool = False, *args, out: Optional[tp.Tensor] = None,
+          sizes: Sequence[int] = (), ts: list[tp.Tensor] = (), **kw) -> tp.Tensor:
+        pass
+
+    s = library.infer_schema(f, mutates_args=())
+    assert s == ("(Tensor x, SymInt n, float scale=1.0, bool flag=False, *, Tensor? out=None, "
+                 "SymInt[] sizes=[], Tensor[] ts=[]) -> Tensor")
+
+    def g(a: tp.Tensor, b: tp.Tensor) -> None:
+        pass
+
+    assert library.infer_schema(g, mutates_args=("b",), op_name="ns::g") == "ns::g(Tensor a, Tensor(a!) b) -> ()"
+    with pytest.raises(ValueError):
+        library.infer_schema(g, mutates_args=("zzz",))
+
+    def h(a: dict):
+        pass
+
+    with pytest.raises(ValueError):
+        library.infer_schema(h, mutates_args=())
+
+
+def test_opcheck(ns):
+    @library.custom_op(f"{ns}::good", mutates_args=())
+    def good(x: tp.Tensor) -> tp.Tensor:
+        return x * 2
+
+    good.register_fake(lambda x: tp.empty(*x.shape))
+    assert library.opcheck(good, (tp.randn(3),)) == {}
+
+    @library.custom_op(f"{ns}::badfake", mutates_args=())
+    def badfake(x: tp.Tensor) -> tp.Tensor:
+        return x * 2
+
+    badfake.register_fake(lambda x: tp.empty(1))
+    failures = library.opcheck(badfake, (tp.randn(3),), raise_exception=False, test_utils="test_faketensor")
+    assert "test_faketensor" in failures
+    with pytest.raises(Exception):
+        library.opcheck(badfake, (tp.randn(3),), test_utils="test_faketensor")
+
+
+def test_triton_op_with_wrap_triton(ns):
+    class Launcher:
+        """A grid-indexable launcher: ``k[grid](x, out)`` writes ``2 * x`` into ``out``."""
+
+        def __getitem__(self, grid):
+            def run(x, out):
+                out.copy_(x * 2)
+
+            return run
+
+    k = library.wrap_triton(Launcher())
+    assert library.wrap_triton(k) is k
+
+    @library.triton_op(f"{ns}::double", mutates_args=())
+    def double(x: tp.Tensor) -> tp.Tensor:
+        out = tp.empty(*x.shape)
+        k[(1,)](x, out)
+        return out
+
+    double.register_fake(lambda x: tp.empty(*x.shape))
+    assert double(tp.ones(3)).tolist() == [2.0] * 3
+    f = tp.compile(lambda x: double(x) + 1)
+    assert f(tp.ones(3)).tolist() == [3.0] * 3
+
+
+def test_errors(ns):
+    with pytest.raises(ValueError):
+        library.custom_op("not a name", lambda x: x, mutates_args=())
+    with pytest.raises(TypeError):
+        library.custom_op(f"{ns}::x", 42, mutates_args=())
+
+    @library.custom_op(f"{ns}::boom", mutates_args=())
+    def boom(x: tp.Tensor) -> tp.Tensor:
+        raise KeyError("from the kernel")
+
+    boom.register_fake(lambda x: tp.empty_like(x))
+    with pytest.raises(KeyError, match="from the kernel"):
+        boom(tp.ones(1))
+    with pytest.raises(KeyError, match="from the kernel"):
+        tp.compile(lambda x: boom(x) + 1)(tp.ones(2))
+    with pytest.raises(TypeError):
+        boom(tp.ones(1), tp.ones(1))
+
+
+def test_failed_registration_leaves_registry(ns):
+    @library.custom_op(f"{ns}::keep", mutates_args=())
+    def keep(x: tp.Tensor) -> tp.Tensor:
+        return x + 1
+
+    with pytest.raises(Exception):
+        library.register_fake(keep, lambda x: x, allow_override=True, lib=object())
+    assert keep(tp.zeros(1)).item() == 1.0
