@@ -128,7 +128,8 @@ macro_rules! function_enum {
             /// Every function, in declaration order.
             pub const ALL: [$Enum; [$(stringify!($V)),*].len()] = [$($Enum::$V),*];
 
-            /// Lower-case name: the builtin op's name and the CUDA prelude's `tp_<name>`.
+            /// Lower-case name: the CUDA prelude's `tp_<name>`, and for the libm functions the builtin
+            /// op's name.
             pub fn name(self) -> &'static str {
                 match self {
                     $($Enum::$V => $name,)*
@@ -168,7 +169,7 @@ macro_rules! math_fn_enum {
     ($($(#[$doc:meta])* $V:ident => $name:literal, f64 = $f64:expr,
        f32 = $kind:ident $(($approx:ident))?, shim = $shim:ident, cuda = $cuda:literal;)*) => {
         function_enum! {
-            /// A unary math function of the library (declared in [`math_fns!`]).
+            /// A unary math function of the library (one row of `math_fns!` in `math/src/func.rs`).
             MathFn, fn(f64) -> f64, extern "C" fn(f64) -> f64,
             $($(#[$doc])* $V => $name, f64 = $f64, shim = $shim, cuda = $cuda;)*
         }
@@ -190,7 +191,7 @@ macro_rules! libm_fn_enum {
     ($($(#[$doc:meta])* $V:ident => $name:literal, f64 = $f64:expr, shim = $shim:ident,
        cuda = $cuda:literal;)*) => {
         function_enum! {
-            /// A unary function computed in f64 and rounded once (declared in [`libm_fns!`]).
+            /// A unary function computed in f64 and rounded once (one row of `libm_fns!` in `math/src/func.rs`).
             LibmFn, fn(f64) -> f64, extern "C" fn(f64) -> f64,
             $($(#[$doc])* $V => $name, f64 = $f64, shim = $shim, cuda = $cuda;)*
         }
@@ -201,7 +202,7 @@ macro_rules! libm2_fn_enum {
     ($($(#[$doc:meta])* $V:ident => $name:literal, f64 = $f64:expr, shim = $shim:ident,
        cuda = $cuda:literal;)*) => {
         function_enum! {
-            /// A binary function computed in f64 and rounded once (declared in [`libm2_fns!`]).
+            /// A binary function computed in f64 and rounded once (one row of `libm2_fns!` in `math/src/func.rs`).
             LibmFn2, fn(f64, f64) -> f64, extern "C" fn(f64, f64) -> f64,
             $($(#[$doc])* $V => $name, f64 = $f64, shim = $shim, cuda = $cuda;)*
         }
