@@ -32,7 +32,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tensorplay_compiler::passes::buffer_plan;
 use tensorplay_compiler::passes::dce::dce;
@@ -40,7 +40,10 @@ use tensorplay_compiler::passes::fusion::partition;
 use tensorplay_compiler::tp_compile;
 use tensorplay_ir::OpClass;
 use tensorplay_ir::graph::Graph;
-use tensorplay_runtime::library::registry;
+
+#[path = "common/filetest.rs"]
+mod filetest;
+use filetest::{blessing, class_of, render, tpir_paths, write_blessed};
 use tensorplay_runtime::{Result, Tensor};
 
 #[path = "common/fuzzgen.rs"]
@@ -240,10 +243,6 @@ fn parse_file(text: &str) -> std::result::Result<FileTest, String> {
     })
 }
 
-fn class_of(name: &str) -> Option<OpClass> {
-    registry().find(name).map(|op| op.class())
-}
-
 /// A line diff of `want` and `got` (longest common subsequence), `-` for expected lines that are
 /// missing and `+` for actual lines that are new.
 fn diff(want: &str, got: &str) -> String {
@@ -356,22 +355,6 @@ fn actual(g: &Graph, section: Section) -> std::result::Result<String, String> {
     })
 }
 
-fn render(head: &str, sections: &[(Section, String)]) -> String {
-    let mut out = head.to_string();
-    for (section, body) in sections {
-        out.push_str(section.marker());
-        out.push('\n');
-        for line in body.lines() {
-            if line.is_empty() {
-                out.push_str(";\n");
-            } else {
-                let _ = writeln!(out, "; {line}");
-            }
-        }
-    }
-    out
-}
-
 /// Checks one file; returns its failures (or, when blessing, rewrites it).
 fn check_file(path: &Path, bless: bool) -> Vec<String> {
     let name = path.file_name().unwrap().to_string_lossy().to_string();
@@ -447,31 +430,19 @@ fn check_file(path: &Path, bless: bool) -> Vec<String> {
         }
     }
     if bless {
-        let new = render(&test.head, &blessed);
-        if new != text
-            && let Err(e) = std::fs::write(path, new)
-        {
-            failures.push(format!("{name}: cannot write: {e}"));
-        }
+        let sections = blessed
+            .iter()
+            .map(|(section, body)| (section.marker(), body.as_str()));
+        let new = render(&test.head, sections);
+        write_blessed(path, &name, &text, &new, &mut failures);
     }
     failures
 }
 
-fn filetest_paths() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("filetests");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "tpir"))
-        .collect();
-    paths.sort();
-    paths
-}
-
 #[test]
 fn filetests() {
-    let bless = std::env::var("TP_FILETESTS_BLESS").is_ok_and(|v| v == "1");
-    let paths = filetest_paths();
+    let bless = blessing();
+    let paths = tpir_paths("filetests");
     assert!(!paths.is_empty(), "no .tpir files found");
     let failures: Vec<String> = paths.iter().flat_map(|p| check_file(p, bless)).collect();
     eprintln!("filetests: {} files", paths.len());

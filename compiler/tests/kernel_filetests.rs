@@ -25,15 +25,16 @@
 //! Failures are collected over all files and reported with the file name and a diff.
 //! `TP_FILETESTS_BLESS=1` rewrites the expected sections from the actual output instead.
 
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tensorplay_compiler::codegen::kernel::{KernelSpec, LoopLayout, lower};
 use tensorplay_compiler::passes::fusion::{NodeStepKind, partition};
 use tensorplay_cuda::codegen::{CudaLayout, emit};
-use tensorplay_ir::OpClass;
 use tensorplay_ir::graph::Graph;
-use tensorplay_runtime::library::registry;
+
+#[path = "common/filetest.rs"]
+mod filetest;
+use filetest::{blessing, class_of, render, tpir_paths, write_blessed};
 
 /// An expected-output section of a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,10 +144,6 @@ fn parse_file(text: &str) -> Result<FileTest, String> {
         return Err("the file holds no graph".into());
     }
     Ok(test)
-}
-
-fn class_of(name: &str) -> Option<OpClass> {
-    registry().find(name).map(|op| op.class())
 }
 
 /// A line diff of `want` and `got` (longest common subsequence), `-` for expected lines that are
@@ -288,22 +285,6 @@ fn normalize(text: &str) -> String {
         .collect()
 }
 
-fn render(head: &str, sections: &[(Section, String)]) -> String {
-    let mut out = head.to_string();
-    for (section, body) in sections {
-        out.push_str(section.marker());
-        out.push('\n');
-        for line in body.lines().map(str::trim_end) {
-            if line.is_empty() {
-                out.push_str(";\n");
-            } else {
-                let _ = writeln!(out, "; {line}");
-            }
-        }
-    }
-    out
-}
-
 /// Checks one file; returns its failures (or, when blessing, rewrites it).
 fn check_file(path: &Path, bless: bool) -> Vec<String> {
     let name = path.file_name().unwrap().to_string_lossy().to_string();
@@ -392,31 +373,21 @@ fn check_file(path: &Path, bless: bool) -> Vec<String> {
         ));
     }
     if bless {
-        let new = render(&test.head, &blessed);
-        if new != text
-            && let Err(e) = std::fs::write(path, new)
-        {
-            failures.push(format!("{name}: cannot write: {e}"));
-        }
+        let bodies: Vec<String> = blessed.iter().map(|(_, body)| normalize(body)).collect();
+        let sections = blessed.iter().zip(&bodies);
+        let new = render(
+            &test.head,
+            sections.map(|((section, _), body)| (section.marker(), body.as_str())),
+        );
+        write_blessed(path, &name, &text, &new, &mut failures);
     }
     failures
 }
 
-fn filetest_paths() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("filetests/kernels");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "tpir"))
-        .collect();
-    paths.sort();
-    paths
-}
-
 #[test]
 fn kernel_filetests() {
-    let bless = std::env::var("TP_FILETESTS_BLESS").is_ok_and(|v| v == "1");
-    let paths = filetest_paths();
+    let bless = blessing();
+    let paths = tpir_paths("filetests/kernels");
     assert!(paths.len() >= 8, "{} kernel file tests", paths.len());
     let failures: Vec<String> = paths.iter().flat_map(|p| check_file(p, bless)).collect();
     eprintln!("kernel filetests: {} files", paths.len());
