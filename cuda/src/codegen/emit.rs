@@ -241,29 +241,6 @@ pub(super) fn op_expr(op: ScalarOp, compute: DType, a: &[String]) -> Result<Stri
     })
 }
 
-/// Which instructions the kernel needs (backwards from its stores or its loop value).
-fn liveness(spec: &KernelSpec) -> Vec<bool> {
-    let mut live = vec![false; spec.insts.len()];
-    if let LoopKind::Reduce { value, .. } | LoopKind::Softmax { value, .. } = &spec.kind {
-        live[*value] = true;
-    }
-    for i in (0..spec.insts.len()).rev() {
-        if let Inst::Store { .. } = spec.insts[i] {
-            live[i] = true;
-        }
-        if !live[i] {
-            continue;
-        }
-        match &spec.insts[i] {
-            Inst::Op { args, .. } => args.iter().for_each(|&a| live[a] = true),
-            Inst::Cast { arg, .. } => live[*arg] = true,
-            Inst::Store { value, .. } => live[*value] = true,
-            Inst::Load { .. } | Inst::Const { .. } | Inst::Param { .. } => {}
-        }
-    }
-    live
-}
-
 /// The kernel's inputs that are read (in input order).
 fn loaded_inputs(spec: &KernelSpec, live: &[bool]) -> Vec<usize> {
     let mut v: Vec<usize> = spec
@@ -715,7 +692,7 @@ fn softmax(
 /// The kernel's CUDA C (without the prelude): argument struct, body function and entry point
 /// `name`. `layout` must fit the spec's loop kind (checked by the caller).
 pub(super) fn kernel_source(spec: &KernelSpec, layout: &CudaLayout, name: &str) -> Result<String> {
-    let live = liveness(spec);
+    let live = spec.liveness();
     let inputs = loaded_inputs(spec, &live);
     let mut s = String::new();
     writeln!(

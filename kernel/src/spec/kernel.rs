@@ -45,6 +45,30 @@ pub struct KernelSpec {
 }
 
 impl KernelSpec {
+    /// Which instructions the kernel needs, by index: backwards from its stores and its loop
+    /// value (what every code generator emits; the rest is dead).
+    pub fn liveness(&self) -> Vec<bool> {
+        let mut live = vec![false; self.insts.len()];
+        if let LoopKind::Reduce { value, .. } | LoopKind::Softmax { value, .. } = &self.kind {
+            live[*value] = true;
+        }
+        for i in (0..self.insts.len()).rev() {
+            if let Inst::Store { .. } = self.insts[i] {
+                live[i] = true;
+            }
+            if !live[i] {
+                continue;
+            }
+            match &self.insts[i] {
+                Inst::Op { args, .. } => args.iter().for_each(|&a| live[a] = true),
+                Inst::Cast { arg, .. } => live[*arg] = true,
+                Inst::Store { value, .. } => live[*value] = true,
+                Inst::Load { .. } | Inst::Const { .. } | Inst::Param { .. } => {}
+            }
+        }
+        live
+    }
+
     /// The dtype of each scalar kernel argument ([`Inst::Param`]), by index.
     ///
     /// ```

@@ -11,7 +11,7 @@ use crate::codegen::cpu::args::KernelFn;
 use crate::codegen::cpu::code::{Code, PAGE, WideCode};
 use crate::codegen::cpu::jit::{Jitted, Tier, compile_cranelift};
 use crate::codegen::cpu::tiers::{self, TierUp};
-use crate::codegen::cpu::types::{CodegenOptions, Lanes, choose_lanes, liveness};
+use crate::codegen::cpu::types::{CodegenOptions, Lanes, choose_lanes};
 use crate::codegen::cpu::wide_asm;
 use crate::codegen::kernel::{Inst, KernelSpec, LoopKind, LoopLayout, StrideClass};
 use crate::passes::logging;
@@ -179,7 +179,7 @@ pub(crate) fn check_layout(spec: &KernelSpec, layout: &LoopLayout) -> Result<()>
             err("rows-mode reduction outputs have the zero class".into())
         }
         LoopKind::Reduce { .. }
-            if layout.kept_inner && choose_lanes(spec, &liveness(spec)) == Lanes::Scalar =>
+            if layout.kept_inner && choose_lanes(spec, &spec.liveness()) == Lanes::Scalar =>
         {
             err("column mode needs a vectorized kernel".into())
         }

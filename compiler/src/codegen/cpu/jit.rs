@@ -21,7 +21,7 @@ use crate::codegen::cpu::emit::Emitter;
 use crate::codegen::cpu::math::bulk::{self, Level};
 use crate::codegen::cpu::math::{MathCtx, MathShims};
 use crate::codegen::cpu::staging;
-use crate::codegen::cpu::types::{CodegenOptions, Lanes, choose_lanes, liveness};
+use crate::codegen::cpu::types::{CodegenOptions, Lanes, choose_lanes};
 use crate::codegen::kernel::{Inst, KernelSpec, LoopLayout};
 use crate::passes::logging;
 
@@ -163,7 +163,7 @@ pub(super) fn compile_cranelift(
             format!(
                 "{spec}layout: {layout}\nlanes: {}\n{}{}",
                 lanes.count(),
-                staging::plan(spec, layout, &liveness(spec), lanes, options.bulk_math)
+                staging::plan(spec, layout, &spec.liveness(), lanes, options.bulk_math)
                     .map(|p| p.to_string())
                     .unwrap_or_default(),
                 ctx.func.display()
@@ -224,7 +224,7 @@ fn emit_function(
     layout: &LoopLayout,
     options: &CodegenOptions,
 ) -> Result<Lanes> {
-    let live = liveness(spec);
+    let live = spec.liveness();
     let lanes = choose_lanes(spec, &live);
     let mut fctx = FunctionBuilderContext::new();
     let mut fb = FunctionBuilder::new(&mut ctx.func, &mut fctx);

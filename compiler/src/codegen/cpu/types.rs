@@ -28,33 +28,9 @@ impl Lanes {
     }
 }
 
-/// Which values the kernel needs (backwards from its stores or its loop value).
-pub(super) fn liveness(spec: &KernelSpec) -> Vec<bool> {
-    let mut live = vec![false; spec.insts.len()];
-    match &spec.kind {
-        LoopKind::Pointwise => {}
-        LoopKind::Reduce { value, .. } | LoopKind::Softmax { value, .. } => live[*value] = true,
-    }
-    for i in (0..spec.insts.len()).rev() {
-        if let Inst::Store { .. } = spec.insts[i] {
-            live[i] = true;
-        }
-        if !live[i] {
-            continue;
-        }
-        match &spec.insts[i] {
-            Inst::Op { args, .. } => args.iter().for_each(|&a| live[a] = true),
-            Inst::Cast { arg, .. } => live[*arg] = true,
-            Inst::Store { value, .. } => live[*value] = true,
-            Inst::Load { .. } | Inst::Const { .. } | Inst::Param { .. } => {}
-        }
-    }
-    live
-}
-
 /// Lanes of the vector loop `spec` compiles to (1: scalar only).
 pub(super) fn kernel_lanes(spec: &KernelSpec) -> i64 {
-    choose_lanes(spec, &liveness(spec)).count()
+    choose_lanes(spec, &spec.liveness()).count()
 }
 
 /// The float class of a dtype: `Some(false)` for f16/bf16/f32, `Some(true)` for f64.

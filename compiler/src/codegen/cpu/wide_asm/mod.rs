@@ -42,7 +42,6 @@ use tensorplay_ir::{DType, ReduceOp, ScalarOp};
 
 use crate::codegen::cpu::code::WideCode;
 use crate::codegen::cpu::math::bulk::Level;
-use crate::codegen::cpu::types::liveness;
 use crate::codegen::cpu::wide_asm::lowering::{lowerable, outlined};
 use crate::codegen::kernel::{Inst, KernelSpec, Lit, LoopKind, LoopLayout, StrideClass};
 
@@ -69,7 +68,7 @@ pub(super) fn eligible(spec: &KernelSpec, layout: &LoopLayout) -> bool {
         StrideClass::Zero => k < nin || reduction,
         StrideClass::Strided => false,
     });
-    let live = liveness(spec);
+    let live = spec.liveness();
     let insts_ok = spec.insts.iter().zip(&live).all(|(inst, &l)| {
         !l || match inst {
             Inst::Load { .. } | Inst::Store { .. } => true,

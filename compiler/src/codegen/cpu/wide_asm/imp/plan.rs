@@ -4,7 +4,6 @@
 
 use tensorplay_ir::ScalarOp;
 
-use crate::codegen::cpu::types::liveness;
 use crate::codegen::cpu::wide_asm::imp::frame::{Emit, MAX_TILE, Refusal, SCRATCH_ELEMS};
 use crate::codegen::cpu::wide_asm::lowering::outlined;
 use crate::codegen::kernel::{Inst, KernelSpec, LoopLayout, StrideClass};
@@ -74,7 +73,7 @@ pub(super) struct Plan {
 /// Plans `spec` under `layout` with `vregs` vector registers (`wide`: AVX-512), or refuses it
 /// when its values do not fit the registers or the scratch budget.
 pub(super) fn plan(spec: &KernelSpec, layout: &LoopLayout, vregs: u8, wide: bool) -> Emit<Plan> {
-    let live = liveness(spec);
+    let live = spec.liveness();
     let (stage, bulk, stages) = stages(spec, &live);
     if stages > 1 && layout.in_place {
         // Stores would have to wait for the last stage; Cranelift's staging does that.
