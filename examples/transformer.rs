@@ -5,7 +5,8 @@
 //! together; `optim::Adam` updates the parameters. Prints the loss every few steps and the step
 //! times; the loss falls from ~ln(vocab) as the model learns the text.
 //!
-//! `cargo run --release --example transformer` (`STEPS=N` to change the number of steps).
+//! `cargo run --release --example transformer` (`STEPS=N` to change the number of steps;
+//! `PROFILE=eager` or `PROFILE=compiled` to train one way only, e.g. under a profiler).
 
 use std::time::{Duration, Instant};
 
@@ -192,6 +193,12 @@ fn main() -> Result<()> {
          steps of batch 16",
         c.vocab, c.context, c.dim, c.heads, c.layers
     );
+    // `PROFILE=eager` or `PROFILE=compiled` trains only that way (for a profiler to attach).
+    if let Ok(mode) = std::env::var("PROFILE") {
+        let (_, t) = train(mode == "compiled", &data, c, steps)?;
+        println!("{mode} step time: {:.3} ms", t.as_secs_f64() * 1e3);
+        return Ok(());
+    }
     let (eager, t_eager) = train(false, &data, c, steps)?;
     let (comp, t_comp) = train(true, &data, c, steps)?;
     for step in (0..steps).step_by((steps / 10).max(1)).chain([steps - 1]) {

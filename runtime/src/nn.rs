@@ -9,10 +9,13 @@
 //! the reductions, matmuls and gathers. Argument errors name the function.
 
 use tensorplay_ir::shape::fmt_shape;
-use tensorplay_ir::{DType, Error, Result};
+use tensorplay_ir::{DType, Device, Error, Result};
 
+use tensorplay_core::dispatch::call;
+use tensorplay_core::ops::attention::FUSED_ATTENTION;
 use tensorplay_core::ops::compose::{col_minus_row, int_index};
 use tensorplay_core::tensor::Tensor;
+use tensorplay_core::value::Value;
 
 /// How a loss reduces its per-element values (PyTorch's `reduction=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -673,6 +676,20 @@ pub fn scaled_dot_product_attention(
         ));
     }
     let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
+    let on_cpu = [q, k, v].iter().all(|t| t.device() == Device::Cpu);
+    let same_dtype = k.dtype() == q.dtype() && v.dtype() == q.dtype() && q.dtype().is_float();
+    if on_cpu && same_dtype {
+        // The fused kernel (one pass per head, no score matrix; `ops::attention`).
+        let args = [
+            Value::Tensor(q.clone()),
+            Value::Tensor(k.clone()),
+            Value::Tensor(v.clone()),
+            Value::OptionalTensor(attn_mask.cloned()),
+            Value::Bool(is_causal),
+            Value::Float(scale),
+        ];
+        return Ok(call(&FUSED_ATTENTION, &args)?.swap_remove(0));
+    }
     let scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
     let scores = if is_causal {
         let future = col_minus_row(q.sym_size(-2)?, k.sym_size(-2)?)?.gt_scalar(0)?;

@@ -234,6 +234,24 @@ pub(crate) unsafe fn gemm_into<T: Element>(
     }
 }
 
+/// The row count of one product equivalent to the whole batch, when every batch entry uses the
+/// same right-hand matrix and the left-hand matrices follow each other row by row (a
+/// contiguous `[.., m, k]` input times a 2-D weight): then the batch is one `(batch * m) x k`
+/// product writing the contiguous output in the same order.
+fn folded_rows(p: &Plan, la: &Layout, bases: &[(isize, isize, isize)]) -> Option<usize> {
+    let (first, rest) = bases.split_first()?;
+    if rest.is_empty() || p.m < 2 {
+        return None;
+    }
+    let step = p.m as isize * la.rs;
+    let out_step = (p.m * p.n) as isize;
+    let fits = bases.iter().enumerate().all(|(t, &(o, a, b))| {
+        let t = t as isize;
+        o == first.0 + t * out_step && a == first.1 + t * step && b == first.2
+    });
+    fits.then_some(p.m * bases.len())
+}
+
 /// Floating matmul through `gemm` for `T` in {f32, f64, f16}.
 fn gemm_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &Plan) -> Result<()> {
     if out.numel() == 0 {
@@ -246,14 +264,22 @@ fn gemm_matmul<T: Element>(op: &str, x: &Tensor, y: &Tensor, out: &Tensor, p: &P
         layout(op, x, &p.batch, true)?,
         layout(op, y, &p.batch, false)?,
     );
-    let bases = batch_offsets(p, &la, &lb);
+    let mut bases = batch_offsets(p, &la, &lb);
+    let mut m = p.m;
+    if let Some(rows) = folded_rows(p, &la, &bases) {
+        // One tall product instead of a batch that shares its right operand (a linear layer
+        // over `[batch, seq, features]`): the right operand is packed once, not per batch entry.
+        m = rows;
+        bases.truncate(1);
+    }
     let pa = SendPtr(x.data_ptr(op)? as *mut T);
     let pb = SendPtr(y.data_ptr(op)? as *mut T);
     let po = SendPtr(out.data_ptr(op)? as *mut T);
-    let (m, n, k) = (p.m, p.n, p.k);
+    let (n, k) = (p.n, p.k);
     // SAFETY: `bases` holds, per batch entry, the offsets of one `m x k`, `k x n` and `m x n`
     // matrix inside `x`, `y` and the fresh contiguous `out`, with `la`/`lb` the inputs' own
-    // strides, so gemm stays in bounds; batch entries write disjoint output matrices, so parallel
+    // strides (or, folded, one entry whose `m` rows address exactly the batch's rows, as
+    // `folded_rows` checked), so gemm stays in bounds; batch entries write disjoint output matrices, so parallel
     // products never share an output element, and `out` aliases no input.
     let product = |(oo, oa, ob): (isize, isize, isize), par: gemm::Parallelism| unsafe {
         gemm_into(

@@ -10,7 +10,7 @@
 //! `clamp_tensor` (clamp with tensor bounds); `binary_decl` is the one macro that declares a
 //! binary op for `binary`, `binary_math` and `bitwise`;
 //! `reduce` (by family: `sum`, `extreme`, `moments`), `softmax`,
-//! `linalg` (matmul), `shape` (views), `join` (cat/stack), `inplace`, `cast`, `index`
+//! `linalg` (matmul), `attention` (fused scaled dot-product attention and its backward), `shape` (views), `join` (cat/stack), `inplace`, `cast`, `index`
 //! (gather, scatter, scatter_add, scatter_reduce, flip, nonzero), `scan` (cumsum, cumprod), `sort`.
 //! `compose` holds composite
 //! methods (index_select, masked_fill, tril, logsumexp, norm…) written over these ops, with no
@@ -18,6 +18,7 @@
 //! `Idx`), also a composite.
 
 pub mod activation;
+pub mod attention;
 pub mod binary;
 mod binary_decl;
 pub mod binary_math;

@@ -18,6 +18,7 @@ use tensorplay_ir::graph::{SymCmp, SymGuard};
 use tensorplay_ir::{OpClass, SymExpr};
 
 use super::OpDef;
+use super::attention::{FUSED_ATTENTION, FUSED_ATTENTION_BACKWARD};
 use super::index::{FLIP, GATHER, SCATTER, SCATTER_ADD, SCATTER_REDUCE};
 use super::join::{CAT, STACK};
 use super::linalg::MATMUL;
@@ -228,6 +229,29 @@ impl SymCtx<'_> {
     }
 }
 
+/// `_fused_attention` (output `batch ++ [L, Ev]`, log-sum-exp `batch ++ [L]`) and its backward
+/// (the gradients take the query's, key's and value's shapes), when query, key and value share
+/// their batch dims exactly (broadcast batch dims get no rule).
+fn attention(args: &[SymArg], forward: bool) -> Option<Vec<Vec<SymExpr>>> {
+    let at = usize::from(!forward);
+    let (q, k, v) = (
+        tensor(args, at)?,
+        tensor(args, at + 1)?,
+        tensor(args, at + 2)?,
+    );
+    let r = q.len();
+    if r < 2 || k.len() != r || v.len() != r || q[..r - 2] != k[..r - 2] || q[..r - 2] != v[..r - 2]
+    {
+        return None;
+    }
+    if !forward {
+        return Some(vec![q.to_vec(), k.to_vec(), v.to_vec()]);
+    }
+    let mut out = q[..r - 1].to_vec();
+    out.push(v[r - 1]);
+    Some(vec![out, q[..r - 1].to_vec()])
+}
+
 fn dim_index(d: SymExpr, rank: usize) -> Option<usize> {
     let d = d.as_lit()?;
     let r = rank as i64;
@@ -291,6 +315,9 @@ pub fn sym_meta(
     }
     if is(&[&SOFTMAX, &LOG_SOFTMAX]) {
         return Some(vec![tensor(args, 0)?.to_vec()]);
+    }
+    if is(&[&FUSED_ATTENTION, &FUSED_ATTENTION_BACKWARD]) {
+        return attention(args, is(&[&FUSED_ATTENTION]));
     }
     if is(&[&MATMUL]) {
         let (a, b) = (tensor(args, 0)?.to_vec(), tensor(args, 1)?.to_vec());

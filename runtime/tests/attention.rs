@@ -1,0 +1,268 @@
+//! The fused attention kernel behind `nn::scaled_dot_product_attention` on CPU
+//! (`ops::attention`): against the decomposed formula (`attention_composite`) over shapes,
+//! masks, dtypes and thread counts; rows that see no key; its backward against the decomposed
+//! formula's gradients and finite differences; double backward through the recorded path.
+
+use tensorplay_runtime::autograd::{self, GradcheckOptions, gradcheck};
+use tensorplay_runtime::dispatch::call;
+use tensorplay_runtime::nn;
+use tensorplay_runtime::ops::attention::{FUSED_ATTENTION, attention_composite};
+use tensorplay_runtime::{DType, Result, Tensor, Value};
+
+fn randn(shape: &[usize], seed: u64) -> Tensor {
+    Tensor::randn_seeded(shape, DType::F64, seed).unwrap()
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.shape(), b.shape());
+    let (a, b) = (
+        a.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+        b.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+    );
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs() / (1.0 + y.abs()))
+        .fold(0.0, f64::max)
+}
+
+/// The fused forward and the gradients of `sum(out * w)` against the decomposed formula's.
+fn check_against_composite(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    causal: bool,
+    tol: f64,
+) -> Result<()> {
+    let leaves: Vec<Tensor> = [q, k, v]
+        .iter()
+        .map(|t| t.detach().requires_grad_(true).unwrap())
+        .collect();
+    let scale = 1.0 / (q.size(-1)? as f64).sqrt();
+    let fused =
+        nn::scaled_dot_product_attention(&leaves[0], &leaves[1], &leaves[2], mask, causal, None)?;
+    let plain = attention_composite(&leaves[0], &leaves[1], &leaves[2], mask, causal, scale)?;
+    assert!(
+        max_diff(&fused, &plain) <= tol,
+        "forward: {}",
+        max_diff(&fused, &plain)
+    );
+    let w = Tensor::randn_seeded(fused.shape(), fused.dtype(), 99)?;
+    let gf = autograd::grad(&[fused.mul(&w)?.sum_all()?], &leaves, &[None], false)?;
+    let gp = autograd::grad(&[plain.mul(&w)?.sum_all()?], &leaves, &[None], false)?;
+    for (i, (a, b)) in gf.iter().zip(&gp).enumerate() {
+        let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+        assert!(max_diff(a, b) <= tol, "grad {i}: {}", max_diff(a, b));
+    }
+    Ok(())
+}
+
+#[test]
+fn matches_the_decomposed_formula_over_shapes_and_masks() -> Result<()> {
+    // (batch, L, S, E, Ev): square, more keys than queries, fewer, a value width of its own,
+    // and a size big enough for the thread pool.
+    for (n, (b, l, s, e, ev)) in [
+        (2, 5, 5, 4, 4),
+        (3, 3, 7, 8, 5),
+        (1, 9, 4, 16, 16),
+        (2, 1, 1, 3, 2),
+        (8, 64, 64, 32, 32),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let seed = 10 * n as u64;
+        let (q, k, v) = (
+            randn(&[b, 2, l, e], seed),
+            randn(&[b, 2, s, e], seed + 1),
+            randn(&[b, 2, s, ev], seed + 2),
+        );
+        for causal in [false, true] {
+            check_against_composite(&q, &k, &v, None, causal, 1e-12)?;
+        }
+        let keep = randn(&[l, s], seed + 3).gt_scalar(-0.5)?;
+        check_against_composite(&q, &k, &v, Some(&keep), false, 1e-12)?;
+        let add = randn(&[2, 1, s], seed + 4);
+        check_against_composite(&q, &k, &v, Some(&add), false, 1e-12)?;
+        let (q32, k32, v32) = (
+            q.to_dtype(DType::F32)?,
+            k.to_dtype(DType::F32)?,
+            v.to_dtype(DType::F32)?,
+        );
+        check_against_composite(&q32, &k32, &v32, None, true, 2e-5)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn batch_dims_broadcast() -> Result<()> {
+    let q = randn(&[3, 2, 4, 5], 1);
+    let k = randn(&[1, 2, 6, 5], 2);
+    let v = randn(&[3, 1, 6, 3], 3);
+    let y = nn::scaled_dot_product_attention(&q, &k, &v, None, false, None)?;
+    assert_eq!(y.shape(), &[3, 2, 4, 3]);
+    let want = attention_composite(&q, &k, &v, None, false, 1.0 / 5f64.sqrt())?;
+    assert!(max_diff(&y, &want) <= 1e-12);
+    check_against_composite(&q, &k, &v, None, true, 1e-12)
+}
+
+#[test]
+fn a_row_that_sees_no_key_is_zero_with_zero_gradients() -> Result<()> {
+    let (q, k, v) = (
+        randn(&[1, 3, 4], 1),
+        randn(&[1, 3, 4], 2),
+        randn(&[1, 3, 4], 3),
+    );
+    let keep = Tensor::from_vec(
+        vec![true, true, false, false, false, false, true, false, true],
+        &[3, 3],
+    )?;
+    let leaves: Vec<Tensor> = [&q, &k, &v]
+        .iter()
+        .map(|t| t.detach().requires_grad_(true).unwrap())
+        .collect();
+    let y = nn::scaled_dot_product_attention(
+        &leaves[0],
+        &leaves[1],
+        &leaves[2],
+        Some(&keep),
+        false,
+        None,
+    )?;
+    let rows = y.to_vec::<f64>()?;
+    assert!(rows[4..8].iter().all(|&x| x == 0.0), "{rows:?}");
+    assert!(rows.iter().all(|x| x.is_finite()));
+    let g = autograd::grad(&[y.sum_all()?], &leaves, &[None], false)?;
+    let dq = g[0].as_ref().unwrap().to_vec::<f64>()?;
+    assert!(dq[4..8].iter().all(|&x| x == 0.0), "{dq:?}");
+    assert!(g.iter().all(|t| {
+        t.as_ref()
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap()
+            .iter()
+            .all(|x| x.is_finite())
+    }));
+    Ok(())
+}
+
+#[test]
+fn half_inputs_are_computed_in_f32_and_rounded_once() -> Result<()> {
+    let (q, k, v) = (
+        randn(&[2, 6, 8], 4),
+        randn(&[2, 6, 8], 5),
+        randn(&[2, 6, 8], 6),
+    );
+    for dtype in [DType::F16, DType::BF16] {
+        let [qh, kh, vh] = [&q, &k, &v].map(|t| t.to_dtype(dtype).unwrap());
+        let y = nn::scaled_dot_product_attention(&qh, &kh, &vh, None, true, None)?;
+        assert_eq!(y.dtype(), dtype);
+        // The f32 computation of the same (rounded) inputs, rounded once.
+        let [q32, k32, v32] = [&qh, &kh, &vh].map(|t| t.to_dtype(DType::F32).unwrap());
+        let want = nn::scaled_dot_product_attention(&q32, &k32, &v32, None, true, None)?
+            .to_dtype(dtype)?;
+        assert_eq!(
+            y.to_dtype(DType::F32)?.to_vec::<f32>()?,
+            want.to_dtype(DType::F32)?.to_vec::<f32>()?
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn gradients_pass_gradcheck_including_a_float_mask_and_the_logsumexp() -> Result<()> {
+    let inputs: Vec<Tensor> = [
+        randn(&[2, 3, 4], 7),
+        randn(&[2, 5, 4], 8),
+        randn(&[2, 5, 2], 9),
+        randn(&[3, 5], 10),
+    ]
+    .into_iter()
+    .map(|t| t.requires_grad_(true).unwrap())
+    .collect();
+    // The float mask that requires grad takes the decomposed path.
+    gradcheck(
+        |t| nn::scaled_dot_product_attention(&t[0], &t[1], &t[2], Some(&t[3]), false, None),
+        &inputs,
+        GradcheckOptions::default(),
+    )?;
+    // Both outputs of the op itself, the log-sum-exp included.
+    gradcheck(
+        |t| {
+            let outs = call(
+                &FUSED_ATTENTION,
+                &[
+                    Value::Tensor(t[0].clone()),
+                    Value::Tensor(t[1].clone()),
+                    Value::Tensor(t[2].clone()),
+                    Value::None,
+                    Value::Bool(true),
+                    Value::None,
+                ],
+            )?;
+            outs[0].sum_all()?.add(&outs[1].mul_scalar(0.7)?.sum_all()?)
+        },
+        &inputs[..3],
+        GradcheckOptions::default(),
+    )?;
+    Ok(())
+}
+
+#[test]
+fn double_backward_goes_through_the_decomposed_formula() -> Result<()> {
+    let q = randn(&[1, 3, 2], 11).requires_grad_(true)?;
+    let (k, v) = (randn(&[1, 3, 2], 12), randn(&[1, 3, 2], 13));
+    let y = nn::scaled_dot_product_attention(&q, &k, &v, None, true, None)?;
+    let g = autograd::grad(
+        &[y.mul(&y)?.sum_all()?],
+        std::slice::from_ref(&q),
+        &[None],
+        true,
+    )?
+    .remove(0)
+    .unwrap();
+    assert!(g.requires_grad());
+    let gg = autograd::grad(&[g.sum_all()?], std::slice::from_ref(&q), &[None], false)?
+        .remove(0)
+        .unwrap();
+    let plain = {
+        let y = attention_composite(&q, &k, &v, None, true, 1.0 / 2f64.sqrt())?;
+        let g = autograd::grad(
+            &[y.mul(&y)?.sum_all()?],
+            std::slice::from_ref(&q),
+            &[None],
+            true,
+        )?
+        .remove(0)
+        .unwrap();
+        autograd::grad(&[g.sum_all()?], std::slice::from_ref(&q), &[None], false)?
+            .remove(0)
+            .unwrap()
+    };
+    assert!(max_diff(&gg, &plain) <= 1e-12);
+    Ok(())
+}
+
+#[test]
+fn bad_inputs_name_the_argument() -> Result<()> {
+    let q = randn(&[2, 3, 4], 1);
+    let call_with = |k: &Tensor, v: &Tensor, m: Option<&Tensor>| {
+        nn::scaled_dot_product_attention(&q, k, v, m, false, None)
+            .expect_err("expected an error")
+            .to_string()
+    };
+    let msg = call_with(&randn(&[2, 5, 4], 2), &randn(&[2, 6, 4], 3), None);
+    assert!(msg.contains("value") && msg.contains("5 rows"), "{msg}");
+    let msg = call_with(&randn(&[3, 5, 4], 2), &randn(&[3, 5, 4], 3), None);
+    assert!(msg.contains("broadcast") || msg.contains("[2]"), "{msg}");
+    let mask = Tensor::ones(&[4, 5], DType::Bool);
+    let msg = call_with(&randn(&[2, 5, 4], 2), &randn(&[2, 5, 4], 3), Some(&mask));
+    assert!(msg.contains("attn_mask"), "{msg}");
+    let msg = call_with(
+        &randn(&[2, 5, 4], 2),
+        &randn(&[2, 5, 4], 3),
+        Some(&randn(&[3, 5], 4).to_dtype(DType::I64)?),
+    );
+    assert!(msg.contains("attn_mask"), "{msg}");
+    Ok(())
+}
