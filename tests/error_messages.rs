@@ -24,6 +24,38 @@ fn view_reports_the_size_given() {
 }
 
 #[test]
+fn narrow_reports_an_overflowing_start_or_length() {
+    let x = Tensor::zeros(&[4], DType::F32);
+    for (start, len, arg) in [(usize::MAX, 1, "start"), (1, usize::MAX, "length")] {
+        let err = x.narrow(0, start, len).unwrap_err();
+        assert!(
+            matches!(&err, Error::Argument { op, arg: a, .. } if op == "narrow" && a == arg),
+            "{err}"
+        );
+        assert_mentions(&err, &["overflowed", "size of dim 0 (4)"]);
+    }
+    // A sum past i64 says so instead of printing a saturated end.
+    let err = x.narrow(0, i64::MAX - 1, 5i64).unwrap_err();
+    assert_mentions(&err, &["narrow", "overflows i64", "size 4"]);
+    // In range but past the end: the end is computed.
+    let err = x.narrow(0, 3usize, 2usize).unwrap_err();
+    assert_mentions(&err, &["start 3 + length 2 = 5", "size 4"]);
+}
+
+#[test]
+fn debug_prints_the_display_text() {
+    let err = Tensor::zeros(&[4], DType::F32).view(&[3]).unwrap_err();
+    assert_eq!(format!("{err:?}"), err.to_string());
+    // What `fn main() -> tensorplay::Result<()>` prints after `Error: `: the message, not the
+    // variant's fields with escaped newlines.
+    let err = library::define("em_debug::f", None, None).unwrap_err();
+    let debug = format!("{err:?}");
+    assert!(debug.starts_with("registration error: "), "{debug}");
+    // The fields are still there for whoever asks.
+    assert!(format!("{err:#?}").starts_with("Registration("), "{err:#?}");
+}
+
+#[test]
 fn arg_names_with_the_wrong_count_names_the_op_and_arg_names() {
     let err = library::custom_op("em_argnames::mul")
         .arg_names(&["x"])

@@ -184,7 +184,7 @@ impl CompiledFn {
                 .map(|(i, (e, _))| {
                     let why = e
                         .guard_failure(inputs)
-                        .unwrap_or_else(|| "size guards".into());
+                        .unwrap_or_else(|| "accepts the inputs".into());
                     format!("  training graph {}: {why}", i + 1)
                 })
                 .collect();

@@ -484,7 +484,8 @@ fn aot_gradients(
 }
 
 /// Runs the selected checks of `op` on `args`/`kwargs` and returns the failures keyed by check
-/// name (empty: all passed). With `raise_exception` (the default) failures are an error instead.
+/// name (empty: all passed). With `raise_exception` (the default) failures are an error instead:
+/// [`Error::Opcheck`], carrying the same map.
 /// Unknown check names, or only one of `atol`/`rtol`, are errors.
 ///
 /// ```
@@ -546,12 +547,10 @@ pub fn opcheck(
         }
     }
     if opts.raise_exception && !failures.is_empty() {
-        let list: Vec<String> = failures.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-        return Err(Error::Registration(format!(
-            "opcheck of `{}` failed:\n  {}",
-            op.qualname(),
-            list.join("\n  ")
-        )));
+        return Err(Error::Opcheck {
+            op: op.qualname().to_string(),
+            failures,
+        });
     }
     Ok(failures)
 }

@@ -144,6 +144,110 @@ fn static_capture_recompiles_for_every_new_size() -> Result<()> {
 }
 
 #[test]
+fn a_size_guard_failure_names_the_op_whose_inputs_disagree() -> Result<()> {
+    let m = TensorMeta::new(&[4], DType::F32, Device::Cpu);
+    let g = capture(
+        |xs| Ok(vec![xs[0].add(&xs[1])?]),
+        &[m.clone(), m],
+        CaptureOptions { dynamic: true },
+    )?;
+    let c = tp_compile(&g)?;
+    let (x5, x7) = (ramp(&[5], DType::F32), ramp(&[7], DType::F32));
+    let e = assert_err("sizes that cannot broadcast", || {
+        c.run(&[x5.clone(), x7.clone()])
+    });
+    assert_eq!(
+        e.compile_kind(),
+        Some(tensorplay_ir::CompileKind::Guard),
+        "{e}"
+    );
+    let msg = e.to_string();
+    for needle in [
+        "input 1 dim 0",
+        "expected s0 (= 5",
+        "got 7",
+        "add",
+        "[5]",
+        "[7]",
+    ] {
+        assert!(msg.contains(needle), "`{needle}` missing from: {msg}");
+    }
+    // `guard_failure` says the same (what `TP_LOGS=recompiles` prints for each kept graph).
+    let why = c
+        .guard_failure(&[x5.clone(), x7])
+        .expect("a size guard fails");
+    assert!(
+        why.contains("input 1 dim 0") && why.contains("add"),
+        "{why}"
+    );
+    assert_eq!(c.guard_failure(&[x5.clone(), x5]), None);
+    Ok(())
+}
+
+/// `TP_LOGS` is read once per process, so this test runs its body again in a child process of
+/// this test binary with `TP_LOGS` set, and checks the child's stderr.
+#[test]
+fn tp_logs_warns_once_about_unknown_words_and_recompiles_name_the_guard() -> Result<()> {
+    const NAME: &str = "tp_logs_warns_once_about_unknown_words_and_recompiles_name_the_guard";
+    if std::env::var_os("TP_LOGS_TEST_CHILD").is_some() {
+        let f = compile(|xs: &[Tensor]| Ok(vec![xs[0].add(&xs[1])?]));
+        let (x5, x6, x7) = (
+            ramp(&[5], DType::F32),
+            ramp(&[6], DType::F32),
+            ramp(&[7], DType::F32),
+        );
+        f.call(&[x5.clone(), x5.clone()])?;
+        f.call(&[x6.clone(), x6])?; // dynamic sizes: the same graph
+        // Sizes that disagree: graph 1's guard fails (logged), and eager's error comes back.
+        assert!(f.call(&[x5, x7]).is_err());
+        // A size read as a plain integer is a size guard on the input.
+        let g = compile(|xs: &[Tensor]| {
+            let n = xs[0].size(0)?;
+            Ok(vec![xs[0].mul_scalar(n as f64)?])
+        });
+        g.call(&[ramp(&[4], DType::F32)])?;
+        g.call(&[ramp(&[9], DType::F32)])?;
+        return Ok(());
+    }
+    let exe = std::env::current_exe().map_err(|e| Error::Unsupported {
+        op: "test".into(),
+        msg: e.to_string(),
+    })?;
+    let out = std::process::Command::new(exe)
+        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env("TP_LOGS", "recompiles, recompile,NoSuchStage")
+        .env("TP_LOGS_TEST_CHILD", "1")
+        .output()
+        .map_err(|e| Error::Unsupported {
+            op: "test".into(),
+            msg: e.to_string(),
+        })?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed:\n{stderr}");
+    assert_eq!(
+        stderr.matches("TP_LOGS names no stage").count(),
+        1,
+        "one warning: {stderr}"
+    );
+    assert!(
+        stderr.contains("`recompile`, `nosuchstage`")
+            && stderr.contains("graph, fusion, clif, fallback, aot, recompiles"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "graph 1: size guard failed: input 1 dim 0: expected s0 (= 5 for these inputs), got 7"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("graph 1: size guard failed: input 0 dim 0: expected 4, got 9"),
+        "{stderr}"
+    );
+    Ok(())
+}
+
+#[test]
 fn a_compiled_graph_rejects_inputs_its_guards_do_not_accept() -> Result<()> {
     let m = TensorMeta::new(&[4], DType::F32, Device::Cpu);
     let g = capture(

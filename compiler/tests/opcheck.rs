@@ -152,10 +152,21 @@ fn raise_exception_turns_failures_into_an_error() -> Result<()> {
     op.register_fake(|x: Tensor| -> Result<Tensor> { x.clone_tensor() })?;
     let (x, _) = vecs(4)?;
     let err = opcheck(&op, &[x], &[], OpcheckOptions::default()).unwrap_err();
+    match &err {
+        Error::Opcheck { op, failures } => {
+            assert_eq!(op, "oc_raise::rowsum");
+            assert!(failures.contains_key("test_faketensor"), "{failures:?}");
+        }
+        other => panic!("expected Error::Opcheck, got {other:#?}"),
+    }
+    let text = err.to_string();
     assert!(
-        matches!(&err, Error::Registration(m) if m.contains("oc_raise::rowsum") && m.contains("test_faketensor")),
-        "{err}"
+        text.starts_with("opcheck of `oc_raise::rowsum` failed:")
+            && text.contains("test_faketensor"),
+        "{text}"
     );
+    // Debug is the same text (a failing `fn main() -> Result<()>` prints it readably).
+    assert_eq!(format!("{err:?}"), text);
     Ok(())
 }
 

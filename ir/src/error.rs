@@ -3,17 +3,24 @@
 //! Every fallible public call returns [`Result`]. Messages name the operation, the argument, what was
 //! expected and what was got, so a user can fix the call without reading our source.
 
+use std::collections::BTreeMap;
+
 /// Shorthand for `std::result::Result<T, tensorplay::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in TensorPlay.
 ///
+/// `Debug` prints the same text as `Display` (as `anyhow` does), so `fn main() ->
+/// tensorplay::Result<()>` reports a failure readably; `{:#?}` shows the variant and its fields.
+///
 /// ```
 /// use tensorplay_ir::Error;
 /// let e = Error::shape("add", "shapes [2, 3] and [4] cannot be broadcast");
 /// assert_eq!(e.to_string(), "add: shape error: shapes [2, 3] and [4] cannot be broadcast");
+/// assert_eq!(format!("{e:?}"), e.to_string());
+/// assert!(format!("{e:#?}").starts_with("Shape {"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// Shapes that do not fit together (broadcasting, reshape, matmul, dims out of range).
     #[error("{op}: shape error: {msg}")]
@@ -55,6 +62,89 @@ pub enum Error {
     /// match on it (the message is for people).
     #[error("compile error: {msg}")]
     Compile { kind: CompileKind, msg: String },
+    /// `opcheck` (with `raise_exception`) found failures: `failures` maps each failed check's
+    /// name (`test_faketensor`, …) to what went wrong, as the non-raising form returns them.
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use tensorplay_ir::Error;
+    /// let failures = BTreeMap::from([("test_faketensor".to_string(), "shape [3] vs [1]".to_string())]);
+    /// let e = Error::Opcheck { op: "ns::op".into(), failures };
+    /// assert_eq!(e.to_string(), "opcheck of `ns::op` failed:\n  test_faketensor: shape [3] vs [1]");
+    /// ```
+    #[error("opcheck of `{op}` failed:{}", render_failures(.failures))]
+    Opcheck {
+        op: String,
+        failures: BTreeMap<String, String>,
+    },
+}
+
+fn render_failures(failures: &BTreeMap<String, String>) -> String {
+    failures
+        .iter()
+        .map(|(check, msg)| format!("\n  {check}: {msg}"))
+        .collect()
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !f.alternate() {
+            return std::fmt::Display::fmt(self, f);
+        }
+        match self {
+            Error::Shape { op, msg } => debug_op_msg(f, "Shape", op, msg),
+            Error::DType { op, msg } => debug_op_msg(f, "DType", op, msg),
+            Error::Device { op, msg } => debug_op_msg(f, "Device", op, msg),
+            Error::Unsupported { op, msg } => debug_op_msg(f, "Unsupported", op, msg),
+            Error::Argument {
+                op,
+                arg,
+                expected,
+                got,
+            } => f
+                .debug_struct("Argument")
+                .field("op", op)
+                .field("arg", arg)
+                .field("expected", expected)
+                .field("got", got)
+                .finish(),
+            Error::Lookup(m) => f.debug_tuple("Lookup").field(m).finish(),
+            Error::Autograd(m) => f.debug_tuple("Autograd").field(m).finish(),
+            Error::Registration(m) => f.debug_tuple("Registration").field(m).finish(),
+            Error::Schema {
+                schema,
+                column,
+                msg,
+            } => f
+                .debug_struct("Schema")
+                .field("schema", schema)
+                .field("column", column)
+                .field("msg", msg)
+                .finish(),
+            Error::Compile { kind, msg } => f
+                .debug_struct("Compile")
+                .field("kind", kind)
+                .field("msg", msg)
+                .finish(),
+            Error::Opcheck { op, failures } => f
+                .debug_struct("Opcheck")
+                .field("op", op)
+                .field("failures", failures)
+                .finish(),
+        }
+    }
+}
+
+fn debug_op_msg(
+    f: &mut std::fmt::Formatter<'_>,
+    name: &str,
+    op: &str,
+    msg: &str,
+) -> std::fmt::Result {
+    f.debug_struct(name)
+        .field("op", &op)
+        .field("msg", &msg)
+        .finish()
 }
 
 /// The stage of compilation an [`Error::Compile`] comes from.

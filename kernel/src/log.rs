@@ -1,8 +1,11 @@
 //! `TP_LOGS`: which compiler stages print what they did to stderr.
 //!
-//! `TP_LOGS` is a comma-separated list of stage names (`graph`, `fusion`, `clif`, `fallback`,
-//! `aot`, `recompiles`, `cuda`, or `all` for every stage), read once per process. Stages call
-//! [`enabled`] before formatting anything, so logging costs nothing when it is off.
+//! `TP_LOGS` is a comma-separated list of stage names ([`STAGES`]: `graph`, `fusion`, `clif`,
+//! `fallback`, `aot`, `recompiles`, `cuda`, `library`, `dispatch`, or `all` for every stage but
+//! `dispatch`), read once per process — here, for every crate that logs. Stages call [`enabled`]
+//! before formatting anything, so logging costs nothing when it is off. A word that names no
+//! stage is reported once on stderr with the valid ones (a misspelled stage would otherwise
+//! print nothing, silently).
 
 use std::sync::OnceLock;
 
@@ -21,6 +24,45 @@ pub fn parse(spec: &str) -> Vec<String> {
         .collect()
 }
 
+/// Every word `TP_LOGS` understands. `all` turns on every stage except `dispatch` (a line per
+/// layer of every op call: only when named).
+pub const STAGES: &[&str] = &[
+    "graph",
+    "fusion",
+    "clif",
+    "fallback",
+    "aot",
+    "recompiles",
+    "cuda",
+    "library",
+    "dispatch",
+    "all",
+];
+
+/// The warning for the words of `stages` that name no stage (`None` when every word does).
+///
+/// ```
+/// use tensorplay_kernel::log::{parse, unknown_stages_warning};
+/// assert_eq!(unknown_stages_warning(&parse("graph,recompiles")), None);
+/// let w = unknown_stages_warning(&parse("graph,recompile")).unwrap();
+/// assert!(w.contains("`recompile`") && w.contains("recompiles") && w.contains("dispatch"));
+/// ```
+pub fn unknown_stages_warning(stages: &[String]) -> Option<String> {
+    let unknown: Vec<String> = stages
+        .iter()
+        .filter(|s| !STAGES.contains(&s.as_str()))
+        .map(|s| format!("`{s}`"))
+        .collect();
+    if unknown.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "TP_LOGS names no stage {}; the stages are {} (comma-separated)",
+        unknown.join(", "),
+        STAGES.join(", ")
+    ))
+}
+
 /// True when `stage` is in `stages` (or `stages` holds `all`).
 ///
 /// ```
@@ -35,13 +77,24 @@ pub fn stage_in(stages: &[String], stage: &str) -> bool {
         .any(|s| s == "all" || s.eq_ignore_ascii_case(stage))
 }
 
-fn stages() -> &'static [String] {
-    static STAGES: OnceLock<Vec<String>> = OnceLock::new();
-    STAGES.get_or_init(|| {
-        std::env::var("TP_LOGS")
+/// The stages `TP_LOGS` names, read at the first call (which warns once about unknown words).
+pub fn stages() -> &'static [String] {
+    static PARSED: OnceLock<Vec<String>> = OnceLock::new();
+    PARSED.get_or_init(|| {
+        let stages = std::env::var("TP_LOGS")
             .map(|s| parse(&s))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if let Some(warning) = unknown_stages_warning(&stages) {
+            eprintln!("[tp:logs] warning: {warning}");
+        }
+        stages
     })
+}
+
+/// True when `TP_LOGS` names `stage` itself (`all` does not count): for stages too verbose for
+/// `all`, such as `dispatch`.
+pub fn named(stage: &str) -> bool {
+    stages().iter().any(|s| s.eq_ignore_ascii_case(stage))
 }
 
 /// True when `TP_LOGS` (read once, at the first call) names `stage` or `all`.

@@ -73,7 +73,7 @@ fn is_type_error(arg: &str, expected: &str, got: &str) -> bool {
 /// The Python exception for a Rust error: the stashed callback exception when it carries one,
 /// else `TypeError` (argument types and counts), `ValueError` (bad values, names and schemas),
 /// `LookupError` (missing ops and kernels) or `RuntimeError` (dispatch, shape, dtype, device,
-/// autograd and compile errors), with the Rust message.
+/// autograd, compile and opcheck errors), with the Rust message.
 pub fn to_py(err: Error) -> PyErr {
     let msg = err.to_string();
     if let Some(e) = take_stashed(&msg) {
@@ -99,6 +99,8 @@ pub fn to_py(err: Error) -> PyErr {
         Error::Registration(m) if m.contains("invalid operator name") || m.contains("schema") => {
             PyValueError::new_err(msg)
         }
+        // A failed check is not a bad argument, whatever its text names (`test_schema`).
+        Error::Opcheck { .. } => PyRuntimeError::new_err(msg),
         _ => PyRuntimeError::new_err(msg),
     }
 }

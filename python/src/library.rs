@@ -171,7 +171,8 @@ pub fn _impl(
     lib::r#impl(qualname, &types, k, lib_of(&lib)?).py_err()
 }
 
-/// `register_kernel(op, device_types, func, lib)`: `None`/`[]` is the device-agnostic slot.
+/// `register_kernel(op, device_types, func, lib)`: `None`/`[]`, `default` and `Composite…` keys
+/// are the device-agnostic slot.
 #[pyfunction]
 #[pyo3(signature = (op, device_types, func, lib = None))]
 pub fn _register_kernel(

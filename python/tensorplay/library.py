@@ -110,7 +110,8 @@ class CustomOpDef:
         return _C._call(self._qualname, args, kwargs or None)
 
     def register_kernel(self, device_types, fn=None, /):
-        """Kernel for ``device_types`` (``"cpu"``, ``"cuda"``, a list, or None for every device)."""
+        """Kernel for ``device_types`` (``"cpu"``, ``"cuda"``, a list, or None / a ``Composite…`` key
+        for every device)."""
         return _decorate(lambda f: _C._register_kernel(self._qualname, _device_list(device_types), f), fn)
 
     def register_fake(self, fn=None, /):
@@ -225,7 +226,8 @@ def impl_abstract(qualname, func=None, /, *, lib=None):
 
 
 def register_kernel(op, device_types=None, func=None, /, *, lib=None):
-    """Kernel of ``op`` for ``device_types`` (None or empty: the device-agnostic slot)."""
+    """Kernel of ``op`` for ``device_types``: ``"cpu"``/``"cuda"``; None, empty, ``"default"`` or
+    any ``Composite…`` key (``"CompositeExplicitAutograd"``, …) is the device-agnostic slot."""
     return _decorate(lambda f: _C._register_kernel(_opname(op), _device_list(device_types), f, _lib(lib)), func)
 
 

@@ -208,7 +208,7 @@ def test_opcheck(ns):
     badfake.register_fake(lambda x: tp.empty(1))
     failures = library.opcheck(badfake, (tp.randn(3),), raise_exception=False, test_utils="test_faketensor")
     assert "test_faketensor" in failures
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError, match="opcheck of .* failed"):
         library.opcheck(badfake, (tp.randn(3),), test_utils="test_faketensor")
 
 
@@ -264,3 +264,58 @@ def test_failed_registration_leaves_registry(ns):
     with pytest.raises(Exception):
         library.register_fake(keep, lambda x: x, allow_override=True, lib=object())
     assert keep(tp.zeros(1)).item() == 1.0
+
+
+def test_register_kernel_composite_spellings(ns):
+    """Issue 31 item 1: every ``Composite…`` spelling is the device-agnostic slot."""
+
+    @library.custom_op(f"{ns}::comp", mutates_args=(), device_types="cpu")
+    def comp(x: tp.Tensor) -> tp.Tensor:
+        return x + 1
+
+    comp.register_kernel("CompositeExplicitAutograd", lambda x: x + 2)
+    with comp.set_kernel_enabled("cpu", False):
+        assert comp(tp.zeros(1)).item() == 2.0
+
+    library.define(f"{ns}::comp2(Tensor x) -> Tensor")
+
+    @library.register_kernel(f"{ns}::comp2", ["CompositeImplicitAutograd"])
+    def _(x):
+        return x + 3
+
+    assert tp._C._call(f"{ns}::comp2", (tp.zeros(1),)).item() == 3.0
+    assert library.get_kernel(f"{ns}::comp2", "default")(tp.zeros(1)).item() == 3.0
+    with pytest.raises(ValueError, match="Composite"):
+        library.register_kernel(f"{ns}::comp2", "CPU", lambda x: x)
+
+
+def test_keyword_only_tensor_parameters(ns):
+    """Issue 31 item 2: keyword-only tensors, called by keyword (PyTorch's out= convention)."""
+    library.define(f"{ns}::kw(Tensor x, *, Tensor y) -> Tensor")
+
+    @library.impl(f"{ns}::kw", "CompositeExplicitAutograd")
+    def _(x, *, y):
+        return x * y
+
+    x, y = tp.ones(2), tp.ones(2) * 3
+    assert tp._C._call(f"{ns}::kw", (x,), {"y": y}).tolist() == [3.0, 3.0]
+    with pytest.raises(TypeError):
+        tp._C._call(f"{ns}::kw", (x, y))
+
+    library.define(f"{ns}::f(Tensor x, *, Tensor(a!) out) -> ()")
+
+    @library.impl(f"{ns}::f", "CompositeExplicitAutograd")
+    def _(x, *, out):
+        out.copy_(x * 2)
+
+    out = tp.zeros(2)
+    tp._C._call(f"{ns}::f", (x,), {"out": out})
+    assert out.tolist() == [2.0, 2.0]
+
+    # custom_op infers keyword-only tensors from the signature and accepts them too.
+    @library.custom_op(f"{ns}::kwop", mutates_args=())
+    def kwop(x: tp.Tensor, *, w: tp.Tensor) -> tp.Tensor:
+        return x + w
+
+    assert kwop.schema == f"{ns}::kwop(Tensor x, *, Tensor w) -> Tensor"
+    assert kwop(x, w=y).tolist() == [4.0, 4.0]

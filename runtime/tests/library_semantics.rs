@@ -60,23 +60,18 @@ fn item01_redefinition_replaces_the_op_for_every_handle() -> Result<()> {
 // 2 -------------------------------------------------------------------------------------------
 
 #[test]
-fn item02_keyword_only_tensor_parameters_are_refused() {
-    let err = message(
-        library::custom_op("lsem_2::op")
-            .schema("(Tensor x, *, SymInt y, Tensor z) -> Tensor")
-            .build(boxed_add(1.0)),
-    );
-    assert!(err.contains("`z`") && err.contains("positional"), "{err}");
-    let err = message(library::define(
-        "lsem_2::d(Tensor x, *, Tensor z) -> Tensor",
-        None,
-        None,
-    ));
-    assert!(err.contains("`z`"), "{err}");
-    assert!(library::registry().find("lsem_2::op").is_none());
-    assert!(library::registry().find("lsem_2::d").is_none());
-    // Keyword-only non-tensors are fine.
-    library::define("lsem_2::ok(Tensor x, *, SymInt y=1) -> Tensor", None, None).unwrap();
+fn item02_keyword_only_tensor_parameters_are_accepted() -> Result<()> {
+    // Issue 10 refused them; issue 31 accepts them as PyTorch 2.15 does (the out= convention).
+    // `library_issue31.rs` runs them through every layer.
+    library::custom_op("lsem_2::op")
+        .schema("(Tensor x, *, SymInt y, Tensor z) -> Tensor")
+        .build(boxed_add(1.0))?;
+    library::define("lsem_2::d(Tensor x, *, Tensor z) -> Tensor", None, None)?;
+    let z = library::registry().get("lsem_2::d")?;
+    assert!(z.schema().params[1].kwarg_only);
+    // Keyword-only non-tensors are fine too.
+    library::define("lsem_2::ok(Tensor x, *, SymInt y=1) -> Tensor", None, None)?;
+    Ok(())
 }
 
 // 3 -------------------------------------------------------------------------------------------

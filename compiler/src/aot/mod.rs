@@ -374,7 +374,11 @@ impl TrainingEntry {
 
     pub(crate) fn guard_failure(&self, inputs: &[Tensor]) -> Option<String> {
         match self {
-            TrainingEntry::Compiled(t) if t.accepts(inputs) => None,
+            TrainingEntry::Compiled(t) if t.accepts(inputs) => match t.admit(inputs) {
+                Ok(Admission::Run(_)) => None,
+                Ok(Admission::Miss(why)) => Some(format!("size guard failed: {why}")),
+                Err(e) => Some(e.to_string()),
+            },
             TrainingEntry::Compiled(t) => {
                 Some(t.forward.guard_failure(inputs).unwrap_or_else(|| {
                     "the inputs' requires_grad flags differ from the captured ones".into()

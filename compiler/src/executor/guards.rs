@@ -110,10 +110,19 @@ impl CompiledGraph {
         Ok(())
     }
 
-    /// Why `inputs` fail this graph's guards (which input, what was compiled for and what came),
-    /// or `None` when they pass.
+    /// Why `inputs` fail this graph's guards, or `None` when they pass: a static guard (which
+    /// input, what was compiled for and what came), else a size guard (which input and dim,
+    /// what the captured code assumed and what came — and, when an op's inputs then disagree,
+    /// that op's own error).
     pub fn guard_failure(&self, inputs: &[Tensor]) -> Option<String> {
-        self.check_guards(inputs).err().map(|e| e.to_string())
+        if let Err(e) = self.check_guards(inputs) {
+            return Some(e.to_string());
+        }
+        match self.admit(inputs) {
+            Ok(super::Admission::Run(_)) => None,
+            Ok(super::Admission::Miss(why)) => Some(format!("size guard failed: {why}")),
+            Err(e) => Some(e.to_string()),
+        }
     }
 
     /// True when `inputs` pass this graph's static guards (count, dtype, device, rank, size-1

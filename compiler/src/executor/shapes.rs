@@ -92,71 +92,41 @@ impl CompiledGraph {
 
     fn infer_shapes(&self, inputs: &[Tensor], key: Vec<Shape>) -> Result<ShapeEntry> {
         let syms = self.bind_syms(inputs);
-        let failed = |g: &SizeGuard, got: &[usize]| ShapeEntry {
+        let miss = |why: String| ShapeEntry {
             inputs: key.clone(),
             shapes: Vec::new(),
-            guard_failure: Some(format!(
-                "size guard {g} failed: got {} (the captured code read this size as a plain \
-                 integer)",
-                tensorplay_ir::shape::fmt_shape(got)
-            )),
+            guard_failure: Some(why),
             syms: Vec::new(),
         };
         for &(i, d, e) in &self.dim_checks {
             let got = inputs.get(i).and_then(|t| t.shape().get(d)).copied();
             let want = e.eval(&|k| syms.get(k as usize).copied());
             if got.map(|n| n as i64) != want {
-                return Ok(ShapeEntry {
-                    inputs: key.clone(),
-                    shapes: Vec::new(),
-                    guard_failure: Some(format!(
-                        "input {i} dim {d} has size {}, but the graph was captured for it being \
-                         {e} (= {} for these inputs)",
-                        got.map_or("?".into(), |n| n.to_string()),
-                        want.map_or("?".into(), |n| n.to_string()),
-                    )),
-                    syms: Vec::new(),
-                });
+                let mut why = format!(
+                    "input {i} dim {d}: expected {e} (= {} for these inputs), got {}",
+                    want.map_or("?".into(), |n| n.to_string()),
+                    got.map_or("?".into(), |n| n.to_string()),
+                );
+                // The captured code assumed the sizes agree; the op that needs them to says
+                // why (`add: … [5] and [7] cannot be broadcast`).
+                if let Some(op_error) = self.first_op_error(inputs, &syms) {
+                    why.push_str(&format!(" — {op_error}"));
+                }
+                return Ok(miss(why));
             }
         }
         for g in &self.sym_guards {
             if g.holds(&|k| syms.get(k as usize).copied()) != Some(true) {
-                return Ok(ShapeEntry {
-                    inputs: key.clone(),
-                    shapes: Vec::new(),
-                    guard_failure: Some(format!(
-                        "size guard {g} failed for input sizes {syms:?} (the captured code \
-                         branched on this size or read it as a plain integer)"
-                    )),
-                    syms: Vec::new(),
-                });
+                return Ok(miss(format!(
+                    "expected {g}, got {} (the captured code branched on these sizes)",
+                    self.describe_syms(&syms)
+                )));
             }
         }
-        let mut env: Vec<Option<Tensor>> = vec![None; self.num_values];
-        for (&i, t) in self.input_ids.iter().zip(inputs) {
-            env[i] = Some(Tensor::empty_fake(t.shape(), t.dtype(), t.device()));
-        }
-        for (v, g) in &self.input_size_guards {
-            let shape = env[*v].as_ref().map_or(&[][..], Tensor::shape);
-            if !g.holds(shape) {
-                return Ok(failed(g, shape));
-            }
-        }
-        for (i, t) in &self.check_constants {
-            env[*i] = Some(t.clone());
-        }
-        {
-            let _g = tensorplay_runtime::autograd::no_grad();
-            for (call, guards) in &self.check_calls {
-                Self::call_node(call, &mut env, &syms)?;
-                for (v, g) in guards {
-                    let shape = env[*v].as_ref().map_or(&[][..], Tensor::shape);
-                    if !g.holds(shape) {
-                        return Ok(failed(g, shape));
-                    }
-                }
-            }
-        }
+        let env = match self.replay(inputs, &syms, true)? {
+            Ok(env) => env,
+            Err(why) => return Ok(miss(why)),
+        };
         let shapes: Vec<Shape> = env
             .iter()
             .map(|t| {
@@ -170,6 +140,64 @@ impl CompiledGraph {
             guard_failure: None,
             syms,
         })
+    }
+
+    /// Replays the captured program on fake tensors of the inputs' shapes: every value, or (with
+    /// `check_guards`) the first size guard that failed. `Err` is an op's own error.
+    fn replay(
+        &self,
+        inputs: &[Tensor],
+        syms: &[i64],
+        check_guards: bool,
+    ) -> Result<std::result::Result<Vec<Option<Tensor>>, String>> {
+        let mut env: Vec<Option<Tensor>> = vec![None; self.num_values];
+        for (&i, t) in self.input_ids.iter().zip(inputs) {
+            env[i] = Some(Tensor::empty_fake(t.shape(), t.dtype(), t.device()));
+        }
+        if check_guards {
+            for (v, g) in &self.input_size_guards {
+                let shape = env[*v].as_ref().map_or(&[][..], Tensor::shape);
+                if !g.holds(shape) {
+                    let input = self.input_ids.iter().position(|i| i == v);
+                    let what = input.map_or_else(|| format!("value {v}"), |i| format!("input {i}"));
+                    return Ok(Err(size_guard_failure(&what, g, shape)));
+                }
+            }
+        }
+        for (i, t) in &self.check_constants {
+            env[*i] = Some(t.clone());
+        }
+        let _g = tensorplay_runtime::autograd::no_grad();
+        for (call, guards) in &self.check_calls {
+            Self::call_node(call, &mut env, syms)?;
+            for (v, g) in guards.iter().filter(|_| check_guards) {
+                let shape = env[*v].as_ref().map_or(&[][..], Tensor::shape);
+                if !g.holds(shape) {
+                    let what = format!("the output of `{}`", call.op.qualname());
+                    return Ok(Err(size_guard_failure(&what, g, shape)));
+                }
+            }
+        }
+        Ok(Ok(env))
+    }
+
+    /// The error the first op of the captured program meets on these inputs' shapes (guards not
+    /// checked), if one does: which op's inputs disagree, and how.
+    fn first_op_error(&self, inputs: &[Tensor], syms: &[i64]) -> Option<String> {
+        self.replay(inputs, syms, false)
+            .err()
+            .map(|e| e.to_string())
+    }
+
+    /// The symbols' values and where they come from: `s0 = 5 (input 0 dim 0), s1 = 7 (…)`.
+    fn describe_syms(&self, syms: &[i64]) -> String {
+        self.sym_src
+            .iter()
+            .zip(syms)
+            .enumerate()
+            .map(|(k, (&(i, d), n))| format!("s{k} = {n} (input {i} dim {d})"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Whether the graph applies to `inputs` (which passed the static guards): the size guards,
@@ -193,6 +221,26 @@ impl CompiledGraph {
                     .map_or(0, |&n| n as i64)
             })
             .collect()
+    }
+}
+
+/// A failed size guard in words: which value and dim, what the captured code read, what came.
+fn size_guard_failure(what: &str, g: &SizeGuard, got: &[usize]) -> String {
+    let shape = tensorplay_ir::shape::fmt_shape;
+    match g.dim {
+        Some(d) => format!(
+            "{what} dim {d}: expected {}, got {} (shape {}; the captured code read this size as \
+             a plain integer)",
+            g.expected.first().copied().unwrap_or(0),
+            got.get(d).map_or("no such dim".into(), |n| n.to_string()),
+            shape(got)
+        ),
+        None => format!(
+            "{what}: expected shape {}, got {} (the captured code read the whole shape as plain \
+             integers)",
+            shape(&g.expected),
+            shape(got)
+        ),
     }
 }
 

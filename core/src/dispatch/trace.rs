@@ -22,13 +22,7 @@ thread_local! {
 /// prints a line per layer of every op call.
 pub fn log_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("TP_LOGS").is_ok_and(|s| {
-            s.split(',')
-                .map(|p| p.trim().to_ascii_lowercase())
-                .any(|p| p == "dispatch")
-        })
-    })
+    *ON.get_or_init(|| tensorplay_kernel::log::named("dispatch"))
 }
 
 /// Whether a call entering the stack now is traced.

@@ -813,12 +813,28 @@ impl Tensor {
                 format!("{}", if start < 0 { start } else { len }.hint()),
             ));
         }
+        for (name, v) in [("start", start), ("length", len)] {
+            // A `usize` past i64::MAX saturates on conversion: say so rather than print the
+            // saturated value as if it were the one given.
+            if v.as_literal() == Some(i64::MAX) {
+                return Err(Error::argument(
+                    "narrow",
+                    name,
+                    format!("at most the size of dim {dim} ({})", size.hint()),
+                    format!("a value of at least {} (it overflowed i64)", i64::MAX),
+                ));
+            }
+        }
         let end = start + len;
         if end > size {
+            let end_text = match end.as_literal() {
+                Some(i64::MAX) => "overflows i64".to_string(),
+                _ => format!("= {}", end.hint()),
+            };
             return Err(Error::shape(
                 "narrow",
                 format!(
-                    "start {} + length {} exceeds dim {dim} of size {}",
+                    "start {} + length {} {end_text}, past the end of dim {dim} of size {}",
                     start.hint(),
                     len.hint(),
                     size.hint()

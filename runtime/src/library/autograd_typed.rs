@@ -148,43 +148,12 @@ pub(crate) fn check_types<A: FromArgs>(
     op: &str,
     schema: &tensorplay_ir::schema::Schema,
 ) -> Result<()> {
-    let types = A::schema_types();
-    if types.len() != schema.params.len() {
-        return Err(Error::Registration(format!(
-            "the typed setup of `{op}` takes {} parameters, but the schema `{schema}` has {}",
-            types.len(),
-            schema.params.len()
-        )));
-    }
-    for (ty, p) in types.iter().zip(&schema.params) {
-        let declared = p.ty.to_string();
-        if !compatible(ty, &declared) {
-            return Err(Error::Registration(format!(
-                "the typed setup of `{op}` takes `{ty}` for parameter `{}`, but the schema declares `{declared}`",
-                p.name
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// `SymInt`/`int` and their lists and optionals read the same values; an alias annotation
-/// (`Tensor(a!)`) does not change what the parameter holds.
-fn compatible(rust: &str, declared: &str) -> bool {
-    let strip = |s: &str| {
-        let mut out = String::with_capacity(s.len());
-        let mut depth = 0;
-        for c in s.chars() {
-            match c {
-                '(' => depth += 1,
-                ')' => depth -= 1,
-                _ if depth == 0 => out.push(c),
-                _ => {}
-            }
-        }
-        out.replace("SymInt", "int")
-    };
-    strip(rust) == strip(declared)
+    super::signature::check_params(
+        op,
+        "register_autograd_typed (setup)",
+        &A::schema_types(),
+        schema,
+    )
 }
 
 /// Builds the boxed formula from the typed closures.

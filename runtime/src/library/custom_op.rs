@@ -15,6 +15,7 @@ use super::infer_schema::{MutatesArgs, Prototype, infer_schema};
 use super::options::{Tag, dedup_tags};
 use super::register;
 use super::registry::{Operator, Origin, Owner, Slot, registry};
+use super::signature;
 use super::triton::TritonInfo;
 use super::typed::{IntoKernel, ReturnType};
 use super::validate;
@@ -131,7 +132,21 @@ impl CustomOpDef {
     }
 
     /// Registers a kernel for `device_types`: lower-case `"cpu"`/`"cuda"`, a [`Device`] or
-    /// [`Slot`] (one or a list); `&[]` is the device-agnostic slot.
+    /// [`Slot`] (one or a list); `&[]`, `"default"` and every `Composite…` key
+    /// (`"CompositeExplicitAutograd"`, …) are the device-agnostic slot.
+    ///
+    /// ```
+    /// use tensorplay_runtime::{library, library::Slot, Tensor, DType, Result};
+    /// let op = library::custom_op("docs_rk::twice")
+    ///     .arg_names(&["x"])
+    ///     .build(|x: &Tensor| -> Result<Tensor> { x.mul_scalar(2.0) })?;
+    /// op.register_kernel("CompositeExplicitAutograd", |x: &Tensor| -> Result<Tensor> {
+    ///     x.add(x)
+    /// })?;
+    /// assert_eq!(op.operator().kernel_slots(), vec![(Slot::Default, true)]);
+    /// assert_eq!(op.call1((Tensor::ones(&[2], DType::F32),))?.sum_all()?.item::<f32>()?, 4.0);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
     ///
     /// [`Device`]: tensorplay_ir::Device
     pub fn register_kernel<M>(
@@ -139,7 +154,7 @@ impl CustomOpDef {
         device_types: impl DeviceTypes,
         f: impl IntoKernel<M>,
     ) -> Result<&Self> {
-        let slots = device_types.slots(self.name(), "device_types")?;
+        let slots = device_types.kernel_slots(self.name(), "device_types")?;
         self.register_kernel_slots(&slots, f, Owner::Process)
     }
 
@@ -150,7 +165,7 @@ impl CustomOpDef {
         owner: Owner,
     ) -> Result<&Self> {
         let op = self.operator();
-        register::check_arity::<F, M>(&op, "the kernel")?;
+        register::check_signature::<F, M>(&op, "register_kernel")?;
         register::register_kernel(&op, slots, f.into_kernel(self.name()), owner)?;
         Ok(self)
     }
@@ -167,7 +182,7 @@ impl CustomOpDef {
         allow_override: bool,
     ) -> Result<&Self> {
         let op = self.operator();
-        register::check_arity::<F, M>(&op, "the fake kernel")?;
+        register::check_signature::<F, M>(&op, "register_fake")?;
         register::register_fake(&op, f.into_kernel(self.name()), owner, allow_override)?;
         Ok(self)
     }
@@ -420,14 +435,8 @@ impl CustomOpBuilder {
             None => self.inferred_schema::<F, M>(&qualname)?,
         };
         self.check_mutates_args(&schema, &qualname)?;
-        if let Some(types) = F::param_types()
-            && types.len() != schema.params.len()
-        {
-            return Err(Error::Registration(format!(
-                "`{qualname}`: the kernel takes {} parameters but the schema has {}",
-                types.len(),
-                schema.params.len()
-            )));
+        if let Some(types) = F::param_types() {
+            signature::check_params(&qualname, "custom_op", &types, &schema)?;
         }
         schema.namespace = Some(ns.to_string());
         Ok(schema)

@@ -6,13 +6,7 @@ use std::sync::OnceLock;
 /// True when `TP_LOGS` (read once) names `library` or `all`.
 pub fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("TP_LOGS").is_ok_and(|s| {
-            s.split(',')
-                .map(|p| p.trim().to_ascii_lowercase())
-                .any(|p| p == "library" || p == "all")
-        })
-    })
+    *ON.get_or_init(|| tensorplay_kernel::log::enabled("library"))
 }
 
 /// Prints a warning line under `[tp:library]` when logging is on.

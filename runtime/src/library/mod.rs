@@ -22,6 +22,7 @@ pub mod log;
 pub mod options;
 pub(crate) mod register;
 pub mod registry;
+mod signature;
 pub mod triton;
 pub mod typed;
 pub(crate) mod validate;
@@ -180,8 +181,23 @@ pub fn r#impl<M, F: IntoKernel<M>>(
 }
 
 /// Registers a kernel for `device_types`: lower-case `"cpu"`/`"cuda"` strings, [`Device`]
-/// values or [`Slot`]s (`&[]` = the device-agnostic slot). Upper-case spellings are
-/// [`r#impl`]'s; here they are an error naming the accepted ones.
+/// values or [`Slot`]s; `&[]`, `"default"` and every `Composite…` key
+/// (`"CompositeExplicitAutograd"`, `"CompositeImplicitAutograd"`, …) are the device-agnostic
+/// slot, as the seed says. Upper-case device names (`"CPU"`) are [`r#impl`]'s; here they are an
+/// error naming the accepted ones.
+///
+/// ```
+/// use tensorplay_runtime::{library, library::Slot, Tensor, DType, Result};
+/// let op = library::custom_op("docs_free_rk::twice")
+///     .arg_names(&["x"])
+///     .build(|x: &Tensor| -> Result<Tensor> { x.mul_scalar(2.0) })?;
+/// let kernel = |x: &Tensor| -> Result<Tensor> { x.mul_scalar(3.0) };
+/// library::register_kernel(&op, "cpu", kernel, None)?;
+/// library::register_kernel(&op, "CompositeImplicitAutograd", kernel, None)?;
+/// assert_eq!(op.operator().kernel_slots(), vec![(Slot::Cpu, true), (Slot::Default, true)]);
+/// assert!(library::register_kernel(&op, "CPU", kernel, None).is_err());
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
 ///
 /// [`Device`]: tensorplay_ir::Device
 pub fn register_kernel<M, F: IntoKernel<M>>(
@@ -191,7 +207,7 @@ pub fn register_kernel<M, F: IntoKernel<M>>(
     lib: Option<&Library>,
 ) -> Result<()> {
     let op = handle(op)?;
-    let slots = device_types.slots(op.name(), "device_types")?;
+    let slots = device_types.kernel_slots(op.name(), "device_types")?;
     op.register_kernel_slots(&slots, func, owner(lib))?;
     Ok(())
 }

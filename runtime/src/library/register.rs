@@ -8,24 +8,18 @@ use tensorplay_ir::{DType, Error, Result};
 
 use super::autograd::AutogradImpl;
 use super::registry::{Entry, KernelEntry, KernelFn, Operator, Owner, Slot};
+use super::signature;
 use super::typed::IntoKernel;
 use super::vmap_rule::VmapRule;
 use tensorplay_core::value::Value;
 
-/// Checks a typed kernel's parameter count against the op's schema.
-pub(crate) fn check_arity<F: IntoKernel<M>, M>(op: &Operator, what: &str) -> Result<()> {
-    if let Some(types) = F::param_types() {
-        let n = op.schema().params.len();
-        if types.len() != n {
-            return Err(Error::Registration(format!(
-                "{what} for `{}` takes {} parameters, but the schema `{}` has {n}",
-                op.qualname(),
-                types.len(),
-                op.schema()
-            )));
-        }
+/// Checks a typed kernel's parameters (count and types) against the op's schema; `what` names
+/// the registration in the error (`register_kernel`, `register_fake`).
+pub(crate) fn check_signature<F: IntoKernel<M>, M>(op: &Operator, what: &str) -> Result<()> {
+    match F::param_types() {
+        Some(types) => signature::check_params(op.qualname(), what, &types, op.schema()),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Parses device types for kernel registration: none or empty means the default slot.

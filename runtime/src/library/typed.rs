@@ -381,18 +381,35 @@ where
     }
 }
 
+/// Calls a kernel on bound arguments, lending them at any borrow (`&Tensor` parameters borrow
+/// from the call's values). A separate trait from [`IntoKernel`] so that the compiler settles the
+/// parameter types from the plain `Fn` bound first and checks this higher-ranked one afterwards —
+/// which is what lets a generic `F: Fn(&Tensor) -> Result<Tensor>` or an opaque `impl Fn(..)`
+/// serve as a kernel, not only closures and fn items. Implemented for every such `Fn`; not
+/// something to implement by hand.
+pub trait CallBound<Args, R> {
+    /// Extracts the arguments from `args` (already checked for count) and calls the kernel.
+    fn call_bound(&self, op: &str, args: &[Value]) -> Result<R>;
+}
+
 macro_rules! typed_kernel {
     ($($A:ident $a:ident $i:tt),*) => {
-        // The two `Fn` bounds: the first lets the compiler read the parameter types off the
-        // closure (`&Tensor` included), the second says it accepts them for any borrow of the
-        // bound arguments.
+        impl<F, R, $($A: KernelArg),*> CallBound<($($A,)*), R> for F
+        where
+            F: for<'a> Fn($($A::Item<'a>),*) -> Result<R>,
+        {
+            #[allow(unused_variables)]
+            fn call_bound(&self, op: &str, args: &[Value]) -> Result<R> {
+                self($($A::extract(op, $i, &args[$i])?),*)
+            }
+        }
+
+        // `Fn($($A),*)` lets the compiler read the parameter types off the kernel (`&Tensor`
+        // included, from a closure, fn item, `impl Fn` or a generic's bound); `CallBound` says it
+        // accepts them for any borrow of the bound arguments.
         impl<F, R, $($A),*> IntoKernel<(R, $($A,)*)> for F
         where
-            F: Fn($($A),*) -> Result<R>
-                + for<'a> Fn($($A::Item<'a>),*) -> Result<R>
-                + Send
-                + Sync
-                + 'static,
+            F: Fn($($A),*) -> Result<R> + CallBound<($($A,)*), R> + Send + Sync + 'static,
             R: ReturnType,
             $($A: KernelArg,)*
         {
@@ -403,20 +420,14 @@ macro_rules! typed_kernel {
             fn return_type() -> Option<String> {
                 Some(R::schema())
             }
-            #[allow(unused_variables)]
             fn into_kernel(self, op: &str) -> KernelFn {
-                // Calls through the borrowing signature (the bounds give two `Fn` impls).
-                #[allow(non_camel_case_types, clippy::too_many_arguments)]
-                fn call<R, $($a),*>(f: &impl Fn($($a),*) -> Result<R>, $($a: $a),*) -> Result<R> {
-                    f($($a),*)
-                }
                 let op = op.to_string();
                 Arc::new(move |args: &[Value]| -> Result<Vec<Tensor>> {
                     let expected = 0 $(+ { let _ = $i; 1 })*;
                     if args.len() != expected {
                         return Err(Error::argument(&op, "args", format!("{expected} arguments"), args.len().to_string()));
                     }
-                    Ok(call::<R, $($A::Item<'_>),*>(&self, $($A::extract(&op, $i, &args[$i])?),*)?.into_tensors())
+                    Ok(self.call_bound(&op, args)?.into_tensors())
                 })
             }
         }

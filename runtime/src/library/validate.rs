@@ -1,22 +1,17 @@
 //! Definition-time checks on a custom op's schema, shared by `custom_op` and `define`: what the
-//! parser accepts but a custom operator may not be (keyword-only tensors, defaults of the wrong
-//! type), and the seed's loose `define("ns::add(Tensor, Tensor)")` spelling.
+//! parser accepts but a custom operator may not be (defaults of the wrong type), and the seed's
+//! loose `define("ns::add(Tensor, Tensor)")` spelling. Keyword-only tensors
+//! (`f(Tensor x, *, Tensor(a!) out) -> ()`, PyTorch's out= convention) are accepted: every layer
+//! works on the bound arguments, one per parameter in schema order, so a keyword-only tensor is a
+//! trailing argument of the kernel like any other.
 
 use tensorplay_ir::schema::{BaseType, DefaultValue, Param, Schema, SchemaType};
 use tensorplay_ir::{Error, Result};
 
-/// Rejects keyword-only tensor parameters (as PyTorch's custom ops do: the dispatcher and
-/// autograd only see positional tensors) and defaults that do not fit their parameter's type.
+/// Rejects defaults that do not fit their parameter's type.
 pub(crate) fn check_definition(schema: &Schema) -> Result<()> {
     let op = schema.qualified_name();
     for p in &schema.params {
-        if p.kwarg_only && p.ty.is_tensor_like() {
-            return Err(Error::Registration(format!(
-                "`{op}`: keyword-only parameter `{}` is a {}; tensor parameters must be \
-                 positional (move it before `*`)",
-                p.name, p.ty
-            )));
-        }
         if let Some(d) = &p.default
             && !default_fits(&p.ty, &d.value)
         {
