@@ -13,8 +13,8 @@
 use serde_json::Value as J;
 use tensorplay::optim::{
     Adam, AdamOptions, AdamW, ChainedScheduler, CosineAnnealingLR, LRScheduler, LinearLR,
-    OneCycleLR, OneCycleOptions, Optimizer, RMSprop, RMSpropOptions, SequentialLR, Sgd,
-    SgdOptions, StepLR, clip_grad_norm_, clip_grad_norm_eager, clip_grad_value_,
+    OneCycleLR, OneCycleOptions, Optimizer, RMSprop, RMSpropOptions, SequentialLR, Sgd, SgdOptions,
+    StepLR, clip_grad_norm_, clip_grad_norm_eager, clip_grad_value_,
 };
 use tensorplay::{DType, Result, Tensor};
 
@@ -60,9 +60,7 @@ fn sgd_options(o: &J) -> SgdOptions {
 }
 
 fn adam_options(o: &J, d: AdamOptions) -> AdamOptions {
-    let betas = o
-        .get("betas")
-        .map_or(d.betas, |b| (f(&b[0]), f(&b[1])));
+    let betas = o.get("betas").map_or(d.betas, |b| (f(&b[0]), f(&b[1])));
     AdamOptions {
         lr: opt_f(o, "lr", d.lr),
         betas,
@@ -214,7 +212,11 @@ fn replay(case: &J, fused: bool, checkpoints: &[usize]) -> Result<f64> {
         if sched.is_some() {
             let want = floats(&result["lrs"][step - 1]);
             let e = worst(&opt.lrs(), &want, 1e-12, 1e-15);
-            assert!(e <= 1.0, "{name} ({mode}) step {step}: lrs {:?} vs {want:?}", opt.lrs());
+            assert!(
+                e <= 1.0,
+                "{name} ({mode}) step {step}: lrs {:?} vs {want:?}",
+                opt.lrs()
+            );
         }
         if let Some(c) = clip {
             if c["kind"] == "norm" {
@@ -264,7 +266,11 @@ fn replay(case: &J, fused: bool, checkpoints: &[usize]) -> Result<f64> {
         for (key, v) in want.as_object().unwrap() {
             let name_i = format!("state.{i}.{key}");
             if key == "step" {
-                assert_eq!(state.scalar(&name_i), Some(f(v)), "{name} ({mode}) {name_i}");
+                assert_eq!(
+                    state.scalar(&name_i),
+                    Some(f(v)),
+                    "{name} ({mode}) {name_i}"
+                );
                 continue;
             }
             let got: Vec<f64> = state
@@ -277,7 +283,10 @@ fn replay(case: &J, fused: bool, checkpoints: &[usize]) -> Result<f64> {
             let want = floats(v);
             let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs()));
             let e = worst(&got, &want, 1e-6, 1e-6 * scale);
-            assert!(e <= 1.0, "{name} ({mode}) {name_i}:\n got {got:?}\nwant {want:?}");
+            assert!(
+                e <= 1.0,
+                "{name} ({mode}) {name_i}:\n got {got:?}\nwant {want:?}"
+            );
         }
     }
     Ok(worst_param)

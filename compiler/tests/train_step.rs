@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 
 use tensorplay_compiler::compile;
 use tensorplay_compiler::optim::{
-    Adam, AdamOptions, AdamW, Optimizer, RMSprop, RMSpropOptions, Sgd, SgdOptions,
-    clip_grad_norm_, clip_grad_norm_eager, clip_grad_value_,
+    Adam, AdamOptions, AdamW, Optimizer, RMSprop, RMSpropOptions, Sgd, SgdOptions, clip_grad_norm_,
+    clip_grad_norm_eager, clip_grad_value_,
 };
 use tensorplay_runtime::library::{self, CustomOpDef};
 use tensorplay_runtime::{DType, Result, Tensor, Value};
@@ -293,13 +293,24 @@ fn groups_have_their_own_rates_and_parameters_without_grad_are_skipped() -> Resu
     opt.step()?;
     assert_eq!(a.detach().to_vec::<f32>()?, vec![0.9; 3]);
     assert_eq!(b.detach().to_vec::<f32>()?, vec![0.5; 3]);
-    assert_eq!(c.detach().to_vec::<f32>()?, vec![1.0; 3], "no grad: skipped");
-    assert!(opt.param_state(1).is_none(), "no state for a skipped parameter");
+    assert_eq!(
+        c.detach().to_vec::<f32>()?,
+        vec![1.0; 3],
+        "no grad: skipped"
+    );
+    assert!(
+        opt.param_state(1).is_none(),
+        "no state for a skipped parameter"
+    );
     let compiled = opt.num_compiled();
     opt.set_group_lr(1, 0.25)?;
     opt.step()?;
     assert_eq!(b.detach().to_vec::<f32>()?, vec![0.25; 3]);
-    assert_eq!(opt.num_compiled(), compiled, "a new rate is an input, not a recompile");
+    assert_eq!(
+        opt.num_compiled(),
+        compiled,
+        "a new rate is an input, not a recompile"
+    );
     assert_eq!(opt.lrs(), vec![0.1, 0.25]);
     let e = opt.set_group_lr(2, 0.1).unwrap_err().to_string();
     assert!(e.contains("group"), "{e}");
@@ -318,7 +329,10 @@ fn bad_hyper_parameters_are_clear_errors() {
     };
     let e = Sgd::with_options(p(), nesterov).err().unwrap().to_string();
     assert!(e.contains("nesterov") && e.contains("dampening"), "{e}");
-    let e = Adam::new(p(), 1e-3, (1.0, 0.999), 1e-8).err().unwrap().to_string();
+    let e = Adam::new(p(), 1e-3, (1.0, 0.999), 1e-8)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("betas.0"), "{e}");
     let e = Sgd::new(p(), -0.1, 0.0).err().unwrap().to_string();
     assert!(e.contains("lr"), "{e}");
@@ -367,16 +381,16 @@ fn fused_and_eager_steps_agree_for_every_optimizer() -> Result<()> {
             };
             Ok(Box::new(RMSprop::with_options(p, o)?))
         }),
-        ("rmsprop-plain", |p| {
-            Ok(Box::new(RMSprop::new(p, 0.01)?))
-        }),
+        ("rmsprop-plain", |p| Ok(Box::new(RMSprop::new(p, 0.01)?))),
     ];
     for (name, make) in makers {
         let fresh = || -> Result<Vec<Tensor>> {
             [vec![7, 33], vec![1], vec![50_000]]
                 .iter()
                 .enumerate()
-                .map(|(i, s)| Tensor::randn_seeded(s, DType::F32, 40 + i as u64)?.requires_grad_(true))
+                .map(|(i, s)| {
+                    Tensor::randn_seeded(s, DType::F32, 40 + i as u64)?.requires_grad_(true)
+                })
                 .collect()
         };
         let (e, c) = (fresh()?, fresh()?);
@@ -386,15 +400,26 @@ fn fused_and_eager_steps_agree_for_every_optimizer() -> Result<()> {
                 for (i, p) in ps.iter().enumerate() {
                     p.zero_grad();
                     if i != 1 || step % 2 == 0 {
-                        let g = Tensor::randn_seeded(p.shape(), DType::F32, 100 + step * 7 + i as u64)?;
+                        let g =
+                            Tensor::randn_seeded(p.shape(), DType::F32, 100 + step * 7 + i as u64)?;
                         set_grad(p, &g)?;
                     }
                 }
-                if fused { opt.step()? } else { opt.step_eager()? }
+                if fused {
+                    opt.step()?
+                } else {
+                    opt.step_eager()?
+                }
             }
             for k in 0..3 {
-                let (a, b) = (c[k].detach().to_vec::<f32>()?, e[k].detach().to_vec::<f32>()?);
-                assert!(close(&a, &b, 1e-6), "{name} step {step}: parameter {k} differs");
+                let (a, b) = (
+                    c[k].detach().to_vec::<f32>()?,
+                    e[k].detach().to_vec::<f32>()?,
+                );
+                assert!(
+                    close(&a, &b, 1e-6),
+                    "{name} step {step}: parameter {k} differs"
+                );
             }
         }
     }
@@ -459,15 +484,25 @@ fn optimizer_state_round_trips_and_mismatches_are_listed() -> Result<()> {
     for (pa, pb) in a.iter().zip(&b) {
         assert_eq!(pa.detach().to_vec::<f32>()?, pb.detach().to_vec::<f32>()?);
     }
-    // The loaded state is a copy: a's buffers did not move with b's steps.
-    assert_ne!(
-        oa.state_dict().tensor("state.0.exp_avg").unwrap().to_vec::<f32>()?,
-        state.tensor("state.0.exp_avg").unwrap().to_vec::<f32>()?
-    );
+    // The export shares a's live buffers (as PyTorch's `state_dict()` does); the import copies.
+    let ptr = |o: &Adam| -> Result<usize> {
+        Ok(o.state_dict().tensor("state.0.exp_avg").unwrap().data_ptr_raw()? as usize)
+    };
+    let exported = state.tensor("state.0.exp_avg").unwrap().data_ptr_raw()? as usize;
+    assert_eq!(ptr(&oa)?, exported);
+    assert_ne!(ptr(&ob)?, exported);
     // A state for other shapes, and one with an unknown key.
-    let mut small = Adam::new(vec![Tensor::ones(&[2], DType::F32)], 0.1, (0.9, 0.999), 1e-8)?;
+    let mut small = Adam::new(
+        vec![Tensor::ones(&[2], DType::F32)],
+        0.1,
+        (0.9, 0.999),
+        1e-8,
+    )?;
     let e = small.load_state_dict(&state).unwrap_err().to_string();
-    assert!(e.contains("state.0.exp_avg is [4, 3]") && e.contains("unexpected state.1.step"), "{e}");
+    assert!(
+        e.contains("state.0.exp_avg is [4, 3]") && e.contains("unexpected state.1.step"),
+        "{e}"
+    );
     Ok(())
 }
 
@@ -485,7 +520,10 @@ fn clipping_fused_equals_eager() -> Result<()> {
         let (e, c) = (make()?, make()?);
         for ps in [&e, &c] {
             for (i, t) in ps.iter().enumerate().take(3) {
-                set_grad(t, &Tensor::randn_seeded(t.shape(), DType::F32, 7 + i as u64)?)?;
+                set_grad(
+                    t,
+                    &Tensor::randn_seeded(t.shape(), DType::F32, 7 + i as u64)?,
+                )?;
             }
         }
         let ne = clip_grad_norm_eager(&e, 0.5, p)?;
@@ -501,12 +539,25 @@ fn clipping_fused_equals_eager() -> Result<()> {
         assert!(c[3].grad().is_none());
         // Clipped to the norm 0.5 (1e-6 below it).
         let again = clip_grad_norm_(&c, 1e9, p)?;
-        assert!((again - 0.5).abs() < 1e-5, "p = {p}: norm after clipping {again}");
+        assert!(
+            (again - 0.5).abs() < 1e-5,
+            "p = {p}: norm after clipping {again}"
+        );
     }
     let w = Tensor::zeros(&[5], DType::F32).requires_grad_(true)?;
-    set_grad(&w, &Tensor::from_vec(vec![-2.0f32, -0.5, 0.0, 0.5, 2.0], &[5])?)?;
+    set_grad(
+        &w,
+        &Tensor::from_vec(vec![-2.0f32, -0.5, 0.0, 0.5, 2.0], &[5])?,
+    )?;
     clip_grad_value_(&[w.clone()], 1.0)?;
-    assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![-1.0, -0.5, 0.0, 0.5, 1.0]);
-    assert_eq!(clip_grad_norm_(&[Tensor::ones(&[2], DType::F32)], 1.0, 2.0)?, 0.0, "no gradients");
+    assert_eq!(
+        w.grad().unwrap().to_vec::<f32>()?,
+        vec![-1.0, -0.5, 0.0, 0.5, 1.0]
+    );
+    assert_eq!(
+        clip_grad_norm_(&[Tensor::ones(&[2], DType::F32)], 1.0, 2.0)?,
+        0.0,
+        "no gradients"
+    );
     Ok(())
 }

@@ -4,8 +4,8 @@
 use tensorplay_ir::{Error, Result};
 use tensorplay_runtime::Tensor;
 
-use super::groups::{Algorithm, Core, Hyper, check_nonneg};
 use super::fused::{Update, mul_add};
+use super::groups::{Algorithm, Core, Hyper, check_nonneg};
 
 /// [`Adam`]'s and [`AdamW`]'s hyper-parameters. `Default` gives PyTorch's `Adam` defaults;
 /// [`AdamOptions::adamw`] PyTorch's `AdamW` defaults (`weight_decay` 0.01).

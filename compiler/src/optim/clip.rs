@@ -33,7 +33,12 @@ const MAX_NORMS: usize = 32;
 
 /// `g * c` in place, and `clamp(g, lo, hi)` in place.
 static SCALE: LazyLock<Mutex<Fused>> = LazyLock::new(|| {
-    Mutex::new(Fused::new(Box::new(|xs| Ok(vec![xs[0].mul(&xs[1])?])), 1, 0, 1))
+    Mutex::new(Fused::new(
+        Box::new(|xs| Ok(vec![xs[0].mul(&xs[1])?])),
+        1,
+        0,
+        1,
+    ))
 });
 static CLAMP: LazyLock<Mutex<Fused>> = LazyLock::new(|| {
     Mutex::new(Fused::new(

@@ -84,12 +84,7 @@ pub(crate) fn check_params(op: &str, params: &[Tensor]) -> Result<()> {
 /// Checks a non-negative finite hyper-parameter, as PyTorch's `Invalid ... value` checks.
 pub(crate) fn check_nonneg(op: &str, name: &str, v: f64) -> Result<()> {
     if v.is_nan() || v < 0.0 {
-        return Err(Error::argument(
-            op,
-            name,
-            "a number >= 0",
-            v.to_string(),
-        ));
+        return Err(Error::argument(op, name, "a number >= 0", v.to_string()));
     }
     Ok(())
 }
@@ -241,7 +236,8 @@ impl<A: Algorithm> Core<A> {
                             .push((format!("state.{index}.step"), st.step as f64));
                     }
                     for (name, t) in &st.buffers {
-                        out.tensors.push((format!("state.{index}.{name}"), t.clone()));
+                        out.tensors
+                            .push((format!("state.{index}.{name}"), t.clone()));
                     }
                 }
                 index += 1;
@@ -288,7 +284,9 @@ impl<A: Algorithm> Core<A> {
                 index += 1;
                 let mut st = ParamState::default();
                 let mut any = false;
-                if A::KEEPS_STEP && let Some(v) = scalar(&format!("{prefix}step")) {
+                if A::KEEPS_STEP
+                    && let Some(v) = scalar(&format!("{prefix}step"))
+                {
                     if v.fract() != 0.0 || v < 0.0 {
                         problems.push(format!("{prefix}step is {v}, not a step count"));
                     }

@@ -178,7 +178,12 @@ macro_rules! impl_scheduler {
 
 fn positive(op: &str, name: &str, v: i64) -> Result<()> {
     if v <= 0 {
-        return Err(Error::argument(op, name, "a positive integer", v.to_string()));
+        return Err(Error::argument(
+            op,
+            name,
+            "a positive integer",
+            v.to_string(),
+        ));
     }
     Ok(())
 }
@@ -580,14 +585,34 @@ impl OneCycleLR {
         let total = total_steps as f64;
         let phases = if o.three_phase {
             vec![
-                Phase { end_step: o.pct_start * total - 1.0, lr: (0, 1), momentum: (0, 1) },
-                Phase { end_step: 2.0 * o.pct_start * total - 2.0, lr: (1, 0), momentum: (1, 0) },
-                Phase { end_step: total - 1.0, lr: (0, 2), momentum: (0, 0) },
+                Phase {
+                    end_step: o.pct_start * total - 1.0,
+                    lr: (0, 1),
+                    momentum: (0, 1),
+                },
+                Phase {
+                    end_step: 2.0 * o.pct_start * total - 2.0,
+                    lr: (1, 0),
+                    momentum: (1, 0),
+                },
+                Phase {
+                    end_step: total - 1.0,
+                    lr: (0, 2),
+                    momentum: (0, 0),
+                },
             ]
         } else {
             vec![
-                Phase { end_step: o.pct_start * total - 1.0, lr: (0, 1), momentum: (0, 1) },
-                Phase { end_step: total - 1.0, lr: (1, 2), momentum: (1, 0) },
+                Phase {
+                    end_step: o.pct_start * total - 1.0,
+                    lr: (0, 1),
+                    momentum: (0, 1),
+                },
+                Phase {
+                    end_step: total - 1.0,
+                    lr: (1, 2),
+                    momentum: (1, 0),
+                },
             ]
         };
         let mut lrs = Vec::with_capacity(n);
@@ -640,7 +665,10 @@ impl SequentialLR {
             return Err(Error::argument(
                 OP,
                 "milestones",
-                format!("{} milestones (one less than the schedulers)", schedulers.len() - 1),
+                format!(
+                    "{} milestones (one less than the schedulers)",
+                    schedulers.len() - 1
+                ),
                 milestones.len().to_string(),
             ));
         }
@@ -692,7 +720,11 @@ impl LRScheduler for SequentialLR {
     fn step_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
         self.last_epoch = epoch;
         let idx = self.index(epoch);
-        let start = if idx == 0 { 0 } else { self.milestones[idx - 1] };
+        let start = if idx == 0 {
+            0
+        } else {
+            self.milestones[idx - 1]
+        };
         self.schedulers[idx].step_to(opt, epoch - start)?;
         self.last_lr = self.schedulers[idx].last_lr();
         Ok(())

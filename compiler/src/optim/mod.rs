@@ -46,8 +46,8 @@ use tensorplay_runtime::Tensor;
 
 mod adam;
 mod clip;
-mod groups;
 mod fused;
+mod groups;
 pub mod lr_scheduler;
 mod rmsprop;
 mod sgd;
@@ -169,7 +169,10 @@ macro_rules! impl_optimizer {
             }
             fn group_momentum(&self, group: usize) -> Option<f64> {
                 use $crate::optim::groups::Hyper;
-                self.core.groups.get(group).and_then(|g| g.options.momentum())
+                self.core
+                    .groups
+                    .get(group)
+                    .and_then(|g| g.options.momentum())
             }
             fn set_group_momentum(&mut self, group: usize, m: f64) -> tensorplay_ir::Result<()> {
                 self.core.set_momentum(group, m)

@@ -4,8 +4,8 @@ use tensorplay_ir::Result;
 use tensorplay_runtime::Tensor;
 
 use super::adam::lerp;
-use super::groups::{Algorithm, Core, Hyper, check_nonneg};
 use super::fused::{Update, mul_add};
+use super::groups::{Algorithm, Core, Hyper, check_nonneg};
 
 /// [`RMSprop`]'s hyper-parameters, with PyTorch's defaults (`lr` 0.01, `alpha` 0.99,
 /// `eps` 1e-8, the rest off).
@@ -174,7 +174,14 @@ impl Algorithm for RMSpropRule {
     }
 
     fn scalars(o: &RMSpropOptions, _step: u64, _fresh: bool) -> Vec<f64> {
-        vec![o.weight_decay, o.alpha, 1.0 - o.alpha, o.eps, o.momentum, -o.lr]
+        vec![
+            o.weight_decay,
+            o.alpha,
+            1.0 - o.alpha,
+            o.eps,
+            o.momentum,
+            -o.lr,
+        ]
     }
 }
 

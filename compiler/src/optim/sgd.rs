@@ -4,8 +4,8 @@
 use tensorplay_ir::{Error, Result};
 use tensorplay_runtime::Tensor;
 
-use super::groups::{Algorithm, Core, Hyper, check_nonneg};
 use super::fused::{Update, mul_add};
+use super::groups::{Algorithm, Core, Hyper, check_nonneg};
 
 /// [`Sgd`]'s hyper-parameters, with PyTorch's defaults (`lr` 1e-3, everything else off).
 #[derive(Clone, Copy, Debug, PartialEq)]

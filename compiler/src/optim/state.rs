@@ -30,6 +30,8 @@ impl ParamState {
 ///   every group's options as `param_groups.{g}.{option}` (`param_groups.0.lr`,
 ///   `param_groups.0.betas.0`; booleans are 0 or 1).
 ///
+/// Like PyTorch's `state_dict()`, the export holds the optimizer's live buffers (no copy): save
+/// it (or copy the tensors) before the next step changes them.
 /// [`Optimizer::load_state_dict`](super::Optimizer::load_state_dict) restores it into an
 /// optimizer built over the same parameter shapes: it copies the tensors (the optimizer never
 /// shares memory with the state it loaded) and refuses unknown names, missing options and
@@ -67,6 +69,9 @@ impl OptimizerState {
 
     /// The number named `name`.
     pub fn scalar(&self, name: &str) -> Option<f64> {
-        self.scalars.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+        self.scalars
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
     }
 }
