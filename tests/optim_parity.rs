@@ -30,7 +30,7 @@ fn grad_value(step: usize, param: usize, j: usize) -> f64 {
 }
 
 fn has_grad(step: usize, param: usize) -> bool {
-    !(param == 1 && step % 3 == 0)
+    !(param == 1 && step.is_multiple_of(3))
 }
 
 fn f(v: &J) -> f64 {

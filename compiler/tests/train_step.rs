@@ -399,7 +399,7 @@ fn fused_and_eager_steps_agree_for_every_optimizer() -> Result<()> {
             for (ps, opt, fused) in [(&e, &mut oe, false), (&c, &mut oc, true)] {
                 for (i, p) in ps.iter().enumerate() {
                     p.zero_grad();
-                    if i != 1 || step % 2 == 0 {
+                    if i != 1 || step.is_multiple_of(2) {
                         let g =
                             Tensor::randn_seeded(p.shape(), DType::F32, 100 + step * 7 + i as u64)?;
                         set_grad(p, &g)?;
@@ -486,7 +486,10 @@ fn optimizer_state_round_trips_and_mismatches_are_listed() -> Result<()> {
     }
     // The export shares a's live buffers (as PyTorch's `state_dict()` does); the import copies.
     let ptr = |o: &Adam| -> Result<usize> {
-        Ok(o.state_dict().tensor("state.0.exp_avg").unwrap().data_ptr_raw()? as usize)
+        Ok(o.state_dict()
+            .tensor("state.0.exp_avg")
+            .unwrap()
+            .data_ptr_raw()? as usize)
     };
     let exported = state.tensor("state.0.exp_avg").unwrap().data_ptr_raw()? as usize;
     assert_eq!(ptr(&oa)?, exported);
@@ -549,7 +552,7 @@ fn clipping_fused_equals_eager() -> Result<()> {
         &w,
         &Tensor::from_vec(vec![-2.0f32, -0.5, 0.0, 0.5, 2.0], &[5])?,
     )?;
-    clip_grad_value_(&[w.clone()], 1.0)?;
+    clip_grad_value_(std::slice::from_ref(&w), 1.0)?;
     assert_eq!(
         w.grad().unwrap().to_vec::<f32>()?,
         vec![-1.0, -0.5, 0.0, 0.5, 1.0]
