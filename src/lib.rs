@@ -56,6 +56,10 @@ pub use tensorplay_ir as ir;
 /// The compiler crate (re-exported from `tensorplay-compiler`).
 pub use tensorplay_compiler as compiler;
 
+/// Optimizers, LR schedulers and gradient clipping with PyTorch's formulas, fused
+/// (`tensorplay_compiler::optim`; also reachable as `tensorplay::compiler::optim`).
+pub use tensorplay_compiler::optim;
+
 /// Define custom operators once; use them in eager mode, under autograd, autocast, vmap and the
 /// compiler. See the crate-level docs of `tensorplay_runtime::library`.
 pub mod library {
@@ -131,3 +135,8 @@ pub mod library {
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The training guide's code blocks, compiled and run as doc tests.
+#[doc = include_str!("../docs/guide/training.md")]
+#[cfg(doctest)]
+pub struct TrainingGuideDoctests;
