@@ -13,7 +13,7 @@
 
 use half::{bf16, f16};
 use serde_json::Value as J;
-use tensorplay::{DType, Result, Scalar, Tensor, Value, ops};
+use tensorplay::{DType, Idx, Result, Scalar, Tensor, Value, nn, ops};
 
 /// One differing output element (or, with `index: None`, a differing dtype, shape or outcome).
 struct Mismatch {
@@ -47,8 +47,35 @@ fn within_eps(c: &Case, m: &Mismatch, k: f64) -> bool {
     m.index.is_some() && (m.got - m.want).abs() <= k * eps * m.want.abs().max(1.0)
 }
 
+/// Whether the mismatch lies in a row of `layer_norm`'s input (over its normalized trailing
+/// dims) whose elements are all equal.
+fn in_constant_row(c: &Case, m: &Mismatch) -> bool {
+    let (Some(i), Some(Arg::Tensor(x)), Some(Arg::Ints(dims))) =
+        (m.index, c.args.first(), c.args.get(1))
+    else {
+        return false;
+    };
+    let n: i64 = dims.iter().product();
+    let v = x.to_vec_f64().unwrap();
+    let row = &v[i / n as usize * n as usize..][..n as usize];
+    row.iter().all(|&e| e == row[0])
+}
+
 /// The deliberate differences from PyTorch (each also in docs/ops.md, "PyTorch parity").
 static DEVIATIONS: &[Deviation] = &[
+    Deviation {
+        op: "layer_norm",
+        what: "f16/bf16 rows of equal elements; f32 results within 32 ulps of 1 (absolute)",
+        applies: |c, m| match c.dtype() {
+            Some(DType::F16 | DType::BF16) => in_constant_row(c, m),
+            _ => within_eps(c, m, 32.0),
+        },
+        reason: "the row is centered before it is scaled, so an equal row normalizes to exactly \
+                 0 (PyTorch's half kernels fuse x·rstd − mean·rstd into one fma and keep the \
+                 rounding of mean·rstd), and a row whose mean is large against its spread does \
+                 not cancel: PyTorch's x·rstd − mean·rstd loses about |mean|/std ulps of 1 in \
+                 f32 (the recorded rows: mean ≈ 50, spread ≈ 3)",
+    },
     Deviation {
         op: "sign",
         what: "sign(NaN)",
@@ -183,8 +210,25 @@ fn ulp_tolerance(op: &str, dtype: DType) -> u64 {
         "hardswish",
         "hardsigmoid",
     ];
-    const ACCUMULATING: &[&str] = &["sum", "mean", "prod", "var", "std", "cumsum"];
-    if op == "matmul" {
+    const ACCUMULATING: &[&str] = &[
+        "sum",
+        "mean",
+        "prod",
+        "var",
+        "std",
+        "cumsum",
+        "logsumexp",
+        "norm",
+        "layer_norm",
+        "rms_norm",
+        "cross_entropy",
+        "nll_loss",
+        "mse_loss",
+    ];
+    if op == "scaled_dot_product_attention" {
+        // Two products around a softmax: the weighted sum of `v` cancels for small outputs.
+        if dtype.is_half() { 1 } else { 128 }
+    } else if matches!(op, "matmul" | "linear") {
         // Dot products: the summation order of gemm differs from PyTorch's BLAS, and
         // cancellation turns a rounding difference of the sum into several ulps of the result.
         if dtype.is_half() { 1 } else { 64 }
@@ -271,8 +315,48 @@ impl Arg {
     fn float(&self) -> f64 {
         match self {
             Arg::Float(f) => *f,
+            Arg::Int(i) => *i as f64,
             _ => panic!("expected a float argument"),
         }
+    }
+    fn opt_float(&self) -> Option<f64> {
+        match self {
+            Arg::None => None,
+            a => Some(a.float()),
+        }
+    }
+    fn opt_tensor(&self) -> Option<&Tensor> {
+        match self {
+            Arg::None => None,
+            a => Some(a.tensor()),
+        }
+    }
+    fn int(&self) -> i64 {
+        match self {
+            Arg::Int(i) => *i,
+            _ => panic!("expected an int argument"),
+        }
+    }
+    fn bool(&self) -> bool {
+        match self {
+            Arg::Bool(b) => *b,
+            _ => panic!("expected a bool argument"),
+        }
+    }
+    fn str(&self) -> &str {
+        match self {
+            Arg::Str(s) => s,
+            _ => panic!("expected a string argument"),
+        }
+    }
+    fn ints(&self) -> &[i64] {
+        match self {
+            Arg::Ints(v) => v,
+            _ => panic!("expected an int list argument"),
+        }
+    }
+    fn usizes(&self) -> Vec<usize> {
+        self.ints().iter().map(|&d| d as usize).collect()
     }
 }
 
@@ -518,13 +602,82 @@ fn run(c: &Case) -> Result<Vec<Tensor>> {
             a[1].scalar(),
             a[2].scalar(),
         )?]),
-        op => {
-            let args: Vec<Value> = a.iter().map(Arg::value).collect();
-            let kw: Vec<(&str, Value)> =
-                c.kw.iter().map(|(k, v)| (k.as_str(), v.value())).collect();
-            ops::call_kw(&format!("tp::{op}"), &args, &kw)
-        }
+        op => match run_composite(op, a)? {
+            Some(outs) => Ok(outs),
+            None => {
+                let args: Vec<Value> = a.iter().map(Arg::value).collect();
+                let kw: Vec<(&str, Value)> =
+                    c.kw.iter().map(|(k, v)| (k.as_str(), v.value())).collect();
+                ops::call_kw(&format!("tp::{op}"), &args, &kw)
+            }
+        },
     }
+}
+
+/// The loss reduction named by a recorded string (`"none"`, `"mean"`, `"sum"`).
+fn reduction(a: &Arg) -> nn::Reduction {
+    match a.str() {
+        "none" => nn::Reduction::None,
+        "sum" => nn::Reduction::Sum,
+        _ => nn::Reduction::Mean,
+    }
+}
+
+/// Composite methods and `nn` functions (no op-table entry, so not reachable through
+/// `ops::call_kw`): `Some(outputs)` for the ones this replay knows, `None` otherwise.
+fn run_composite(op: &str, a: &[Arg]) -> Result<Option<Vec<Tensor>>> {
+    let out = match op {
+        "linear" => nn::linear(a[0].tensor(), a[1].tensor(), a[2].opt_tensor())?,
+        "layer_norm" => nn::layer_norm(
+            a[0].tensor(),
+            &a[1].usizes(),
+            a[2].opt_tensor(),
+            a[3].opt_tensor(),
+            a[4].float(),
+        )?,
+        "rms_norm" => nn::rms_norm(
+            a[0].tensor(),
+            &a[1].usizes(),
+            a[2].opt_tensor(),
+            a[3].opt_float(),
+        )?,
+        "scaled_dot_product_attention" => nn::scaled_dot_product_attention(
+            a[0].tensor(),
+            a[1].tensor(),
+            a[2].tensor(),
+            a[3].opt_tensor(),
+            a[4].bool(),
+            a[5].opt_float(),
+        )?,
+        "nll_loss" => nn::nll_loss(a[0].tensor(), a[1].tensor(), a[2].int(), reduction(&a[3]))?,
+        "cross_entropy" => nn::cross_entropy(
+            a[0].tensor(),
+            a[1].tensor(),
+            a[2].int(),
+            a[3].float(),
+            reduction(&a[4]),
+        )?,
+        "mse_loss" => nn::mse_loss(a[0].tensor(), a[1].tensor(), reduction(&a[2]))?,
+        "logsumexp" => a[0].tensor().logsumexp(a[1].ints(), a[2].bool())?,
+        "norm" => a[0].tensor().norm(a[1].float(), a[2].ints(), a[3].bool())?,
+        "linspace" => {
+            let Arg::DType(d) = a[3] else {
+                panic!("linspace: dtype")
+            };
+            Tensor::linspace(a[0].float(), a[1].float(), a[2].int() as usize, d)?
+        }
+        "topk" => {
+            let (v, i) = a[0]
+                .tensor()
+                .topk(a[1].int() as usize, a[2].int(), a[3].bool())?;
+            return Ok(Some(vec![v, i]));
+        }
+        "index_select" => a[0].tensor().index_select(a[1].int(), a[2].tensor())?,
+        "roll" => a[0].tensor().roll(a[1].ints(), a[2].ints())?,
+        "index" => a[0].tensor().index(&[Idx::Tensor(a[1].tensor().clone())])?,
+        _ => return Ok(None),
+    };
+    Ok(Some(vec![out]))
 }
 
 fn decode_scalar(j: &J) -> Scalar {

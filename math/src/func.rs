@@ -74,9 +74,9 @@ macro_rules! libm_fns {
             Atan => "atan", f64 = f64::atan, shim = tp_libm_atan_f64, cuda = "atan(x)";
             Sinh => "sinh", f64 = f64::sinh, shim = tp_libm_sinh_f64, cuda = "sinh(x)";
             Cosh => "cosh", f64 = f64::cosh, shim = tp_libm_cosh_f64, cuda = "cosh(x)";
-            Asinh => "asinh", f64 = f64::asinh, shim = tp_libm_asinh_f64, cuda = "asinh(x)";
-            Acosh => "acosh", f64 = f64::acosh, shim = tp_libm_acosh_f64, cuda = "acosh(x)";
-            Atanh => "atanh", f64 = f64::atanh, shim = tp_libm_atanh_f64, cuda = "atanh(x)";
+            Asinh => "asinh", f64 = crate::shims::asinh_f64, shim = tp_libm_asinh_f64, cuda = "asinh(x)";
+            Acosh => "acosh", f64 = crate::shims::acosh_f64, shim = tp_libm_acosh_f64, cuda = "acosh(x)";
+            Atanh => "atanh", f64 = crate::shims::atanh_f64, shim = tp_libm_atanh_f64, cuda = "atanh(x)";
             Log2 => "log2", f64 = f64::log2, shim = tp_libm_log2_f64, cuda = "log2(x)";
             Log10 => "log10", f64 = f64::log10, shim = tp_libm_log10_f64, cuda = "log10(x)";
             Exp2 => "exp2", f64 = f64::exp2, shim = tp_libm_exp2_f64, cuda = "exp2(x)";

@@ -315,6 +315,68 @@ pub fn sinc_f64(x: f64) -> f64 {
     px.sin() / px
 }
 
+/// Above this magnitude `x² ± 1` is `x²` in f64, and `asinh`/`acosh` are `ln 2 + ln |x|`
+/// (the square itself would overflow near `f64::MAX`).
+const HUGE_ARG: f64 = 268_435_456.0; // 2^28
+
+/// Inverse hyperbolic sine in f64, finite for every finite input: `ln 2 + ln |x|` past 2^28
+/// (where `x + sqrt(x² + 1)` would overflow near `f64::MAX`), `std`'s formula below.
+///
+/// ```
+/// use tensorplay_math::shims::asinh_f64;
+/// assert!((asinh_f64(f64::MAX) - 710.475_860_073_943_9).abs() < 1e-12);
+/// assert_eq!(asinh_f64(-1e300), -asinh_f64(1e300));
+/// assert_eq!(asinh_f64(-0.0).to_bits(), (-0.0f64).to_bits());
+/// ```
+pub fn asinh_f64(x: f64) -> f64 {
+    let a = x.abs();
+    if a > HUGE_ARG {
+        (a.ln() + std::f64::consts::LN_2).copysign(x)
+    } else {
+        x.asinh()
+    }
+}
+
+/// Inverse hyperbolic cosine in f64: `ln 2 + ln x` past 2^28 (finite up to `f64::MAX`), NaN
+/// below 1.
+///
+/// ```
+/// use tensorplay_math::shims::acosh_f64;
+/// assert!((acosh_f64(f64::MAX) - 710.475_860_073_943_9).abs() < 1e-12);
+/// assert_eq!(acosh_f64(1.0), 0.0);
+/// assert!(acosh_f64(0.5).is_nan());
+/// ```
+pub fn acosh_f64(x: f64) -> f64 {
+    if x > HUGE_ARG {
+        x.ln() + std::f64::consts::LN_2
+    } else {
+        x.acosh()
+    }
+}
+
+/// Inverse hyperbolic tangent in f64, accurate near ±1: computed for `|x|` as
+/// `0.5 log1p(2|x| / (1 - |x|))` (`1 - |x|` is exact there) and given `x`'s sign; below 0.5 as
+/// `0.5 log1p(2|x| + 2|x|² / (1 - |x|))`.
+///
+/// ```
+/// use tensorplay_math::shims::atanh_f64;
+/// let x = -1.0 + f64::EPSILON;
+/// assert!((atanh_f64(x) + 18.368_400_284_838_55).abs() < 1e-13);
+/// assert_eq!(atanh_f64(-1.0), f64::NEG_INFINITY);
+/// assert_eq!(atanh_f64(-0.0).to_bits(), (-0.0f64).to_bits());
+/// assert!(atanh_f64(1.5).is_nan());
+/// ```
+pub fn atanh_f64(x: f64) -> f64 {
+    let a = x.abs();
+    let t = if a < 0.5 {
+        let twice = a + a;
+        0.5 * (twice + twice * a / (1.0 - a)).ln_1p()
+    } else {
+        0.5 * ((a + a) / (1.0 - a)).ln_1p()
+    };
+    t.copysign(x)
+}
+
 /// JIT shim `tp_math_pow_f64`: `x.powf(y)` (C99 `pow` semantics).
 pub extern "C" fn tp_math_pow_f64(x: f64, y: f64) -> f64 {
     x.powf(y)

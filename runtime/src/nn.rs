@@ -13,6 +13,7 @@ use tensorplay_ir::{DType, Device, Error, Result};
 
 use tensorplay_core::dispatch::call;
 use tensorplay_core::ops::attention::FUSED_ATTENTION;
+use tensorplay_core::ops::binary::result_type;
 use tensorplay_core::ops::compose::{col_minus_row, int_index};
 use tensorplay_core::tensor::Tensor;
 use tensorplay_core::value::Value;
@@ -29,7 +30,8 @@ pub enum Reduction {
     Sum,
 }
 
-/// `x @ weight.T + bias`, with `weight` of shape `[out_features, in_features]`.
+/// `x @ weight.T + bias`, with `weight` of shape `[out_features, in_features]`. f16/bf16
+/// operands compute the product and the bias add in f32 and round once.
 ///
 /// ```
 /// use tensorplay_runtime::{nn, DType, Tensor};
@@ -49,6 +51,17 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tens
             "a 1-D or 2-D tensor",
             format!("shape {}", fmt_shape(weight.shape())),
         ));
+    }
+    let dt = x.dtype();
+    if dt.is_half() && weight.dtype() == dt && bias.is_none_or(|b| b.dtype() == dt) {
+        // f16/bf16: the product and the bias add in f32, rounded once (PyTorch's addmm).
+        let b = bias.map(|b| b.to_dtype(DType::F32)).transpose()?;
+        let y = linear(
+            &x.to_dtype(DType::F32)?,
+            &weight.to_dtype(DType::F32)?,
+            b.as_ref(),
+        )?;
+        return y.to_dtype(dt);
     }
     let y = x.matmul(&weight.t()?)?;
     match bias {
@@ -171,21 +184,41 @@ fn upcast(x: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// `y * weight + bias` for the parameters given.
-fn affine(y: Tensor, weight: Option<&Tensor>, bias: Option<&Tensor>) -> Result<Tensor> {
+/// `y * weight + bias` for the parameters given, computed in `y`'s dtype (f32 for half inputs:
+/// the parameters are converted to it) and rounded once to `dtype`.
+fn affine_in(
+    y: Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    dtype: DType,
+) -> Result<Tensor> {
+    let compute = y.dtype();
+    let param = |p: &Tensor| {
+        if p.dtype().is_half() && compute == DType::F32 {
+            p.to_dtype(DType::F32)
+        } else {
+            Ok(p.clone())
+        }
+    };
     let y = match weight {
-        Some(w) => y.mul(w)?,
+        Some(w) => y.mul(&param(w)?)?,
         None => y,
     };
-    match bias {
-        Some(b) => y.add(b),
-        None => Ok(y),
+    let y = match bias {
+        Some(b) => y.add(&param(b)?)?,
+        None => y,
+    };
+    if y.dtype() == dtype || !dtype.is_half() {
+        Ok(y)
+    } else {
+        y.to_dtype(dtype)
     }
 }
 
 /// Normalizes the trailing `normalized_shape` dims to zero mean and unit (biased) variance,
 /// then scales by `weight` and shifts by `bias`: `(x - mean) / sqrt(var + eps) * w + b`.
-/// f16/bf16 inputs compute in f32 and round once.
+/// f16/bf16 inputs compute everything (the statistics and the scale-and-shift) in f32 and round
+/// once; a constant row gives +0.0 (plus `bias`).
 ///
 /// ```
 /// use tensorplay_runtime::{nn, Tensor};
@@ -206,16 +239,32 @@ pub fn layer_norm(
     check_param(OP, "weight", weight, normalized_shape)?;
     check_param(OP, "bias", bias, normalized_shape)?;
     let xf = upcast(x)?;
-    let mean = xf.mean(&dims, true)?;
-    let centered = xf.sub(&mean)?;
+    // Centered about the row's first element (a constant for autograd) before the mean is
+    // taken: less cancellation, and a constant row centers to exactly +0.0.
+    let mut first = xf.clone();
+    for &d in &dims {
+        first = first.narrow(d, 0, 1)?;
+    }
+    let shifted = xf.sub(&first.detach())?;
+    let centered = shifted.sub(&shifted.mean(&dims, true)?)?;
     let var = centered.mul(&centered)?.mean(&dims, true)?;
     let y = centered.mul(&var.add_scalar(eps)?.rsqrt()?)?;
-    affine(y.to_dtype(x.dtype())?, weight, bias)
+    // A missing bias adds 0 (as PyTorch's kernel does), so a zero times a negative weight is
+    // +0.0.
+    let zero;
+    let bias = match (weight, bias) {
+        (Some(_), None) => {
+            zero = Tensor::zeros(&[], xf.dtype());
+            Some(&zero)
+        }
+        _ => bias,
+    };
+    affine_in(y, weight, bias, x.dtype())
 }
 
 /// Root-mean-square normalization of the trailing `normalized_shape` dims:
 /// `x / sqrt(mean(x^2) + eps) * weight`; `eps` defaults to the dtype's machine epsilon (as in
-/// PyTorch).
+/// PyTorch). f16/bf16 inputs compute in f32, the weight too, and round once.
 ///
 /// ```
 /// use tensorplay_runtime::{nn, Tensor};
@@ -243,7 +292,7 @@ pub fn rms_norm(
     });
     let ms = xf.mul(&xf)?.mean(&dims, true)?;
     let y = xf.mul(&ms.add_scalar(eps)?.rsqrt()?)?;
-    affine(y.to_dtype(x.dtype())?, weight, None)
+    affine_in(y, weight, None, x.dtype())
 }
 
 /// Zeroes each element with probability `p` and scales the rest by `1 / (1 - p)`, when
@@ -321,8 +370,31 @@ fn reduce(loss: Tensor, reduction: Reduction) -> Result<Tensor> {
     }
 }
 
+/// A loss's floating `arg` (an integer or bool tensor is a dtype error naming `op`, as PyTorch
+/// has no integer kernels for its losses), in the dtype the loss computes in: f32 for f16/bf16.
+fn loss_operand(op: &str, arg: &str, t: &Tensor) -> Result<Tensor> {
+    match t.dtype() {
+        DType::F16 | DType::BF16 => t.to_dtype(DType::F32),
+        d if d.is_float() => Ok(t.clone()),
+        d => Err(Error::dtype(
+            op,
+            format!("{arg} must be a floating point tensor, got {d}"),
+        )),
+    }
+}
+
+/// `loss` (computed in f32 for a half input) rounded once to the input's dtype `dtype`.
+fn round_to(loss: Tensor, dtype: DType) -> Result<Tensor> {
+    if loss.dtype() == dtype {
+        Ok(loss)
+    } else {
+        loss.to_dtype(dtype)
+    }
+}
+
 /// Mean squared error `(input - target)^2`, reduced. The shapes must be equal (PyTorch
-/// broadcasts with a warning; a silent broadcast is almost always a bug).
+/// broadcasts with a warning; a silent broadcast is almost always a bug); both must be floating
+/// (f16/bf16 compute in f32 and round once).
 ///
 /// ```
 /// use tensorplay_runtime::{nn, Tensor};
@@ -340,8 +412,12 @@ pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result
             format!("shape {}", fmt_shape(target.shape())),
         ));
     }
-    let d = input.sub(target)?;
-    reduce(d.mul(&d)?, reduction)
+    const OP: &str = "mse_loss";
+    let dtype = result_type(input, target);
+    let a = loss_operand(OP, "input", input)?;
+    let b = loss_operand(OP, "target", target)?;
+    let d = a.sub(&b)?;
+    round_to(reduce(d.mul(&d)?, reduction)?, dtype)
 }
 
 /// `label_smoothing` must lie in `[0, 1]` (argument of `op`).
@@ -442,8 +518,9 @@ pub fn nll_loss(
     reduction: Reduction,
 ) -> Result<Tensor> {
     let target = class_target("nll_loss", input, target)?;
-    let (loss, valid) = picked_nll(input, &target, ignore_index)?;
-    masked_reduce(loss, &valid, reduction)
+    let x = loss_operand("nll_loss", "input", input)?;
+    let (loss, valid) = picked_nll(&x, &target, ignore_index)?;
+    round_to(masked_reduce(loss, &valid, reduction)?, input.dtype())
 }
 
 /// The class weights of `nll_loss_weighted`/`cross_entropy_weighted`: a floating 1-D tensor with
@@ -519,10 +596,14 @@ pub fn nll_loss_weighted(
         return nll_loss(input, target, ignore_index, reduction);
     };
     let target = class_target(OP, input, target)?;
-    let weight = class_weight(OP, input, weight)?;
-    let (loss, valid) = picked_nll(input, &target, ignore_index)?;
+    let x = loss_operand(OP, "input", input)?;
+    let weight = class_weight(OP, &x, weight)?;
+    let (loss, valid) = picked_nll(&x, &target, ignore_index)?;
     let w = picked_weight(&weight, &target, &valid)?;
-    weighted_reduce(loss.mul(&w)?, &w, reduction)
+    round_to(
+        weighted_reduce(loss.mul(&w)?, &w, reduction)?,
+        input.dtype(),
+    )
 }
 
 /// Cross-entropy of logits `input` (`[N, C]`, `[N, C, d1…]` or `[C]`) against class-index
@@ -548,8 +629,11 @@ pub fn cross_entropy(
     const OP: &str = "cross_entropy";
     check_label_smoothing(OP, label_smoothing)?;
     let target = class_target(OP, input, target)?;
+    loss_operand(OP, "input", input)?;
     let class_dim = if input.rank() == 1 { 0 } else { 1 };
-    let logp = input.log_softmax(class_dim)?;
+    // Half inputs: log_softmax rounds to the input's dtype (as PyTorch's), the loss and its
+    // reduction then compute in f32 and round once.
+    let logp = loss_operand(OP, "input", &input.log_softmax(class_dim)?)?;
     let (nll, valid) = picked_nll(&logp, &target, ignore_index)?;
     let loss = if label_smoothing > 0.0 {
         let smooth = logp.mean(&[class_dim], false)?.neg()?;
@@ -560,7 +644,7 @@ pub fn cross_entropy(
     } else {
         nll
     };
-    masked_reduce(loss, &valid, reduction)
+    round_to(masked_reduce(loss, &valid, reduction)?, input.dtype())
 }
 
 /// [`cross_entropy`] with a per-class `weight` (`[C]`, floating; PyTorch's `weight=`):
@@ -592,9 +676,10 @@ pub fn cross_entropy_weighted(
     };
     check_label_smoothing(OP, label_smoothing)?;
     let target = class_target(OP, input, target)?;
-    let weight = class_weight(OP, input, weight)?;
+    loss_operand(OP, "input", input)?;
     let class_dim = if input.rank() == 1 { 0 } else { 1 };
-    let logp = input.log_softmax(class_dim)?;
+    let logp = loss_operand(OP, "input", &input.log_softmax(class_dim)?)?;
+    let weight = class_weight(OP, &logp, weight)?;
     let (nll, valid) = picked_nll(&logp, &target, ignore_index)?;
     let w = picked_weight(&weight, &target, &valid)?;
     let nll = nll.mul(&w)?;
@@ -618,13 +703,15 @@ pub fn cross_entropy_weighted(
     } else {
         nll
     };
-    weighted_reduce(loss, &w, reduction)
+    round_to(weighted_reduce(loss, &w, reduction)?, input.dtype())
 }
 
 /// Attention `softmax(q @ k^T * scale + mask) @ v` over the last two dims (`q: [..., L, E]`,
 /// `k: [..., S, E]`, `v: [..., S, Ev]`, leading dims broadcast). `attn_mask` is a bool mask
 /// (true = attend) or a float mask added to the scores; `is_causal` masks out positions
-/// `s > l` (and excludes `attn_mask`, as in PyTorch); `scale` defaults to `1 / sqrt(E)`.
+/// `s > l` (and excludes `attn_mask`, as in PyTorch); `scale` defaults to `1 / sqrt(E)`. A
+/// query row the mask blocks entirely gives 0 (PyTorch's safe softmax). f16/bf16 inputs compute
+/// both products and the softmax in f32 and round once.
 ///
 /// ```
 /// use tensorplay_runtime::{nn, DType, Tensor};
@@ -690,6 +777,25 @@ pub fn scaled_dot_product_attention(
         ];
         return Ok(call(&FUSED_ATTENTION, &args)?.swap_remove(0));
     }
+    let dt = q.dtype();
+    if dt.is_half() && k.dtype() == dt && v.dtype() == dt {
+        // f16/bf16: both products and the softmax in f32, rounded once (PyTorch's CPU kernels
+        // accumulate in f32 too). A float mask joins the f32 scores.
+        let up = |t: &Tensor| t.to_dtype(DType::F32);
+        let mask = match attn_mask {
+            Some(m) if m.dtype().is_half() => Some(up(m)?),
+            m => m.cloned(),
+        };
+        let y = scaled_dot_product_attention(
+            &up(q)?,
+            &up(k)?,
+            &up(v)?,
+            mask.as_ref(),
+            is_causal,
+            Some(scale),
+        )?;
+        return y.to_dtype(dt);
+    }
     let scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
     let scores = if is_causal {
         let future = col_minus_row(q.sym_size(-2)?, k.sym_size(-2)?)?.gt_scalar(0)?;
@@ -703,5 +809,16 @@ pub fn scaled_dot_product_attention(
             None => scores,
         }
     };
-    scores.softmax(-1)?.matmul(v)
+    if attn_mask.is_none() {
+        return scores.softmax(-1)?.matmul(v);
+    }
+    // A row the mask blocks entirely attends to nothing: its weights are 0 (PyTorch's safe
+    // softmax), not the NaN of softmax over all -inf. The row's scores are replaced by 0 before
+    // the softmax so that no NaN reaches the gradient either.
+    let blocked = scores
+        .ne_scalar(f64::NEG_INFINITY)?
+        .any(&[-1], true)?
+        .logical_not()?;
+    let safe = scores.masked_fill(&blocked, 0.0)?;
+    safe.softmax(-1)?.masked_fill(&blocked, 0.0)?.matmul(v)
 }

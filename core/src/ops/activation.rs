@@ -345,10 +345,25 @@ fn hardtanh_lowering(attrs: &[&Attr]) -> Result<ScalarExpr> {
     }))
 }
 
+/// [`float_meta`], and `min_val <= max_val` (PyTorch's functional `hardtanh` raises otherwise;
+/// NaN bounds pass, as there).
+fn hardtanh_meta(a: Args) -> Result<Vec<OutSpec>> {
+    let (lo, hi) = (a.float(1)?, a.float(2)?);
+    if lo > hi {
+        return Err(Error::argument(
+            "hardtanh",
+            "min_val",
+            format!("at most max_val ({hi})"),
+            lo.to_string(),
+        ));
+    }
+    float_meta("hardtanh", a)
+}
+
 activation! {
     HARDTANH, "hardtanh",
     "hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor",
-    meta = float, fill = hardtanh_fill, grad = hardtanh_grad,
+    meta = hardtanh_meta, fill = hardtanh_fill, grad = hardtanh_grad,
     lower = hardtanh_lowering, dtype = FloatOnly, autocast = Keep
 }
 
@@ -517,33 +532,69 @@ fn logit_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     let x = super::binary::as_dtype(a.tensor(0)?, outs[0].dtype())?;
     let values = [Value::Tensor(x), Value::None];
     let b = Args::new(a.op, &values);
-    // The same operations compiled code runs: clamp (NaN kept), then log(x / (1 - x)).
+    // The same operations compiled code runs: clamp (NaN kept), then log(x / (1 - x)). f16
+    // and bf16 round `1 - x` and the quotient to their dtype, as PyTorch's half kernels do
+    // (compiled regions keep those in f32: within the half dtype's tolerance).
+    let r = half_rounding(outs[0].dtype());
     match eps {
         None => float_map(
             b,
             &outs[0],
-            |x: f32| (x / (1.0 - x)).ln(),
+            |x: f32| r(x / r(1.0 - x)).ln(),
             |x: f64| (x / (1.0 - x)).ln(),
         ),
         Some(e) => {
-            let (lo, hi) = (e, 1.0 - e);
-            let (lo32, hi32) = (lo as f32, hi as f32);
+            // PyTorch's bounds: `eps` in the tensor's dtype and `1 - eps` computed there, then
+            // `x < lo ? lo : (x > hi ? hi : x)` — for `eps > 0.5` (lo > hi) that maps
+            // everything below `lo` to `lo` and the rest to `hi`.
+            let (lo32, hi32) = logit_bounds_f32(e, outs[0].dtype());
             float_map(
                 b,
                 &outs[0],
                 |x| {
-                    let v = if x < lo32 { lo32 } else { x };
-                    let v = if v > hi32 { hi32 } else { v };
-                    (v / (1.0 - v)).ln()
+                    let v = if x < lo32 {
+                        lo32
+                    } else if x > hi32 {
+                        hi32
+                    } else {
+                        x
+                    };
+                    r(v / r(1.0 - v)).ln()
                 },
                 |x| {
-                    let v = if x < lo { lo } else { x };
-                    let v = if v > hi { hi } else { v };
+                    let v = if x < e {
+                        e
+                    } else if x > 1.0 - e {
+                        1.0 - e
+                    } else {
+                        x
+                    };
                     (v / (1.0 - v)).ln()
                 },
             )
         }
     }
+}
+
+/// Rounds an f32 value to `dtype` and back for f16/bf16; the identity otherwise.
+fn half_rounding(dtype: DType) -> fn(f32) -> f32 {
+    match dtype {
+        DType::F16 => |v| f16::from_f32(v).to_f32(),
+        DType::BF16 => |v| bf16::from_f32(v).to_f32(),
+        _ => |v| v,
+    }
+}
+
+/// `logit`'s clamp bounds for an f32/f16/bf16 result, as f32: `eps` rounded to the dtype and
+/// `1 - eps` computed in f32 and rounded to it (PyTorch's `scalar_t` arithmetic).
+fn logit_bounds_f32(eps: f64, dtype: DType) -> (f32, f32) {
+    let round = half_rounding(dtype);
+    let lo = match dtype {
+        DType::F16 => f16::from_f64(eps).to_f32(),
+        DType::BF16 => bf16::from_f64(eps).to_f32(),
+        _ => eps as f32,
+    };
+    (lo, round(1.0 - lo))
 }
 
 /// `grad / (x (1 - x))`; outside `[eps, 1 - eps]` 0 when `eps` is given, outside `[0, 1]` NaN
@@ -563,12 +614,20 @@ fn logit_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
 fn logit_lowering(attrs: &[&Attr]) -> Result<ScalarExpr> {
     let mut x = ScalarExpr::arg(0);
     if let Some(e) = attr_f64("logit", "eps", attrs.first())? {
+        // `x < lo ? lo : (x > hi ? hi : x)` with `hi = 1 - lo` in the compute dtype, as eager.
+        let lo = ScalarExpr::lit(e);
+        let hi = ScalarExpr::op(ScalarOp::Sub, [ScalarExpr::lit(1.0), lo.clone()]);
+        let upper = ScalarExpr::op(
+            ScalarOp::Where,
+            [
+                ScalarExpr::op(ScalarOp::Gt, [x.clone(), hi.clone()]),
+                hi,
+                x.clone(),
+            ],
+        );
         x = ScalarExpr::op(
-            ScalarOp::Clamp {
-                min: Some(e),
-                max: Some(1.0 - e),
-            },
-            [x],
+            ScalarOp::Where,
+            [ScalarExpr::op(ScalarOp::Lt, [x, lo.clone()]), lo, upper],
         );
     }
     let q = ScalarExpr::op(
@@ -613,7 +672,8 @@ impl Tensor {
     }
 
     /// `clamp(x, min_val, max_val)` as an activation (PyTorch's defaults are -1 and 1); NaN
-    /// propagates. Floating tensors only.
+    /// propagates. Floating tensors only; `min_val > max_val` is an argument error (as
+    /// PyTorch's `torch.nn.functional.hardtanh`).
     ///
     /// ```
     /// use tensorplay_core::Tensor;

@@ -136,21 +136,26 @@ pub fn binary_fill<M: BinaryMath>(a: Args, outs: &[Tensor]) -> Result<()> {
     }
 }
 
-/// A half tensor times or divided by a Rust scalar: PyTorch keeps the scalar in f32 (the half
-/// types' compute type) instead of rounding it to f16/bf16 first, so `x / 70000.0` is not
-/// `x / inf` and `0 * 2^40` is not `0 * inf`. The scalar as f32, when this case applies.
+/// A half tensor times, divided or floor-divided by a Rust scalar or a 0-d tensor (the second
+/// operand): PyTorch keeps that operand's value in f32 (the half types' compute type) instead of
+/// rounding it to f16/bf16 first, so `x / 70000.0` is not `x / inf` and `0 * 2^40` is not
+/// `0 * inf`. The operand as f32, when this case applies.
 pub(crate) fn half_opmath_scalar<M: BinaryMath>(a: Args, out: &Tensor) -> Result<Option<f32>> {
-    if !(M::NAME == "mul" || M::NAME == "div") || !out.dtype().is_half() {
+    if !matches!(M::NAME, "mul" | "div" | "floor_divide") || !out.dtype().is_half() {
         return Ok(None);
     }
     let (x, y) = (a.tensor(0)?, a.tensor(1)?);
-    if x.dtype() != out.dtype() || !y.is_wrapped_number() || y.is_fake() {
+    if x.dtype() != out.dtype() || y.rank() != 0 || y.is_fake() {
         return Ok(None);
     }
     Ok(Some(match y.dtype() {
         DType::F64 => y.item::<f64>()? as f32,
+        DType::F32 => y.item::<f32>()?,
+        DType::F16 => y.item::<f16>()?.to_f32(),
+        DType::BF16 => y.item::<bf16>()?.to_f32(),
         DType::I64 => y.item::<i64>()? as f32,
-        _ => y.item::<bool>()? as u8 as f32,
+        DType::I32 => y.item::<i32>()? as f32,
+        DType::Bool => y.item::<bool>()? as u8 as f32,
     }))
 }
 

@@ -21,7 +21,7 @@ use super::{
     AutocastPolicy, DTypeRule, GradCtx, Kernel, Lower, OpDef, OutSpec, Pointwise, Saved, VmapRule,
 };
 use crate::dispatch::call1;
-use crate::kernels::map::map3;
+use crate::kernels::map::{map2, map3};
 use crate::tensor::Tensor;
 use crate::value::{Args, Scalar};
 
@@ -457,14 +457,15 @@ fn lerp_meta(a: Args) -> Result<Vec<OutSpec>> {
     Ok(vec![OutSpec::new(&shape, result_type(s, w))])
 }
 
-/// `|w| < 0.5 ? s + w (e - s) : e - (e - s)(1 - w)`: exact at both ends.
+/// PyTorch's two forms, each one fused multiply-add: `|w| < 0.5 ? fma(w, e - s, s) :
+/// fma(w - 1, e - s, e)` — exact at both ends.
 macro_rules! lerp_body {
     ($s:expr, $e:expr, $w:expr) => {{
         let (s, e, w) = ($s, $e, $w);
         if w.abs() < 0.5 {
-            s + w * (e - s)
+            w.mul_add(e - s, s)
         } else {
-            e - (e - s) * (1.0 - w)
+            (w - 1.0).mul_add(e - s, e)
         }
     }};
 }
@@ -475,9 +476,22 @@ fn lerp_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     let (s, e, w) = (
         as_dtype(a.tensor(0)?, d)?,
         as_dtype(a.tensor(1)?, d)?,
-        as_dtype(a.tensor(2)?, d)?,
+        a.tensor(2)?,
     );
     let op = a.op;
+    if d.is_half() && w.is_wrapped_number() && !w.is_fake() {
+        // A Rust-scalar weight stays in f32 (the half types' compute type), as in PyTorch.
+        let w = w.item::<f64>()? as f32;
+        return match d {
+            DType::F16 => map2::<f16, f16, f16>(op, out, &s, &e, |s, e| {
+                f16::from_f32(lerp_body!(s.to_f32(), e.to_f32(), w))
+            }),
+            _ => map2::<bf16, bf16, bf16>(op, out, &s, &e, |s, e| {
+                bf16::from_f32(lerp_body!(s.to_f32(), e.to_f32(), w))
+            }),
+        };
+    }
+    let w = as_dtype(w, d)?;
     match d {
         DType::F32 => {
             map3::<f32, f32, f32, f32>(op, out, &s, &e, &w, |s, e, w| lerp_body!(s, e, w))

@@ -92,7 +92,8 @@ fn triangle(op: &str, x: &Tensor, k: i64, lower: bool) -> Result<Tensor> {
 
 impl Tensor {
     /// Rows (or slices) of `self` along `dim` picked by a 1-D `index` (int64 or int32):
-    /// the result has `self`'s shape with `dim` resized to `index.numel()`.
+    /// the result has `self`'s shape with `dim` resized to `index.numel()`. A 0-d `self` takes
+    /// exactly one index (0) and gives a 0-d result, as in PyTorch.
     ///
     /// ```
     /// use tensorplay_core::Tensor;
@@ -114,10 +115,19 @@ impl Tensor {
         }
         if self.rank() == 0 {
             normalize_dim(OP, dim, 0)?;
+            if index.numel() != 1 {
+                return Err(Error::argument(
+                    OP,
+                    "index",
+                    "exactly one index into a 0-d tensor",
+                    format!("{} indices", index.numel()),
+                ));
+            }
+            // As PyTorch: the result is 0-d like `self`, whatever the index's rank.
             return self
                 .reshape(&[1])?
-                .index_select(0, &index)?
-                .reshape(index.shape());
+                .index_select(0, &index.reshape(&[1])?)?
+                .reshape(&[]);
         }
         let d = normalize_dim(OP, dim, self.rank())?;
         let n = index.numel();
@@ -432,6 +442,11 @@ impl Tensor {
             DType::F32 | DType::F64 => self.clone(),
             _ => self.to_dtype(DType::F32)?,
         };
+        if self.numel() == 0 {
+            // Nothing to sum (or nothing to return): log(0) = -inf per lane, as PyTorch.
+            let s = x.sum(dims, keepdim)?.add_scalar(f64::NEG_INFINITY)?;
+            return if dt.is_half() { s.to_dtype(dt) } else { Ok(s) };
+        }
         // The shift is a constant for autograd: the gradient is exactly softmax(x).
         let m = x.amax(dims, true)?.detach();
         let inf = m.abs()?.eq_scalar(f64::INFINITY)?;
@@ -557,7 +572,16 @@ impl Tensor {
             ));
         }
         if p.is_nan() {
-            return Err(Error::argument(OP, "p", "a number", "NaN"));
+            // PyTorch: a NaN order gives NaN for every reduced lane.
+            return self.abs()?.sum(dims, keepdim)?.mul_scalar(f64::NAN);
+        }
+        // f16/bf16: powers and sums in f32, rounded once (PyTorch's accumulate type), so a
+        // sum of squares past 65504 does not overflow.
+        if self.dtype().is_half() && ![0.0, 1.0].contains(&p) && p.is_finite() {
+            return self
+                .to_dtype(DType::F32)?
+                .norm(p, dims, keepdim)?
+                .to_dtype(self.dtype());
         }
         let a = self.abs()?;
         if p == f64::INFINITY {
@@ -626,6 +650,16 @@ impl Tensor {
                 "shifts",
                 format!("one shift per dim ({} dims)", dims.len()),
                 format!("{shifts:?}"),
+            ));
+        }
+        if self.rank() == 0 {
+            // A 0-d tensor has no dim to roll over (PyTorch raises too; `dims=[]` rolls the
+            // flattened tensor and is fine).
+            return Err(Error::argument(
+                OP,
+                "dims",
+                "no dims for a 0-d tensor (it has none)",
+                format!("{dims:?}"),
             ));
         }
         let mut out = self.clone();
@@ -709,6 +743,14 @@ impl Tensor {
     /// # Ok::<(), tensorplay_core::Error>(())
     /// ```
     pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType) -> Result<Tensor> {
+        if dtype == DType::Bool {
+            return Err(Error::argument(
+                "linspace",
+                "dtype",
+                "a numeric dtype",
+                "bool",
+            ));
+        }
         if !start.is_finite() || !end.is_finite() {
             return Err(Error::argument(
                 "linspace",

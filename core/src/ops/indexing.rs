@@ -98,6 +98,9 @@ enum Item {
     Adv(Tensor),
     /// An int64 index tensor into a new axis of size 1 (a 0-d bool index).
     AdvNewAxis(Tensor),
+    /// Dim `j` of a bool mask of shape `mask`: the int64 positions along it (an advanced
+    /// index); the indexed dim must have size `mask[j]`.
+    MaskDim(Tensor, usize, Vec<usize>),
 }
 
 /// Replaces bool masks with one int64 index tensor per masked dim (from `nonzero`), a 0-d bool
@@ -127,7 +130,11 @@ fn expand_masks(op: &str, indices: &[Idx]) -> Result<Vec<Item>> {
                     }
                     let nz = t.nonzero()?; // [n, k]
                     for j in 0..t.rank() {
-                        out.push(Item::Adv(nz.select(1, j as i64)?));
+                        out.push(Item::MaskDim(
+                            nz.select(1, j as i64)?,
+                            j,
+                            t.shape().to_vec(),
+                        ));
                     }
                 }
                 d => {
@@ -228,6 +235,24 @@ fn apply_basic(op: &str, x: &Tensor, indices: &[Idx]) -> Result<Applied> {
             Item::Adv(t) => {
                 let size = x.shape()[src];
                 adv.push((d, wrap_index(op, &t, src, size)?));
+                d += 1;
+                src += 1;
+            }
+            Item::MaskDim(t, j, mask) => {
+                let size = x.shape()[src];
+                if size != mask[j] {
+                    return Err(Error::argument(
+                        op,
+                        "indices",
+                        format!(
+                            "a bool mask matching the indexed dims (dim {src} has size {size}, \
+                             tensor shape {})",
+                            fmt_shape(x.shape())
+                        ),
+                        format!("a mask of shape {}", fmt_shape(&mask)),
+                    ));
+                }
+                adv.push((d, t));
                 d += 1;
                 src += 1;
             }

@@ -129,7 +129,29 @@ fn where_meta(a: Args) -> Result<Vec<OutSpec>> {
     }
     let xy = broadcast_shapes("where", x.shape(), y.shape())?;
     let shape = broadcast_shapes("where", cond.shape(), &xy)?;
-    Ok(vec![OutSpec::new(&shape, result_type(x, y))])
+    let dtype = result_type(x, y);
+    for (arg, t) in [("self", x), ("other", y)] {
+        check_f32_scalar_branch(arg, t, dtype)?;
+    }
+    Ok(vec![OutSpec::new(&shape, dtype)])
+}
+
+/// A Rust float scalar branch of `where` must fit an f32 result (PyTorch converts it checked:
+/// `where(c, f32_tensor, 1e39)` raises; half results take it unchecked, as there).
+fn check_f32_scalar_branch(arg: &str, t: &Tensor, dtype: DType) -> Result<()> {
+    if dtype != DType::F32 || !t.is_wrapped_number() || t.is_fake() || t.dtype() != DType::F64 {
+        return Ok(());
+    }
+    let v = t.item::<f64>()?;
+    if v.is_finite() && v.abs() > f32::MAX as f64 {
+        return Err(Error::argument(
+            "where",
+            arg,
+            "a scalar that f32 can hold (the result dtype)",
+            v.to_string(),
+        ));
+    }
+    Ok(())
 }
 
 fn where_fill(a: Args, outs: &[Tensor]) -> Result<()> {

@@ -167,6 +167,12 @@ impl Tensor {
     /// # Ok::<(), tensorplay_core::Error>(())
     /// ```
     pub fn topk(&self, k: usize, dim: i64, largest: bool) -> Result<(Tensor, Tensor)> {
+        if self.dtype() == DType::Bool {
+            return Err(Error::dtype(
+                "topk",
+                "bool tensors are not supported (PyTorch has no bool topk either)",
+            ));
+        }
         let d = normalize_dim("topk", dim, self.rank())?;
         let n = self.shape().get(d).copied().unwrap_or(1);
         if k > n {
