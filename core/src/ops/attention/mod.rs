@@ -296,10 +296,7 @@ fn elements<'t, F: Element>(op: &str, t: &'t Tensor) -> Result<&'t [F]> {
 }
 
 /// A head's mask from the (optional) broadcast mask view.
-fn head_mask<'a, F: Element>(
-    m: Option<&'a (Tensor, Vec<usize>, &'a [bool], &'a [F])>,
-    h: usize,
-) -> Mask<'a, F> {
+fn head_mask<'a, F: Element>(m: Option<&'a MaskData<'a, F>>, h: usize) -> Mask<'a, F> {
     match m {
         None => Mask::None,
         Some((t, offs, bools, floats)) => {
