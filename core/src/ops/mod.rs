@@ -4,7 +4,7 @@
 //!
 //! Families live one per file: `unary`, `binary` (with `remainder`), `compare`, `logical`
 //! (and/or/not, where, clamp), `activation` (leaky_relu, softplus, elu, hardtanh, hardsigmoid,
-//! hardswish, mish, logit), `unary_math` (log2, log10, exp2, tan, inverse and hyperbolic trig,
+//! hardswish, mish, logit), `gelu_backward` (gelu's derivative as one op), `unary_math` (log2, log10, exp2, tan, inverse and hyperbolic trig,
 //! trunc, frac), `float_class` (isnan, isinf, isfinite, nan_to_num), `binary_math` (atan2,
 //! hypot, copysign, fmod, fmax, fmin, floor_divide, lerp), `bitwise` (and/or/xor/not, shifts),
 //! `clamp_tensor` (clamp with tensor bounds); `binary_decl` is the one macro that declares a
@@ -28,6 +28,7 @@ pub mod clamp_tensor;
 pub mod compare;
 pub mod compose;
 pub mod float_class;
+pub mod gelu_backward;
 pub mod index;
 pub mod indexing;
 pub mod inplace;

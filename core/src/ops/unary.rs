@@ -9,7 +9,7 @@
 //! small meta/fill pair that validates the attribute and dispatches to the generic functions, so
 //! every variant still runs its own monomorphized loop.
 
-use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI, PI};
+use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
 
 use half::{bf16, f16};
 use tensorplay_ir::{DType, Error, OpClass, Result};
@@ -258,11 +258,6 @@ fn zero_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
 fn id(x: i64) -> i64 {
     x
 }
-
-/// `sqrt(2 / pi)`, the slope of the tanh approximation of gelu.
-const GELU_K: f64 = 0.797_884_560_802_865_4;
-/// The cubic coefficient of the tanh approximation of gelu.
-const GELU_C: f64 = 0.044_715;
 
 /// Numerically careful sigmoid: `exp` only ever sees `-|x|`, so nothing overflows and tiny
 /// results for very negative `x` keep their precision (no `1 - 1` cancellation).
@@ -636,42 +631,19 @@ fn gelu_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     }
 }
 
-/// The exact derivative of the selected gelu form, built from differentiable tensor ops.
+/// `gelu_backward(grad, x, approximate)`: one elementwise op (see `ops::gelu_backward`).
 fn gelu_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let form = GeluApproximate::of(c.args)?;
-    grad_times(c, |x| match form {
-        GeluApproximate::None => {
-            // Phi(x) + x * phi(x)
-            let cdf = x
-                .mul_scalar(FRAC_1_SQRT_2)?
-                .erf()?
-                .add_scalar(1.0)?
-                .mul_scalar(0.5)?;
-            let pdf = x
-                .mul(x)?
-                .mul_scalar(-0.5)?
-                .exp()?
-                .mul_scalar(1.0 / (2.0 * PI).sqrt())?;
-            cdf.add(&x.mul(&pdf)?)
-        }
-        GeluApproximate::Tanh => {
-            // 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3))
-            let x2 = x.mul(x)?;
-            let inner = x2
-                .mul_scalar(GELU_C)?
-                .add_scalar(1.0)?
-                .mul(x)?
-                .mul_scalar(GELU_K)?;
-            let t = inner.tanh()?;
-            let left = t.add_scalar(1.0)?.mul_scalar(0.5)?;
-            let sech2 = t.mul(&t)?.neg()?.add_scalar(1.0)?;
-            let dinner = x2
-                .mul_scalar(3.0 * GELU_C)?
-                .add_scalar(1.0)?
-                .mul_scalar(GELU_K)?;
-            left.add(&x.mul(&sech2)?.mul(&dinner)?.mul_scalar(0.5)?)
-        }
-    })
+    let (x, g) = x_and_grad(c)?;
+    let args = [
+        Value::Tensor(g),
+        Value::Tensor(x.clone()),
+        Value::Str(form.as_str().into()),
+    ];
+    Ok(vec![Some(call1(
+        &super::gelu_backward::GELU_BACKWARD,
+        &args,
+    )?)])
 }
 
 /// `gelu(Tensor self, *, str approximate="none") -> Tensor`
