@@ -221,6 +221,8 @@ where
     library::custom_op(name).arg_names(&["x"]).build(kernel)
 }
 
+type BoxedBinary = Box<dyn Fn(&Tensor, &Tensor) -> Result<Tensor> + Send + Sync>;
+
 #[test]
 fn item4_kernels_of_every_fn_type() -> Result<()> {
     let x = f32s(&[1.0, 2.0]);
@@ -246,8 +248,7 @@ fn item4_kernels_of_every_fn_type() -> Result<()> {
     let op = register_generic_owned("li31_4::generic_owned", scaled_by(4.0))?;
     assert_eq!(vals(&op.call1((&x,))?), vec![4.0, 8.0]);
     // Boxed `dyn Fn`, typed.
-    type BoxedKernel = Box<dyn Fn(&Tensor, &Tensor) -> Result<Tensor> + Send + Sync>;
-    let boxed: BoxedKernel = Box::new(|x, w| x.add(w));
+    let boxed: BoxedBinary = Box::new(|x, w| x.add(w));
     let op = library::custom_op("li31_4::boxed")
         .arg_names(&["x", "w"])
         .build(boxed)?;

@@ -817,11 +817,14 @@ impl Tensor {
             // A `usize` past i64::MAX saturates on conversion: say so rather than print the
             // saturated value as if it were the one given.
             if v.as_literal() == Some(i64::MAX) {
-                return Err(Error::argument(
+                return Err(Error::shape(
                     "narrow",
-                    name,
-                    format!("at most the size of dim {dim} ({})", size.hint()),
-                    format!("a value of at least {} (it overflowed i64)", i64::MAX),
+                    format!(
+                        "{name} is at least {} (the value given overflowed i64), past the end of \
+                         dim {dim} of size {}",
+                        i64::MAX,
+                        size.hint()
+                    ),
                 ));
             }
         }
