@@ -64,6 +64,14 @@ fn in_constant_row(c: &Case, m: &Mismatch) -> bool {
 /// The deliberate differences from PyTorch (each also in docs/ops.md, "PyTorch parity").
 static DEVIATIONS: &[Deviation] = &[
     Deviation {
+        op: "scaled_dot_product_attention",
+        what: "f32 outputs within 4 ulps of 1 (absolute)",
+        applies: |c, m| c.dtype() == Some(DType::F32) && within_eps(c, m, 4.0),
+        reason: "the fused CPU kernel sums each row's weighted value rows in its own order \
+                 (PyTorch's goes through BLAS), so an output near zero, where terms of size ~1 \
+                 cancel, differs by a fraction of an ulp of 1 (hundreds of its own ulps)",
+    },
+    Deviation {
         op: "layer_norm",
         what: "f16/bf16 rows of equal elements; f32 results within 32 ulps of 1 (absolute)",
         applies: |c, m| match c.dtype() {
