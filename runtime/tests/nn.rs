@@ -389,3 +389,84 @@ fn composites_batch_under_vmap() -> Result<()> {
     assert!(close(&y.to_vec::<f64>()?, &want.to_vec::<f64>()?, 1e-14));
     Ok(())
 }
+
+/// A query row its mask blocks entirely attends to nothing: its output is 0 (PyTorch's safe
+/// softmax), and no NaN reaches the gradients of q, k or v.
+#[test]
+fn fully_masked_attention_row_is_zero_with_finite_gradients() -> Result<()> {
+    let q = randn(&[3, 4], 21).requires_grad_(true)?;
+    let k = randn(&[5, 4], 22).requires_grad_(true)?;
+    let v = randn(&[5, 2], 23).requires_grad_(true)?;
+    let mut m = vec![true; 15];
+    m[5..10].fill(false); // row 1 sees nothing
+    let mask = Tensor::from_vec(m, &[3, 5])?;
+    let y = nn::scaled_dot_product_attention(&q, &k, &v, Some(&mask), false, None)?;
+    let out = y.to_vec::<f64>()?;
+    assert_eq!(&out[2..4], &[0.0, 0.0]);
+    assert!(out.iter().all(|x| x.is_finite()));
+    // The other rows are plain attention.
+    let plain = nn::scaled_dot_product_attention(&q, &k, &v, None, false, None)?;
+    let plain = plain.to_vec::<f64>()?;
+    assert!(close(&out[..2], &plain[..2], 1e-12) && close(&out[4..], &plain[4..], 1e-12));
+    y.sum_all()?.backward()?;
+    for t in [&q, &k, &v] {
+        let g = t.grad().unwrap().to_vec::<f64>()?;
+        assert!(g.iter().all(|x| x.is_finite()), "{g:?}");
+    }
+    // The blocked row's query gets no gradient.
+    assert_eq!(&q.grad().unwrap().to_vec::<f64>()?[4..8], &[0.0; 4]);
+    Ok(())
+}
+
+/// f16/bf16 linear, layer_norm, rms_norm and attention are their f32 results rounded once.
+#[test]
+fn half_nn_functions_compute_in_f32_and_round_once() -> Result<()> {
+    for dt in [DType::F16, DType::BF16] {
+        let h = |shape: &[usize], seed: u64, scale: f64| -> Result<Tensor> {
+            randn(shape, seed).mul_scalar(scale)?.to_dtype(dt)
+        };
+        let f = |t: &Tensor| t.to_dtype(DType::F32);
+        let same = |a: &Tensor, b: &Tensor| -> Result<()> {
+            assert_eq!(a.dtype(), dt);
+            assert_eq!(a.to_vec_f64()?, b.to_dtype(dt)?.to_vec_f64()?, "{dt}");
+            Ok(())
+        };
+        let (x, w, b) = (h(&[5, 48], 1, 2.0)?, h(&[7, 48], 2, 0.5)?, h(&[7], 3, 1.0)?);
+        same(
+            &nn::linear(&x, &w, Some(&b))?,
+            &nn::linear(&f(&x)?, &f(&w)?, Some(&f(&b)?))?,
+        )?;
+        let (g, c) = (h(&[48], 4, 1.0)?, h(&[48], 5, 1.0)?);
+        same(
+            &nn::layer_norm(&x, &[48], Some(&g), Some(&c), 1e-5)?,
+            &nn::layer_norm(&f(&x)?, &[48], Some(&f(&g)?), Some(&f(&c)?), 1e-5)?,
+        )?;
+        same(
+            &nn::rms_norm(&x, &[48], Some(&g), Some(1e-6))?,
+            &nn::rms_norm(&f(&x)?, &[48], Some(&f(&g)?), Some(1e-6))?,
+        )?;
+        let (q, k, v) = (
+            h(&[2, 6, 16], 6, 1.0)?,
+            h(&[2, 7, 16], 7, 1.0)?,
+            h(&[2, 7, 8], 8, 1.0)?,
+        );
+        same(
+            &nn::scaled_dot_product_attention(&q, &k, &v, None, true, None)?,
+            &nn::scaled_dot_product_attention(&f(&q)?, &f(&k)?, &f(&v)?, None, true, None)?,
+        )?;
+    }
+    Ok(())
+}
+
+/// The losses take floating inputs only (PyTorch has no integer kernels for them).
+#[test]
+fn losses_reject_integer_inputs() {
+    let x = i64s(&[1, 2, 3, 4, 5, 6], &[2, 3]);
+    let t = i64s(&[0, 2], &[2]);
+    let e = err(nn::mse_loss(&x, &x, Reduction::Mean));
+    assert!(e.contains("mse_loss") && e.contains("i64"), "{e}");
+    let e = err(nn::nll_loss(&x, &t, -100, Reduction::Mean));
+    assert!(e.contains("nll_loss") && e.contains("floating"), "{e}");
+    let e = err(nn::cross_entropy(&x, &t, -100, 0.0, Reduction::Mean));
+    assert!(e.contains("cross_entropy") && e.contains("floating"), "{e}");
+}

@@ -532,22 +532,20 @@ fn logit_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     let x = super::binary::as_dtype(a.tensor(0)?, outs[0].dtype())?;
     let values = [Value::Tensor(x), Value::None];
     let b = Args::new(a.op, &values);
-    // The same operations compiled code runs: clamp (NaN kept), then log(x / (1 - x)). f16
-    // and bf16 round `1 - x` and the quotient to their dtype, as PyTorch's half kernels do
-    // (compiled regions keep those in f32: within the half dtype's tolerance).
-    let r = half_rounding(outs[0].dtype());
+    // The same operations compiled code runs: clamp (NaN kept), then log(x / (1 - x)); f16 and
+    // bf16 compute in f32 and round once.
     match eps {
         None => float_map(
             b,
             &outs[0],
-            |x: f32| r(x / r(1.0 - x)).ln(),
+            |x: f32| (x / (1.0 - x)).ln(),
             |x: f64| (x / (1.0 - x)).ln(),
         ),
         Some(e) => {
-            // PyTorch's bounds: `eps` in the tensor's dtype and `1 - eps` computed there, then
-            // `x < lo ? lo : (x > hi ? hi : x)` — for `eps > 0.5` (lo > hi) that maps
-            // everything below `lo` to `lo` and the rest to `hi`.
-            let (lo32, hi32) = logit_bounds_f32(e, outs[0].dtype());
+            // PyTorch's clamp, `x < lo ? lo : (x > hi ? hi : x)` with `lo = eps` and `hi = 1 - eps`
+            // computed in the compute dtype (f32 below f64): for `eps > 0.5` (lo > hi) values
+            // below `lo` become `lo` and the rest `hi`.
+            let (lo32, hi32) = (e as f32, 1.0 - e as f32);
             float_map(
                 b,
                 &outs[0],
@@ -559,7 +557,7 @@ fn logit_fill(a: Args, outs: &[Tensor]) -> Result<()> {
                     } else {
                         x
                     };
-                    r(v / r(1.0 - v)).ln()
+                    (v / (1.0 - v)).ln()
                 },
                 |x| {
                     let v = if x < e {
@@ -574,27 +572,6 @@ fn logit_fill(a: Args, outs: &[Tensor]) -> Result<()> {
             )
         }
     }
-}
-
-/// Rounds an f32 value to `dtype` and back for f16/bf16; the identity otherwise.
-fn half_rounding(dtype: DType) -> fn(f32) -> f32 {
-    match dtype {
-        DType::F16 => |v| f16::from_f32(v).to_f32(),
-        DType::BF16 => |v| bf16::from_f32(v).to_f32(),
-        _ => |v| v,
-    }
-}
-
-/// `logit`'s clamp bounds for an f32/f16/bf16 result, as f32: `eps` rounded to the dtype and
-/// `1 - eps` computed in f32 and rounded to it (PyTorch's `scalar_t` arithmetic).
-fn logit_bounds_f32(eps: f64, dtype: DType) -> (f32, f32) {
-    let round = half_rounding(dtype);
-    let lo = match dtype {
-        DType::F16 => f16::from_f64(eps).to_f32(),
-        DType::BF16 => bf16::from_f64(eps).to_f32(),
-        _ => eps as f32,
-    };
-    (lo, round(1.0 - lo))
 }
 
 /// `grad / (x (1 - x))`; outside `[eps, 1 - eps]` 0 when `eps` is given, outside `[0, 1]` NaN

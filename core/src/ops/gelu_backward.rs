@@ -141,17 +141,28 @@ fn second_derivative_ops(x: &Tensor, f: GeluApproximate) -> Result<Tensor> {
 fn gelu_backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     let f = form(a)?;
     let out = &outs[0];
+    // f16/bf16 compute in f32 and round once (as compiled code does).
+    let compute = if out.dtype().is_half() {
+        DType::F32
+    } else {
+        out.dtype()
+    };
     let (g, x) = (
-        as_dtype(a.tensor(0)?, out.dtype())?,
-        as_dtype(a.tensor(1)?, out.dtype())?,
+        as_dtype(a.tensor(0)?, compute)?,
+        as_dtype(a.tensor(1)?, compute)?,
     );
-    let one_pass = out.dtype() == DType::F32
+    let one_pass = compute == DType::F32
         && g.shape() == out.shape()
         && x.shape() == out.shape()
         && g.is_contiguous()
         && x.is_contiguous();
     if one_pass && let Some(k) = tile_kernels(f) {
-        return fill_f32(a.op, out, &g, &x, k);
+        if out.dtype() == DType::F32 {
+            return fill_f32(a.op, out, &g, &x, k);
+        }
+        let tmp = Tensor::empty(out.shape(), DType::F32);
+        fill_f32(a.op, &tmp, &g, &x, k)?;
+        return super::cast::copy_convert(a.op, out, &tmp);
     }
     let r = g.mul(&derivative_ops(&x, f)?)?;
     super::cast::copy_convert(a.op, out, &r)
