@@ -17,7 +17,7 @@ impl CompiledGraph {
         if let Admission::Miss(why) = self.admit(inputs)? {
             return Err(Error::compile(
                 CompileKind::Guard,
-                format!("guard failed: {why}; recompile for this input"),
+                format!("size guard failed: {why}; recompile for this input"),
             ));
         }
         let _ac = tensorplay_runtime::autocast::suspend();

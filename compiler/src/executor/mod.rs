@@ -322,7 +322,7 @@ impl CompiledGraph {
             Admission::Run(shapes) => self.run_admitted(inputs, &shapes),
             Admission::Miss(why) => Err(Error::compile(
                 CompileKind::Guard,
-                format!("guard failed: {why}; recompile for this input"),
+                format!("size guard failed: {why}; recompile for this input"),
             )),
         }
     }

@@ -204,7 +204,7 @@ impl CompiledGraph {
         self.check_guards(inputs)?;
         let shapes = match self.admit(inputs)? {
             Admission::Run(s) => s,
-            Admission::Miss(why) => return Err(err(format!("guard failed: {why}"))),
+            Admission::Miss(why) => return Err(err(format!("size guard failed: {why}"))),
         };
         for (k, (d, &o)) in dests.iter().zip(&self.output_ids).enumerate() {
             if d.is_fake()
