@@ -12,6 +12,9 @@ use tensorplay_runtime::{DType, Element, Error, Result, Tensor};
 
 use crate::state::StateDict;
 
+/// Tensors by name.
+type Named = Vec<(String, Tensor)>;
+
 /// A tensor's bytes as safetensors stores them (little-endian, row-major).
 struct Bytes {
     dtype: Dtype,
@@ -123,7 +126,7 @@ fn write(
 
 /// Reads every tensor of the safetensors file at `path` through a memory map, with the file's
 /// metadata.
-fn read(op: &str, path: &Path) -> Result<(Vec<(String, Tensor)>, HashMap<String, String>)> {
+fn read(op: &str, path: &Path) -> Result<(Named, HashMap<String, String>)> {
     let bad = |e: String| {
         Error::argument(
             op,

@@ -7,7 +7,7 @@
 //!   optimizers, `state_dict()`/`load_state_dict()`, safetensors save/load; [`Forward`] for
 //!   single-input layers; [`functional_call`] runs a module on given parameters (how a
 //!   compiled function takes them as inputs).
-//! - [`layers`](crate::Linear): [`Linear`], [`Embedding`], [`LayerNorm`], [`RMSNorm`],
+//! - Layers: [`Linear`], [`Embedding`], [`LayerNorm`], [`RMSNorm`],
 //!   [`Dropout`], [`ReLU`], [`GELU`], [`SiLU`], [`Tanh`], [`Sigmoid`], [`Sequential`] and
 //!   [`MultiheadAttention`], with PyTorch's parameter names, shapes, initialisations and
 //!   defaults.

@@ -1,7 +1,7 @@
 //! The [`Module`] trait: a model's parameters and buffers by dotted name, its children, its
 //! training mode, and what follows from them (device and dtype moves, gradients, state dicts).
 
-use tensorplay_runtime::{DType, Device, Error, Result, Tensor, autograd};
+use tensorplay_runtime::{DType, Device, Error, Result, Tensor};
 
 use crate::state::{LoadReport, StateDict, load_into};
 
@@ -53,7 +53,7 @@ pub type VisitMut<'a> = dyn FnMut(&str, &mut Tensor, TensorKind) -> Result<()> +
 ///
 /// ```
 /// use tensorplay_nn::{Dropout, Linear, Module, Sequential};
-/// let mut model = Sequential::new().add(Linear::new(3, 2, true)?).add(Dropout::new(0.1)?);
+/// let mut model = Sequential::new().append(Linear::new(3, 2, true)?).append(Dropout::new(0.1)?);
 /// let names: Vec<String> = model.named_parameters().into_iter().map(|(n, _)| n).collect();
 /// assert_eq!(names, ["0.weight", "0.bias"]);
 /// assert_eq!(model.num_parameters(), 3 * 2 + 2);
@@ -395,16 +395,4 @@ fn swap_params<M: Module + ?Sized>(module: &mut M, params: &[Tensor]) -> Result<
         }
         Ok(())
     })
-}
-
-/// Copies `src` into `dst` without recording autograd (a state-dict load).
-pub(crate) fn copy_no_grad(dst: &Tensor, src: &Tensor) -> Result<()> {
-    let _guard = autograd::no_grad();
-    let src = if src.device() == dst.device() {
-        src.clone()
-    } else {
-        src.to_device(dst.device())?
-    };
-    dst.copy_(&src)?;
-    Ok(())
 }

@@ -1,9 +1,7 @@
 //! State dicts: a module's parameters and buffers by dotted name, in order, and loading one
 //! into a module with every mismatch reported at once.
 
-use tensorplay_runtime::{DType, Error, Result, Tensor};
-
-use crate::module::copy_no_grad;
+use tensorplay_runtime::{DType, Error, Result, Tensor, autograd};
 
 /// An ordered map from dotted name to tensor (PyTorch's `OrderedDict` state dict). Keys keep
 /// their insertion order; inserting an existing key replaces its tensor in place.
@@ -170,4 +168,16 @@ pub(crate) fn load_into(own: &StateDict, state: &StateDict, strict: bool) -> Res
         missing_keys: missing,
         unexpected_keys: unexpected,
     })
+}
+
+/// Copies `src` into `dst` without recording autograd (a state-dict load).
+fn copy_no_grad(dst: &Tensor, src: &Tensor) -> Result<()> {
+    let _guard = autograd::no_grad();
+    let src = if src.device() == dst.device() {
+        src.clone()
+    } else {
+        src.to_device(dst.device())?
+    };
+    dst.copy_(&src)?;
+    Ok(())
 }

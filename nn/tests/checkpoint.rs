@@ -43,9 +43,9 @@ impl Net {
     fn new() -> Result<Net> {
         let mlp = |gelu: GELU| -> Result<Sequential> {
             Ok(Sequential::new()
-                .add(Linear::new(8, 12, true)?)
-                .add(gelu)
-                .add(Linear::new(12, 8, true)?))
+                .append(Linear::new(8, 12, true)?)
+                .append(gelu)
+                .append(Linear::new(12, 8, true)?))
         };
         Ok(Net {
             scale: Tensor::ones(&[5], DType::F32),
@@ -222,7 +222,7 @@ fn model_and_optimizer_checkpoints_resume_the_same_trajectory() -> Result<()> {
     };
     manual_seed(11);
     let net = Net::new()?;
-    let mut opt = Adam::with_options(net.parameters(), options.clone())?;
+    let mut opt = Adam::with_options(net.parameters(), options)?;
     train(&net, &mut opt, &ids, 4)?;
     let (model_file, optim_file) = (scratch("model.safetensors"), scratch("optim.safetensors"));
     net.save_safetensors(&model_file)?;

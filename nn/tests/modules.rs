@@ -64,9 +64,9 @@ fn block(with_proj: bool) -> Result<Block> {
             proj: with_proj.then(|| Linear::new(4, 4, false)).transpose()?,
         },
         mlp: Sequential::new()
-            .add(Linear::new(4, 8, true)?)
-            .add(GELU::new())
-            .add(Linear::new(8, 4, true)?),
+            .append(Linear::new(4, 8, true)?)
+            .append(GELU::new())
+            .append(Linear::new(8, 4, true)?),
         drop: Dropout::new(0.1)?,
     })
 }
@@ -322,9 +322,9 @@ fn activation_modules_match_the_tensor_ops() -> Result<()> {
 fn optimizers_train_a_module_through_its_parameter_handles() -> Result<()> {
     manual_seed(5);
     let mlp = Sequential::new()
-        .add(Linear::new(3, 16, true)?)
-        .add(Tanh::new())
-        .add(Linear::new(16, 1, true)?);
+        .append(Linear::new(3, 16, true)?)
+        .append(Tanh::new())
+        .append(Linear::new(16, 1, true)?);
     let x = Tensor::randn_seeded(&[32, 3], DType::F32, 2)?;
     let y = x.sum(&[1], true)?.sin()?;
     let mut opt = Sgd::new(mlp.parameters(), 0.1, 0.9)?;
@@ -449,7 +449,7 @@ fn functional_call_swaps_parameters_in_and_back() -> Result<()> {
         Err(tensorplay_runtime::Error::Autograd("boom".into()))
     });
     assert!(failed.is_err() && lin.weight.same(&own[0]));
-    let err = functional_call(&mut lin, &[w.clone()], |_| Ok(()))
+    let err = functional_call(&mut lin, std::slice::from_ref(&w), |_| Ok(()))
         .unwrap_err()
         .to_string();
     assert!(err.contains("2 tensors"), "{err}");

@@ -11,9 +11,9 @@ use crate::module::{Forward, Layer, Module, Visit, VisitMut, combine_modes, join
 /// use tensorplay_nn::{Forward, Linear, Module, ReLU, Sequential};
 /// use tensorplay_runtime::{DType, Tensor};
 /// let mlp = Sequential::new()
-///     .add(Linear::new(4, 8, true)?)
-///     .add(ReLU::new())
-///     .add(Linear::new(8, 2, true)?);
+///     .append(Linear::new(4, 8, true)?)
+///     .append(ReLU::new())
+///     .append(Linear::new(8, 2, true)?);
 /// let names: Vec<String> = mlp.state_dict().keys().map(String::from).collect();
 /// assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]);
 /// assert_eq!(mlp.forward(&Tensor::ones(&[3, 4], DType::F32))?.shape(), &[3, 2]);
@@ -30,8 +30,8 @@ impl Sequential {
         Sequential::default()
     }
 
-    /// Appends `layer` (builder style).
-    pub fn add(mut self, layer: impl Layer + 'static) -> Sequential {
+    /// Appends `layer` (builder style, like PyTorch's `append`).
+    pub fn append(mut self, layer: impl Layer + 'static) -> Sequential {
         self.push(layer);
         self
     }
