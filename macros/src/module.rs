@@ -282,3 +282,45 @@ fn child_field(f: &Field, krate: &Path) -> Option<TokenStream> {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::expand;
+
+    fn err(src: &str) -> String {
+        let input: syn::DeriveInput = syn::parse_str(src).expect("parses");
+        expand(&input).expect_err("an error").to_string()
+    }
+
+    fn ok(src: &str) -> String {
+        let input: syn::DeriveInput = syn::parse_str(src).expect("parses");
+        expand(&input).expect("expands").to_string()
+    }
+
+    #[test]
+    fn misuse_is_a_compile_error_saying_what_fits() {
+        assert!(err("enum E { A }").contains("applies to structs"));
+        assert!(
+            err("struct S { #[skip] #[buffer] t: Tensor }").contains("both #[skip] and #[buffer]")
+        );
+        assert!(err("struct S { #[buffer] n: usize }").contains("#[buffer] applies to `Tensor`"));
+        assert!(err("#[module(krate = x)] struct S;").contains("expected `crate = path`"));
+    }
+
+    #[test]
+    fn fields_get_their_roles_and_the_crate_path_is_used() {
+        let code = ok(
+            "#[module(crate = my_nn)] struct S { w: Tensor, #[buffer] b: Option<Tensor>, \
+                       training: bool, n: Vec<usize>, #[skip] s: Cfg, fc: Linear }",
+        );
+        assert!(code.contains("my_nn :: TensorKind :: Parameter"));
+        assert!(code.contains("my_nn :: TensorKind :: Buffer"));
+        assert!(code.contains("Some (self . training)"));
+        assert!(code.contains("my_nn :: Module :: visit (& self . fc"));
+        // Plain settings and skipped fields are not visited.
+        assert!(!code.contains("self . n") && !code.contains("self . s"));
+        let default = ok("struct T(Linear);");
+        assert!(default.contains(":: tensorplay :: nn :: Module :: visit (& self . 0"));
+        assert!(default.contains("combine_modes"));
+    }
+}

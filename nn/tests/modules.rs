@@ -462,3 +462,33 @@ fn functional_call_swaps_parameters_in_and_back() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn attention_masks_follow_pytorchs_module_convention() -> Result<()> {
+    let mha = MultiheadAttention::new(8, 2, true)?;
+    let x = Tensor::randn_seeded(&[2, 5, 8], DType::F32, 3)?;
+    let close = |a: &Tensor, b: &Tensor| a.allclose(b, 1e-5, 1e-6);
+    let causal = mha.attend(&x, &x, &x, None, true)?;
+    // A bool mask is true where attending is not allowed (PyTorch's MultiheadAttention).
+    let blocked = Tensor::ones(&[5, 5], DType::Bool).triu(1)?;
+    assert!(close(
+        &mha.attend(&x, &x, &x, Some(&blocked), false)?,
+        &causal
+    )?);
+    // A float mask is added to the scores.
+    let minus_inf = Tensor::full(&[5, 5], f64::NEG_INFINITY, DType::F32);
+    let additive = Tensor::where_cond(&blocked, &minus_inf, &Tensor::zeros(&[5, 5], DType::F32))?;
+    assert!(close(
+        &mha.attend(&x, &x, &x, Some(&additive), false)?,
+        &causal
+    )?);
+    // One mask per batch element and head: [N * num_heads, L, S].
+    let per_head = blocked.unsqueeze(0)?.expand(&[4, 5, 5])?.contiguous()?;
+    assert!(close(
+        &mha.attend(&x, &x, &x, Some(&per_head), false)?,
+        &causal
+    )?);
+    // Without a mask every position sees the whole sequence.
+    assert!(!close(&mha.forward(&x)?, &causal)?);
+    Ok(())
+}
