@@ -24,8 +24,44 @@
 pub use tensorplay_runtime::vmap::vmap;
 pub use tensorplay_runtime::{
     Args, CompileKind, DType, Device, Element, Error, Idx, Result, Scalar, SymInt, Tensor, Value,
-    autocast, autograd, dispatch, manual_seed, nn, ops, parallel, vmap,
+    autocast, autograd, dispatch, manual_seed, ops, parallel, vmap,
 };
+
+/// Neural networks: modules and layers (`tensorplay-nn`: [`nn::Module`], `#[derive(Module)]`,
+/// [`nn::Linear`], [`nn::Sequential`], state dicts and safetensors checkpoints) and the
+/// functional ops (`tensorplay_runtime::nn`: [`nn::linear`], [`nn::cross_entropy`], ...), both
+/// here as in PyTorch's `torch.nn`; [`nn::functional`] holds the functional ops alone
+/// (`torch.nn.functional`). See the modules guide (`docs/guide/modules.md`).
+///
+/// ```
+/// use tensorplay::nn::{self, Forward, Module};
+/// use tensorplay::{DType, Tensor};
+///
+/// #[derive(Module)]
+/// struct Mlp {
+///     fc1: nn::Linear,
+///     fc2: nn::Linear,
+/// }
+///
+/// let mlp = Mlp { fc1: nn::Linear::new(4, 8, true)?, fc2: nn::Linear::new(8, 2, true)? };
+/// let x = Tensor::ones(&[3, 4], DType::F32);
+/// let h = mlp.fc1.forward(&x)?.relu()?;
+/// let y = mlp.fc2.forward(&h)?;
+/// // The same through the functional op.
+/// let y2 = nn::functional::linear(&h, &mlp.fc2.weight, mlp.fc2.bias.as_ref())?;
+/// assert!(y.equal(&y2)? && y.shape() == &[3, 2]);
+/// assert_eq!(mlp.state_dict().keys().next(), Some("fc1.weight"));
+/// # Ok::<(), tensorplay::Error>(())
+/// ```
+pub mod nn {
+    pub use tensorplay_nn::*;
+    pub use tensorplay_runtime::nn::*;
+
+    /// The functional ops alone (PyTorch's `torch.nn.functional`).
+    pub mod functional {
+        pub use tensorplay_runtime::nn::*;
+    }
+}
 
 /// CUDA devices and tensors (`tensorplay_runtime::cuda`, whose docs say what runs where).
 ///
@@ -140,3 +176,8 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../docs/guide/training.md")]
 #[cfg(doctest)]
 pub struct TrainingGuideDoctests;
+
+/// The modules guide's code blocks, compiled and run as doc tests.
+#[doc = include_str!("../docs/guide/modules.md")]
+#[cfg(doctest)]
+pub struct ModulesGuideDoctests;

@@ -22,6 +22,7 @@ const CRATES: &[&str] = &[
     "runtime/src",
     "compiler/src",
     "macros/src",
+    "nn/src",
     "python/src",
     "src",
 ];

@@ -1,4 +1,5 @@
-//! `tensorplay-macros`: the `#[custom_op]` attribute macro behind `tensorplay::library::custom_op`.
+//! `tensorplay-macros`: the `#[custom_op]` attribute macro behind `tensorplay::library::custom_op`,
+//! and `#[derive(Module)]` behind `tensorplay::nn::Module` (`module`).
 //!
 //! Use it through the `tensorplay` crate (`#[tensorplay::library::custom_op("ns::name")]`); the
 //! generated code names only `::tensorplay::...` paths, so this crate is never a direct dependency.
@@ -11,6 +12,7 @@
 mod attr;
 mod default;
 mod expand;
+mod module;
 mod params;
 mod types;
 
@@ -66,5 +68,22 @@ pub fn custom_op(attr: TokenStream, item: TokenStream) -> TokenStream {
             let e = e.to_compile_error();
             quote!(#e #func).into()
         }
+    }
+}
+
+/// `#[derive(Module)]`: implements `tensorplay::nn::Module` for a struct from its fields.
+///
+/// Fields by type: `Tensor`, `Option<Tensor>`, `Vec<Tensor>` are parameters (buffers with
+/// `#[buffer]`); `training: bool` is the mode flag; scalars, `String`, `char` and
+/// `Option`/`Vec` of them are ignored, as is any field marked `#[skip]`; every other field must
+/// implement `Module` (a compile error at the field otherwise). `#[module(crate = path)]`
+/// names the crate holding `Module` (default `::tensorplay::nn`). The runnable examples live in
+/// `tensorplay::nn`'s docs.
+#[proc_macro_derive(Module, attributes(module, buffer, skip))]
+pub fn derive_module(input: TokenStream) -> TokenStream {
+    let input = syn::parse_macro_input!(input as syn::DeriveInput);
+    match module::expand(&input) {
+        Ok(ts) => ts.into(),
+        Err(e) => e.to_compile_error().into(),
     }
 }
