@@ -59,10 +59,10 @@ fn dispatch_overhead(c: &mut Criterion) {
         bench.iter(|| black_box(dispatch::call_operator(&add_entry, &args, &[]).unwrap()))
     });
     g.bench_function("custom/add_kernel", |bench| {
-        bench.iter(|| black_box(add_op.call(&args).unwrap()))
+        bench.iter(|| black_box(add_op.call_values(&args).unwrap()))
     });
     g.bench_function("custom/fresh_kernel", |bench| {
-        bench.iter(|| black_box(fresh_op.call(&args).unwrap()))
+        bench.iter(|| black_box(fresh_op.call_values(&args).unwrap()))
     });
     g.bench_function("custom/fresh_kernel_boxed", |bench| {
         bench.iter(|| black_box(fresh_boxed.call(&args).unwrap()))

@@ -111,7 +111,7 @@ fn mutating_custom_op_is_a_barrier_with_order_edges() -> Result<()> {
     let g = capture(
         |xs| {
             let before = xs[0].exp()?;
-            scale.call(&[xs[0].clone().into()])?;
+            scale.call_values(&[xs[0].clone().into()])?;
             let after = xs[0].neg()?;
             Ok(vec![before, after])
         },

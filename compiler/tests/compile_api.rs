@@ -499,7 +499,7 @@ fn explain_names_every_barrier_and_its_reason_and_dot_has_clusters() -> Result<(
     let (s, c, w) = (scale.clone(), copy.clone(), with_grad.clone());
     let f = compile(move |xs: &[Tensor]| {
         let a = xs[0].exp()?.add_scalar(1.0)?;
-        s.call(&[a.clone().into()])?;
+        s.call_values(&[a.clone().into()])?;
         let b = c.call1(&[a.neg()?.into()])?;
         let d = w.call1(&[b.abs()?.into()])?;
         let m = d.reshape(&[2, 2])?.matmul(&xs[1])?;
@@ -534,7 +534,7 @@ fn explain_names_every_barrier_and_its_reason_and_dot_has_clusters() -> Result<(
     let (x, y) = (ramp(&[4], DType::F32), ramp(&[2, 2], DType::F32));
     let want = {
         let a = x.exp()?.add_scalar(1.0)?;
-        scale.call(&[a.clone().into()])?;
+        scale.call_values(&[a.clone().into()])?;
         let b = copy.call1(&[a.neg()?.into()])?;
         let d = with_grad.call1(&[b.abs()?.into()])?;
         d.reshape(&[2, 2])?.matmul(&y)?.relu()?.sum_all()?

@@ -159,7 +159,7 @@ fn mutating_custom_ops_on_closed_over_tensors_are_refused_too() -> Result<()> {
     let c = Tensor::ones(&[2], DType::F32);
     let held = c.clone();
     let f = compile(move |xs: &[Tensor]| {
-        scale.call(&[Value::Tensor(held.clone())])?;
+        scale.call_values(&[Value::Tensor(held.clone())])?;
         Ok(vec![xs[0].add(&held)?])
     });
     let err = f

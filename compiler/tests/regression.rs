@@ -1618,7 +1618,7 @@ fn mutating_custom_op_in_the_middle() -> Result<()> {
     let body: Body = Arc::new(move |xs: &[Tensor]| {
         let a = xs[0].exp()?.add_scalar(1.0)?;
         let before = a.neg()?;
-        op.call(&[a.clone().into()])?;
+        op.call_values(&[a.clone().into()])?;
         let after = a.mul(&xs[1])?.sub_scalar(0.5)?;
         Ok(vec![before, after, a])
     });
@@ -1653,7 +1653,7 @@ fn mutating_custom_op_in_the_middle() -> Result<()> {
     let op = scale.clone();
     let on_input: Body = Arc::new(move |xs: &[Tensor]| {
         let before = xs[0].add_scalar(1.0)?;
-        op.call(&[xs[0].clone().into()])?;
+        op.call_values(&[xs[0].clone().into()])?;
         Ok(vec![before, xs[0].mul(&xs[1])?])
     });
     let f = compiled(&on_input);

@@ -145,7 +145,12 @@ fn below_an_autocast_cast_autocast_is_off_for_custom_and_builtin_ops() -> Result
     let _ac = autocast("cpu", DType::BF16)?;
     let o = op.clone();
     let y = vmap(
-        move |xs: &[Tensor]| Ok(vec![o.call(&[xs[0].clone().into(), xs[1].clone().into()])?]),
+        move |xs: &[Tensor]| {
+            Ok(vec![o.call_values(&[
+                xs[0].clone().into(),
+                xs[1].clone().into(),
+            ])?])
+        },
         vec![Some(0), None],
         vec![0],
     )(&[a, b])?;

@@ -230,12 +230,12 @@ fn a_mutating_op_returning_nothing_needs_no_fake_kernel() -> Result<()> {
         .mutates_args(["x"])
         .build(|x: Tensor, s: f64| -> Result<Tensor> { x.mul_scalar(s) })?;
     assert!(
-        ret.call(&[fake(&[3], DType::F32, Device::Cpu).into(), 2.0.into()])
+        ret.call_values(&[fake(&[3], DType::F32, Device::Cpu).into(), 2.0.into()])
             .is_err()
     );
     // Real calls still mutate.
     let x = f32s(&[1.0, 2.0]);
-    op.call(&[x.clone().into(), 3.0.into()])?;
+    op.call_values(&[x.clone().into(), 3.0.into()])?;
     assert_eq!(vals(&x), vec![3.0, 6.0]);
     Ok(())
 }
@@ -988,7 +988,7 @@ fn a_launch_writing_an_undeclared_input_is_an_error() -> Result<()> {
             x.clone_tensor()
         })?;
     let x = f32s(&[1.0, 2.0]);
-    let err = op.call(&[x.clone().into()]).unwrap_err();
+    let err = op.call_values(&[x.clone().into()]).unwrap_err();
     match &err {
         Error::Argument { op, arg, .. } => assert_eq!(
             (op.as_str(), arg.as_str()),
@@ -1009,7 +1009,7 @@ fn a_launch_writing_an_undeclared_input_is_an_error() -> Result<()> {
             )?;
             x.clone_tensor()
         })?;
-    assert!(view_op.call(&[x.clone().into()]).is_err());
+    assert!(view_op.call_values(&[x.clone().into()]).is_err());
     assert_eq!(vals(&x), vec![1.0, 2.0]);
     // Declaring the mutation allows it.
     let declared = library::triton_op("lf_tr_undeclared::zero_")
@@ -1019,7 +1019,7 @@ fn a_launch_writing_an_undeclared_input_is_an_error() -> Result<()> {
             kernel.launch([x.numel() as u32, 1, 1], &[LaunchArg::Out(x)])
         })?;
     let v0 = x.version();
-    declared.call(&[x.clone().into()])?;
+    declared.call_values(&[x.clone().into()])?;
     assert_eq!(vals(&x), vec![0.0, 0.0]);
     assert!(x.version() > v0);
     Ok(())
@@ -1045,7 +1045,7 @@ fn launching_outside_a_triton_op_is_an_error() -> Result<()> {
             x.clone_tensor()
         })?;
     assert_contains(
-        &plain.call(&[f32s(&[1.0]).into()]).unwrap_err(),
+        &plain.call_values(&[f32s(&[1.0]).into()]).unwrap_err(),
         "triton_op",
     );
     assert_eq!(runs.load(Ordering::SeqCst), 0);
@@ -1057,7 +1057,7 @@ fn launching_outside_a_triton_op_is_an_error() -> Result<()> {
             kernel.launch([2, 2, 2], &[])?;
             x.clone_tensor()
         })?;
-    op.call(&[f32s(&[1.0]).into()])?;
+    op.call_values(&[f32s(&[1.0]).into()])?;
     assert_eq!(runs.load(Ordering::SeqCst), 8);
     // After the op returned, the scope is gone again.
     assert!(
@@ -1098,7 +1098,7 @@ fn gpu_kernel_launch_without_cuda_is_a_clean_error() -> Result<()> {
             kernel.launch([1, 1, 1], &[LaunchArg::In(x), LaunchArg::Out(out.clone())])?;
             Ok(out)
         })?;
-    let err = op.call(&[f32s(&[1.0]).into()]).unwrap_err();
+    let err = op.call_values(&[f32s(&[1.0]).into()]).unwrap_err();
     assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
     assert_contains(&err, "add_kernel_ptx");
     assert_contains(&err, "CUDA");
@@ -1122,7 +1122,7 @@ fn grid_launch_argument_errors_propagate() -> Result<()> {
             x.clone_tensor()
         })?;
     assert_contains(
-        &op.call(&[f32s(&[1.0]).into()]).unwrap_err(),
+        &op.call_values(&[f32s(&[1.0]).into()]).unwrap_err(),
         "program 3 failed",
     );
     // Non-contiguous tensors are refused before any program runs.
@@ -1133,7 +1133,7 @@ fn grid_launch_argument_errors_propagate() -> Result<()> {
             x.clone_tensor()
         })?;
     let err = strided
-        .call(&[Tensor::ones(&[2, 3], DType::F32).into()])
+        .call_values(&[Tensor::ones(&[2, 3], DType::F32).into()])
         .unwrap_err();
     assert_contains(&err, "contiguous");
     Ok(())

@@ -199,7 +199,7 @@ fn weighted(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 }
 
 /// Registers a generic kernel everywhere a kernel goes.
-fn register_generic<F>(name: &str, kernel: F) -> Result<library::CustomOp<Tensor>>
+fn register_generic<F>(name: &str, kernel: F) -> Result<library::CustomOp<Tensor, (Tensor, Tensor)>>
 where
     F: Fn(&Tensor, &Tensor) -> Result<Tensor> + Clone + Send + Sync + 'static,
 {
@@ -214,7 +214,7 @@ where
     Ok(op)
 }
 
-fn register_generic_owned<F>(name: &str, kernel: F) -> Result<library::CustomOp<Tensor>>
+fn register_generic_owned<F>(name: &str, kernel: F) -> Result<library::CustomOp<Tensor, (Tensor,)>>
 where
     F: Fn(Tensor) -> Result<Tensor> + Send + Sync + 'static,
 {

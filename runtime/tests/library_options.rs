@@ -237,7 +237,7 @@ fn ops_call_kw_binds_keywords_like_custom_op_handles() {
 
 // register_autograd_typed ----------------------------------------------------------------------
 
-fn typed_mul(ns: &str) -> library::CustomOp<Tensor> {
+fn typed_mul(ns: &str) -> library::CustomOp<Tensor, (Tensor, Tensor, f64)> {
     custom_op(&format!("{ns}::mul"))
         .arg_names(&["x", "y", "scale"])
         .build(|x: &Tensor, y: &Tensor, s: f64| x.mul(y)?.mul_scalar(s))
@@ -311,7 +311,7 @@ impl SavedState for Saved {
     }
 }
 
-fn typed_pow(ns: &str) -> library::CustomOp<Tensor> {
+fn typed_pow(ns: &str) -> library::CustomOp<Tensor, (Tensor, i64)> {
     let op = custom_op(&format!("{ns}::pow"))
         .arg_names(&["x", "n"])
         .build(|x: &Tensor, n: i64| x.pow_scalar(n as f64))

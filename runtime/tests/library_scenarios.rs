@@ -364,7 +364,7 @@ fn mutates_args_unknown_marks_every_tensor_argument() -> Result<()> {
     assert_eq!(op.operator().class(), OpClass::Mutating);
     let x = Tensor::zeros(&[2], DType::F32);
     let y = Tensor::zeros(&[2], DType::F32);
-    op.call(&[x.clone().into(), 4i64.into(), y.clone().into(), Value::None])?;
+    op.call_values(&[x.clone().into(), 4i64.into(), y.clone().into(), Value::None])?;
     assert_eq!(vals(&y), vec![4.0, 4.0]);
     // With an explicit schema, Unknown must match every tensor being written.
     let err = library::custom_op("ls_mut_unknown::partial")
@@ -605,7 +605,7 @@ fn cuda_only_kernel_on_cpu_tensors_is_a_clear_error() -> Result<()> {
         .arg_names(&["x"])
         .device_types(&["cuda"])
         .build(|x: Tensor| -> Result<Tensor> { x.add_scalar(1.0) })?;
-    let err = op.call(&[f32s(&[1.0]).into()]).unwrap_err();
+    let err = op.call_values(&[f32s(&[1.0]).into()]).unwrap_err();
     assert_lookup(err.clone(), "ls_cuda_only::op");
     assert!(
         err.to_string().contains("device cpu") && err.to_string().contains("[cuda]"),
@@ -639,7 +639,7 @@ fn mixed_devices_are_an_error() -> Result<()> {
         .build(|a: Tensor, b: Tensor| -> Result<Tensor> { a.add(&b) })?;
     let cpu = f32s(&[1.0]);
     let cuda = Tensor::empty_fake(&[1], DType::F32, Device::Cuda(0));
-    let err = op.call(&[cpu.into(), cuda.into()]).unwrap_err();
+    let err = op.call_values(&[cpu.into(), cuda.into()]).unwrap_err();
     assert!(matches!(err, Error::Device { .. }), "{err:?}");
     assert!(err.to_string().contains("ls_mixed_dev::op"), "{err}");
     Ok(())
@@ -717,7 +717,7 @@ fn disabled_kernel_without_default_is_an_error_naming_the_slots() -> Result<()> 
         .device_types(&["cpu"])
         .build(|x: Tensor| -> Result<Tensor> { x.add_scalar(1.0) })?;
     let _g = op.set_kernel_enabled("cpu", false)?;
-    let err = op.call(&[f32s(&[1.0]).into()]).unwrap_err();
+    let err = op.call_values(&[f32s(&[1.0]).into()]).unwrap_err();
     assert_lookup(err.clone(), "cpu (disabled)");
     assert!(err.to_string().contains("ls_enable_nodefault::op"), "{err}");
     Ok(())
@@ -833,7 +833,7 @@ fn an_output_aliasing_an_input_is_an_error() -> Result<()> {
         .arg_names(&["x"])
         .build(|x: Tensor| -> Result<Tensor> { x.reshape(&[2, 1]) })?;
     assert_argument(
-        view.call(&[x.clone().into()]).unwrap_err(),
+        view.call_values(&[x.clone().into()]).unwrap_err(),
         "returns",
         "shares storage with input",
     );
@@ -859,7 +859,7 @@ fn two_outputs_aliasing_each_other_is_an_error() -> Result<()> {
         op.schema().to_string(),
         "ls_alias_pair::op(Tensor x) -> (Tensor, Tensor)"
     );
-    let err = op.call(&[f32s(&[1.0, 2.0]).into()]).unwrap_err();
+    let err = op.call_values(&[f32s(&[1.0, 2.0]).into()]).unwrap_err();
     assert_argument(err, "returns", "do not alias each other");
     // Two distinct outputs are fine.
     let ok = library::custom_op("ls_alias_pair::ok")
@@ -914,8 +914,14 @@ fn wrong_output_count_is_an_error() -> Result<()> {
         list.schema().to_string(),
         "ls_count::list(Tensor x, SymInt n) -> Tensor[]"
     );
-    assert_eq!(list.call(&[f32s(&[1.0]).into(), 3i64.into()])?.len(), 3);
-    assert_eq!(list.call(&[f32s(&[1.0]).into(), 0i64.into()])?.len(), 0);
+    assert_eq!(
+        list.call_values(&[f32s(&[1.0]).into(), 3i64.into()])?.len(),
+        3
+    );
+    assert_eq!(
+        list.call_values(&[f32s(&[1.0]).into(), 0i64.into()])?.len(),
+        0
+    );
     Ok(())
 }
 
@@ -1492,7 +1498,7 @@ fn optional_and_list_arguments_bind() -> Result<()> {
         "ls_kw_opt::op(Tensor x, Tensor? bias, SymInt[] dims) -> Tensor"
     );
     let x = Tensor::ones(&[2, 3], DType::F32);
-    let r = op.call(&[x.clone().into(), Value::None, vec![1i64].into()])?;
+    let r = op.call_values(&[x.clone().into(), Value::None, vec![1i64].into()])?;
     assert_eq!(vals(&r), vec![3.0, 3.0]);
     let r = op.call_kw(
         &[x.clone().into()],
@@ -1506,7 +1512,8 @@ fn optional_and_list_arguments_bind() -> Result<()> {
     let r = op.call_kw(&[x.clone().into()], &[("dims", vec![0i64, 1].into())])?;
     assert_eq!(vals(&r), vec![6.0]);
     assert_argument(
-        op.call(&[x.into(), Value::None, 1.5.into()]).unwrap_err(),
+        op.call_values(&[x.into(), Value::None, 1.5.into()])
+            .unwrap_err(),
         "dims",
         "SymInt[]",
     );

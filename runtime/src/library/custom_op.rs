@@ -18,6 +18,7 @@ use super::registry::{Operator, Origin, Owner, Slot, registry};
 use super::signature;
 use super::triton::TritonInfo;
 use super::typed::{IntoKernel, ReturnType};
+use super::typed_call::{TypedArgs, Untyped};
 use super::validate;
 use super::vmap_rule::VmapInfo;
 use crate::dispatch::call_operator;
@@ -317,6 +318,26 @@ impl CustomOpDef {
 }
 
 /// Builder for [`custom_op`] and [`triton_op`]: options first, then `build(kernel)`.
+///
+/// ```
+/// use tensorplay_runtime::{library, Tensor, DType, Result};
+/// let scale_ = library::custom_op("docs_builder::scale_")
+///     .mutates_args(["out"]) // the kernel writes into `out`
+///     .device_types("cpu") // fills the cpu slot only
+///     .arg_names(&["out", "factor"])
+///     .build(|out: &Tensor, factor: f64| -> Result<()> {
+///         out.mul_scalar_(factor)?;
+///         Ok(())
+///     })?;
+/// assert_eq!(
+///     scale_.schema().to_string(),
+///     "docs_builder::scale_(Tensor(a!) out, float factor) -> ()"
+/// );
+/// let buf = Tensor::ones(&[2], DType::F32);
+/// scale_.call((&buf, 1.5))?;
+/// assert_eq!(buf.to_vec::<f32>()?, vec![1.5, 1.5]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct CustomOpBuilder {
     name: String,
@@ -359,6 +380,34 @@ pub fn custom_op(name: &str) -> CustomOpBuilder {
 
 /// Like [`custom_op`], for ops whose kernels launch grid kernels through `wrap_triton`; under
 /// compile the whole op is one opaque node.
+///
+/// ```
+/// use tensorplay_runtime::library::{self, CpuLauncher, LaunchArg, ProgramArg, wrap_triton};
+/// use tensorplay_runtime::{DType, Error, Result, Tensor};
+/// // One program per element: out[i] = 2 * x[i].
+/// let double_kernel = wrap_triton(CpuLauncher::new("double_kernel", |pid, args| {
+///     let (ProgramArg::Tensor(x), ProgramArg::Tensor(out)) = (&args[0], &args[1]) else {
+///         return Err(Error::unsupported("double_kernel", "expected (x, out)"));
+///     };
+///     let i = pid[0] as usize;
+///     // SAFETY: x and out hold one f32 per program; each program writes only its own element.
+///     unsafe { out.write(i, 2.0 * x.read::<f32>(i)) };
+///     Ok(())
+/// }));
+/// let double = library::triton_op("docs_triton::double")
+///     .arg_names(&["x"])
+///     .build(move |x: &Tensor| -> Result<Tensor> {
+///         let x = x.to_dtype(DType::F32)?.contiguous()?;
+///         let out = Tensor::empty(x.shape(), DType::F32);
+///         let grid = [x.numel() as u32, 1, 1];
+///         double_kernel.launch(grid, &[LaunchArg::In(x), LaunchArg::Out(out.clone())])?;
+///         Ok(out)
+///     })?;
+/// assert!(double.operator().is_triton());
+/// let y = double.call(&Tensor::from_vec(vec![1.0f32, 2.5], &[2])?)?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![2.0, 5.0]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
 pub fn triton_op(name: &str) -> CustomOpBuilder {
     CustomOpBuilder {
         triton: true,
@@ -530,8 +579,8 @@ impl CustomOpBuilder {
     }
 
     /// Defines (or redefines) the op with `kernel` as its body and returns its typed handle
-    /// (calls return the kernel's result type). Nothing is registered when this fails.
-    pub fn build<M, F: IntoKernel<M>>(self, kernel: F) -> Result<CustomOp<F::Output>> {
+    /// ([`CustomOp`]: calls take the kernel's parameter types and return its result type). Nothing is registered when this fails.
+    pub fn build<M, F: IntoKernel<M>>(self, kernel: F) -> Result<CustomOp<F::Output, F::Params>> {
         let (ns, name, overload) = check_definable(&self.name)?;
         let slots = self.slots()?;
         let schema = self.resolve_schema::<F, M>(&ns, &name, &overload)?;
@@ -586,25 +635,47 @@ fn explicit_schema(text: &str, ns: &str, qualname: &str) -> Result<Schema> {
     Ok(s)
 }
 
-/// A typed handle from [`CustomOpBuilder::build`]: [`CustomOp::call`] returns the kernel's result
-/// type `R`; everything else is [`CustomOpDef`]'s (it derefs to one).
+/// A typed handle from [`CustomOpBuilder::build`]: [`CustomOp::call`] takes exactly the kernel's
+/// parameters `P` and returns its result type `R`; everything else is [`CustomOpDef`]'s (it
+/// derefs to one).
+///
+/// The arguments are a tuple with one element per kernel parameter (`(&x, 2.0)`; a one-parameter
+/// op also takes the bare argument, `op.call(&x)`). Each element passes as its parameter's owned
+/// type (a `&Tensor` or `Tensor` for a tensor, see [`PassAs`](super::typed_call::PassAs)); a
+/// wrong type or count is a compile error. A boxed kernel (over `&[Value]`) gives a handle with
+/// [`Untyped`] parameters, whose `call` takes any [`CallArgs`] (checked when it runs), as does
+/// [`CustomOp::call_values`] for every handle.
 ///
 /// ```
 /// use tensorplay_runtime::{library, Tensor, DType, Result};
-/// let ws = library::custom_op("docs_typed::weighted_sum")
-///     .arg_names(&["x", "w"])
-///     .build(|x: &Tensor, w: &Tensor| -> Result<Tensor> { x.mul(w)?.sum_all() })?;
+/// let scaled_sum = library::custom_op("docs_typed::scaled_sum")
+///     .arg_names(&["x", "w", "scale"])
+///     .build(|x: &Tensor, w: &Tensor, scale: f64| -> Result<Tensor> {
+///         x.mul(w)?.sum_all()?.mul_scalar(scale)
+///     })?;
 /// let x = Tensor::ones(&[3], DType::F32);
-/// let y: Tensor = ws.call((&x, &x))?;
-/// assert_eq!(y.item::<f32>()?, 3.0);
+/// let y: Tensor = scaled_sum.call((&x, &x, 2.0))?;
+/// assert_eq!(y.item::<f32>()?, 6.0);
+/// // The boxed path stays: arguments checked against the schema when the call runs.
+/// let y = scaled_sum.call_values(&[x.clone().into(), x.into(), 0.5.into()])?;
+/// assert_eq!(y.item::<f32>()?, 1.5);
 /// # Ok::<(), tensorplay_runtime::Error>(())
 /// ```
-pub struct CustomOp<R> {
+///
+/// ```compile_fail
+/// # use tensorplay_runtime::{library, Tensor, DType, Result};
+/// let op = library::custom_op("docs_typed_cf::scale")
+///     .build(|x: &Tensor, w: f64| -> Result<Tensor> { x.mul_scalar(w) })?;
+/// let x = Tensor::ones(&[3], DType::F32);
+/// op.call((&x, "two"))?; // `w` is an f64: does not compile
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub struct CustomOp<R, P = Untyped> {
     def: CustomOpDef,
-    ret: PhantomData<fn() -> R>,
+    ret: PhantomData<fn(P) -> R>,
 }
 
-impl<R> Clone for CustomOp<R> {
+impl<R, P> Clone for CustomOp<R, P> {
     fn clone(&self) -> Self {
         CustomOp {
             def: self.def.clone(),
@@ -613,32 +684,40 @@ impl<R> Clone for CustomOp<R> {
     }
 }
 
-impl<R> std::fmt::Debug for CustomOp<R> {
+impl<R, P> std::fmt::Debug for CustomOp<R, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.def.fmt(f)
     }
 }
 
-impl<R> Deref for CustomOp<R> {
+impl<R, P> Deref for CustomOp<R, P> {
     type Target = CustomOpDef;
     fn deref(&self) -> &CustomOpDef {
         &self.def
     }
 }
 
-impl<R> From<CustomOp<R>> for CustomOpDef {
-    fn from(op: CustomOp<R>) -> CustomOpDef {
+impl<R, P> From<CustomOp<R, P>> for CustomOpDef {
+    fn from(op: CustomOp<R, P>) -> CustomOpDef {
         op.def
     }
 }
 
-impl<R: ReturnType> CustomOp<R> {
-    /// Calls the op: positional arguments as a tuple (`(&x, &w)`) or boxed values.
-    pub fn call(&self, args: impl CallArgs) -> Result<R> {
+impl<R: ReturnType, P> CustomOp<R, P> {
+    /// Calls the op with exactly the kernel's parameters: a tuple (`(&x, &w, 2.0)`) or, for one
+    /// parameter, the bare argument. Goes through the dispatcher (autograd, autocast, vmap, fake
+    /// tensors and capture apply).
+    pub fn call(&self, args: impl TypedArgs<P>) -> Result<R> {
+        R::from_tensors(self.name(), self.def.call(args.into_values())?)
+    }
+
+    /// Calls the op with arguments checked when the call runs: a tuple of Rust values or boxed
+    /// [`Value`]s (the path for values built at run time).
+    pub fn call_values(&self, args: impl CallArgs) -> Result<R> {
         R::from_tensors(self.name(), self.def.call(args)?)
     }
 
-    /// Calls the op with keyword arguments too.
+    /// Calls the op with keyword arguments too (checked when the call runs).
     pub fn call_kw(&self, args: impl CallArgs, kwargs: &[(&str, Value)]) -> Result<R> {
         R::from_tensors(self.name(), self.def.call_kw(args, kwargs)?)
     }

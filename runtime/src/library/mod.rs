@@ -25,6 +25,7 @@ pub mod registry;
 mod signature;
 pub mod triton;
 pub mod typed;
+pub mod typed_call;
 pub(crate) mod validate;
 pub mod vmap_rule;
 
@@ -51,6 +52,7 @@ pub use triton::{
     wrap_triton,
 };
 pub use typed::{ArgType, IntoKernel, KernelArg, ReturnElem, ReturnType};
+pub use typed_call::{PassAs, TypedArgs, Untyped};
 pub use vmap_rule::{VmapInfo, VmapRule};
 
 use tensorplay_core::tensor::Tensor;
@@ -86,7 +88,7 @@ impl OpLike for CustomOpDef {
     }
 }
 
-impl<R> OpLike for &CustomOp<R> {
+impl<R, P> OpLike for &CustomOp<R, P> {
     fn resolve(&self) -> Result<Arc<Operator>> {
         Ok(self.operator())
     }
@@ -168,6 +170,16 @@ pub fn define(qualname: &str, schema: Option<&str>, lib: Option<&Library>) -> Re
 
 /// Registers `func` as a kernel of `qualname` for `types` (`"CPU"`/`"CUDA"`/`"cpu"`/`"cuda"` or a
 /// `Composite…` key for the device-agnostic slot; `[]` is the device-agnostic slot).
+///
+/// ```
+/// use tensorplay_runtime::{library, Tensor, DType, Result};
+/// library::define("docs_impl::triple(Tensor x) -> Tensor", None, None)?;
+/// let triple = |x: &Tensor| -> Result<Tensor> { x.mul_scalar(3.0) };
+/// library::r#impl("docs_impl::triple", &["CPU"], triple, None)?;
+/// let op = library::op_handle("docs_impl::triple")?;
+/// assert_eq!(op.call1((Tensor::ones(&[2], DType::F32),))?.to_vec::<f32>()?, vec![3.0, 3.0]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
 pub fn r#impl<M, F: IntoKernel<M>>(
     qualname: &str,
     types: &[&str],
@@ -214,6 +226,22 @@ pub fn register_kernel<M, F: IntoKernel<M>>(
 
 /// Registers the fake (shape) kernel. With `allow_override == false`, a second registration is an
 /// error.
+///
+/// ```
+/// use tensorplay_runtime::{library, Tensor, DType, Device, Result};
+/// let op = library::custom_op("docs_fake::double")
+///     .arg_names(&["x"])
+///     .build(|x: &Tensor| -> Result<Tensor> { x.mul_scalar(2.0) })?;
+/// // Metadata only: a fake tensor of the output's shape, dtype and device.
+/// let fake = |x: &Tensor| -> Result<Tensor> {
+///     Ok(Tensor::empty_fake(x.shape(), x.dtype(), x.device()))
+/// };
+/// library::register_fake(&op, fake, None, false)?;
+/// let y = op.call(&Tensor::empty_fake(&[4, 2], DType::F16, Device::Cpu))?;
+/// assert!(y.is_fake() && y.shape() == &[4, 2]);
+/// assert!(library::register_fake(&op, fake, None, false).is_err()); // no override
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
 pub fn register_fake<M, F: IntoKernel<M>>(
     op: impl OpLike,
     func: F,
@@ -233,7 +261,38 @@ pub fn impl_abstract<M, F: IntoKernel<M>>(
     register_fake(qualname, func, lib, true)
 }
 
-/// Registers an autograd formula (not allowed on mutating ops).
+/// Registers an autograd formula (not allowed on mutating ops): `setup_context(ctx, inputs,
+/// outputs)` saves what `backward(ctx, grads)` needs in the [`AutogradCtx`]; `backward` returns
+/// one optional gradient per parameter.
+///
+/// ```
+/// use tensorplay_runtime::{library, library::AutogradCtx, Error, Tensor, Value, Result};
+/// let cube = library::custom_op("docs_ag::cube")
+///     .arg_names(&["x"])
+///     .build(|x: &Tensor| -> Result<Tensor> { x.mul(x)?.mul(x) })?;
+/// library::register_autograd(
+///     &cube,
+///     |ctx: &AutogradCtx, grads: &[Option<Tensor>]| -> Result<Vec<Option<Tensor>>> {
+///         let x = &ctx.saved_tensors()[0];
+///         let g = grads[0].as_ref().expect("one output");
+///         Ok(vec![Some(g.mul(&x.mul(x)?.mul_scalar(3.0)?)?)]) // d(x³) = 3x²
+///     },
+///     Some(Box::new(
+///         |ctx: &mut AutogradCtx, inputs: &[Value], _outputs: &[Tensor]| -> Result<()> {
+///             let Value::Tensor(x) = &inputs[0] else {
+///                 return Err(Error::unsupported("cube's setup_context", "expected a tensor"));
+///             };
+///             ctx.save_for_backward(&[x]);
+///             Ok(())
+///         },
+///     )),
+///     None,
+/// )?;
+/// let x = Tensor::from_vec(vec![2.0f32], &[1])?.requires_grad_(true)?;
+/// cube.call(&x)?.sum_all()?.backward()?;
+/// assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![12.0]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
 pub fn register_autograd<G: IntoGrads>(
     op: impl OpLike,
     backward: impl Fn(&AutogradCtx, &[Option<Tensor>]) -> Result<G> + Send + Sync + 'static,
@@ -246,6 +305,23 @@ pub fn register_autograd<G: IntoGrads>(
 
 /// Registers an autograd formula with typed closures (see
 /// [`CustomOpDef::register_autograd_typed`]); `lib` scopes it to a [`Library`].
+///
+/// ```
+/// use tensorplay_runtime::{library, Tensor, Result};
+/// let scale = library::custom_op("docs_ag_typed::scale")
+///     .arg_names(&["x", "w"])
+///     .build(|x: &Tensor, w: f64| -> Result<Tensor> { x.mul_scalar(w) })?;
+/// library::register_autograd_typed(
+///     &scale,
+///     |(_x, w): (Tensor, f64), _outs| Ok(w), // the state backward needs
+///     |w, g| Ok((Some(g.grad(0).expect("one output").mul_scalar(*w)?), None::<Tensor>)),
+///     None,
+/// )?;
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?.requires_grad_(true)?;
+/// scale.call((&x, 3.0))?.sum_all()?.backward()?;
+/// assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![3.0, 3.0]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
 pub fn register_autograd_typed<A, S, G>(
     op: impl OpLike,
     setup: impl Fn(A, &[Tensor]) -> Result<S> + Send + Sync + 'static,
@@ -263,6 +339,22 @@ where
 
 /// Inside an autocast region for `device_type`, casts the op's floating inputs (not f64) to
 /// `cast_inputs` before its kernel runs.
+///
+/// ```
+/// use tensorplay_runtime::autocast::autocast;
+/// use tensorplay_runtime::{library, Tensor, DType, Result};
+/// let op = library::custom_op("docs_autocast::double")
+///     .arg_names(&["x"])
+///     .build(|x: &Tensor| -> Result<Tensor> { x.mul_scalar(2.0) })?;
+/// library::register_autocast(&op, "cpu", DType::BF16, None)?;
+/// let x = Tensor::ones(&[2], DType::F32);
+/// {
+///     let _region = autocast("cpu", DType::BF16)?;
+///     assert_eq!(op.call(&x)?.dtype(), DType::BF16);
+/// }
+/// assert_eq!(op.call(&x)?.dtype(), DType::F32); // outside the region: no cast
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
 pub fn register_autocast(
     op: impl OpLike,
     device_type: &str,
@@ -273,7 +365,36 @@ pub fn register_autocast(
     register::register_autocast(&op, device_type, cast_inputs, owner(lib))
 }
 
-/// Registers a vmap batching rule.
+/// Registers a vmap batching rule: `rule(info, in_dims, args)` gets the batched arguments with
+/// each one's batch dim (`None`: unbatched) and the batch size in [`VmapInfo`], and returns the
+/// outputs with theirs.
+///
+/// ```
+/// use tensorplay_runtime::library::{self, VmapInfo};
+/// use tensorplay_runtime::vmap::{fallback_calls, vmap};
+/// use tensorplay_runtime::{Error, Tensor, Value, Result};
+/// let double = library::custom_op("docs_vmap::double")
+///     .arg_names(&["x"])
+///     .build(|x: &Tensor| -> Result<Tensor> { x.mul_scalar(2.0) })?;
+/// library::register_vmap(
+///     &double,
+///     |info: &VmapInfo, in_dims: &[Option<usize>], args: &[Value]| {
+///         let Value::Tensor(x) = &args[0] else {
+///             return Err(Error::unsupported("double's vmap rule", "expected a tensor"));
+///         };
+///         assert_eq!(info.batch_size, 3);
+///         // Elementwise: the whole batch at once, the batch dim where it was.
+///         Ok((vec![x.mul_scalar(2.0)?], vec![in_dims[0]]))
+///     },
+///     None,
+/// )?;
+/// let per_row = vmap(|xs: &[Tensor]| Ok(vec![double.call(&xs[0])?]), vec![Some(0)], vec![0]);
+/// let before = fallback_calls();
+/// let y = per_row(&[Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3, 1])?])?;
+/// assert_eq!(y[0].to_vec::<f32>()?, vec![2.0, 4.0, 6.0]);
+/// assert_eq!(fallback_calls(), before); // the rule ran once for the batch
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
 pub fn register_vmap(
     op: impl OpLike,
     func: impl Fn(&VmapInfo, &[Option<usize>], &[Value]) -> Result<(Vec<Tensor>, Vec<Option<usize>>)>
@@ -289,6 +410,19 @@ pub fn register_vmap(
 /// The kernel that would run for `dispatch_key` (`cpu`, `cuda`, `default` or a `Composite…`
 /// spelling; device names are case-insensitive). A disabled concrete kernel counts as absent;
 /// nothing usable is a lookup error.
+///
+/// ```
+/// use tensorplay_runtime::{library, Tensor, DType, Result};
+/// let op = library::custom_op("docs_get_kernel::double")
+///     .arg_names(&["x"])
+///     .build(|x: &Tensor| -> Result<Tensor> { x.mul_scalar(2.0) })?;
+/// // The body fills the device-agnostic slot, which serves cpu too.
+/// let kernel = library::get_kernel(&op, "cpu")?;
+/// let outs = kernel(&[Tensor::ones(&[2], DType::F32).into()])?; // boxed, no dispatcher
+/// assert_eq!(outs[0].to_vec::<f32>()?, vec![2.0, 2.0]);
+/// assert!(library::get_kernel(&op, "tpu").is_err());
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
 pub fn get_kernel(op: impl OpLike, dispatch_key: &str) -> Result<KernelFn> {
     let op = op.resolve()?;
     register::lookup_kernel(&op, dispatch_key)

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tensorplay_ir::{DType, Device, Error, Result};
 
 use super::registry::KernelFn;
+use super::typed_call::Untyped;
 use tensorplay_core::tensor::Tensor;
 use tensorplay_core::value::{Scalar, Value};
 
@@ -127,9 +128,17 @@ optional_arg!(
 
 /// A typed kernel parameter: every [`ArgType`] by value, and borrowed tensors (`&Tensor`,
 /// `Option<&Tensor>`, `&[Tensor]`) lent from the call's arguments.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a custom-op parameter type",
+    label = "no schema type for `{Self}`",
+    note = "kernel parameters are Tensor/&Tensor, Option<&Tensor>, Vec<Tensor>/&[Tensor], i64, f64, bool, String, Scalar, DType, Device, their Option<T> and the lists Vec<i64>, Vec<f64>, Vec<bool>"
+)]
 pub trait KernelArg {
     /// The schema type.
     const SCHEMA: &'static str;
+    /// The owned parameter type a typed handle's `call` is checked against (`Tensor` for
+    /// `&Tensor`, `Vec<Tensor>` for `&[Tensor]`; see [`PassAs`](super::typed_call::PassAs)).
+    type Param: 'static;
     /// What the kernel receives, borrowing from the bound arguments for `'a`.
     type Item<'a>;
     /// Extracts the argument.
@@ -138,6 +147,7 @@ pub trait KernelArg {
 
 impl<T: ArgType> KernelArg for T {
     const SCHEMA: &'static str = T::SCHEMA;
+    type Param = T;
     type Item<'a> = T;
     fn extract(op: &str, index: usize, v: &Value) -> Result<T> {
         T::from_value(op, index, v)
@@ -146,6 +156,7 @@ impl<T: ArgType> KernelArg for T {
 
 impl KernelArg for &Tensor {
     const SCHEMA: &'static str = "Tensor";
+    type Param = Tensor;
     type Item<'a> = &'a Tensor;
     fn extract<'a>(op: &str, index: usize, v: &'a Value) -> Result<&'a Tensor> {
         match v {
@@ -157,6 +168,7 @@ impl KernelArg for &Tensor {
 
 impl KernelArg for Option<&Tensor> {
     const SCHEMA: &'static str = "Tensor?";
+    type Param = Option<Tensor>;
     type Item<'a> = Option<&'a Tensor>;
     fn extract<'a>(op: &str, index: usize, v: &'a Value) -> Result<Option<&'a Tensor>> {
         match v {
@@ -169,6 +181,7 @@ impl KernelArg for Option<&Tensor> {
 
 impl KernelArg for &[Tensor] {
     const SCHEMA: &'static str = "Tensor[]";
+    type Param = Vec<Tensor>;
     type Item<'a> = &'a [Tensor];
     fn extract<'a>(op: &str, index: usize, v: &'a Value) -> Result<&'a [Tensor]> {
         match v {
@@ -353,10 +366,18 @@ tuple_return!(A 0, B 1, C 2, D 3, E 4, F 5);
 pub struct Boxed;
 
 /// Anything that can serve as a kernel: a typed closure (its types known) or a boxed one.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot serve as a custom-op kernel",
+    label = "not a kernel",
+    note = "a kernel is `Fn(params..) -> Result<R>` (Send + Sync + 'static) with up to 8 parameters of custom-op parameter types (see `KernelArg`), or a boxed `Fn(&[Value]) -> Result<Vec<Tensor>>`"
+)]
 pub trait IntoKernel<Marker>: Send + Sync + 'static {
     /// What a call returns through a typed handle: the closure's result type, or the output
     /// tensors for a boxed kernel.
     type Output: ReturnType;
+    /// The parameters a typed handle's `call` takes: a tuple of the parameters' owned types
+    /// ([`KernelArg::Param`]) for a typed kernel, [`Untyped`] for a boxed one.
+    type Params: 'static;
     /// Schema types of the parameters, when the closure is typed.
     fn param_types() -> Option<Vec<&'static str>>;
     /// Schema return, when the closure is typed.
@@ -370,6 +391,7 @@ where
     F: Fn(&[Value]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
 {
     type Output = Vec<Tensor>;
+    type Params = Untyped;
     fn param_types() -> Option<Vec<&'static str>> {
         None
     }
@@ -414,6 +436,7 @@ macro_rules! typed_kernel {
             $($A: KernelArg,)*
         {
             type Output = R;
+            type Params = ($($A::Param,)*);
             fn param_types() -> Option<Vec<&'static str>> {
                 Some(vec![$($A::SCHEMA),*])
             }
