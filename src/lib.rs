@@ -86,14 +86,57 @@ pub mod cuda {
     pub fn init() {}
 }
 
-/// The IR: dtypes, shapes, schemas and graphs (re-exported from `tensorplay-ir`).
+/// The IR: dtypes, shapes, schemas and graphs (the `tensorplay-ir` crate).
+///
+/// ```
+/// use tensorplay::ir::schema::Schema;
+/// let s = Schema::parse("mylib::scale(Tensor x, float w=2.0) -> Tensor")?;
+/// assert_eq!(s.params.len(), 2);
+/// # Ok::<(), tensorplay::Error>(())
+/// ```
+#[doc(inline)]
 pub use tensorplay_ir as ir;
 
-/// The compiler crate (re-exported from `tensorplay-compiler`).
-pub use tensorplay_compiler as compiler;
+/// The compiler (the `tensorplay-compiler` crate): [`compile`](fn@compiler::compile) turns a closure
+/// over tensors into a [`CompiledFn`](compiler::CompiledFn) (captured and compiled on its first
+/// call, once per rank, dtypes and broadcast pattern; shapes are dynamic), and
+/// [`tp_compile`](compiler::tp_compile) compiles an IR graph directly into a
+/// [`CompiledGraph`](compiler::CompiledGraph). Custom ops are single nodes in the graph (opaque
+/// barriers unless their kernels are builtin ops); see the compiler guide
+/// (`docs/guide/compiler.md`).
+///
+/// ```
+/// use tensorplay::compiler::compile;
+/// use tensorplay::{DType, Tensor};
+/// let f = compile(|xs: &[Tensor]| Ok(vec![xs[0].mul(&xs[1])?.relu()?]));
+/// let a = Tensor::from_vec(vec![1.0f32, -2.0, 3.0], &[3])?;
+/// let y = f.call(&[a.clone(), a.clone()])?; // first call: capture, compile, run
+/// assert_eq!(y[0].to_vec::<f32>()?, vec![1.0, 4.0, 9.0]);
+/// f.call(&[Tensor::ones(&[8], DType::F32), Tensor::ones(&[8], DType::F32)])?;
+/// assert_eq!(f.num_compiled(), 1); // another size reuses the compiled graph
+/// # Ok::<(), tensorplay::Error>(())
+/// ```
+pub mod compiler {
+    #[doc(inline)]
+    pub use tensorplay_compiler::{CompiledFn, CompiledGraph, compile, compile_with, tp_compile};
+    #[doc(inline)]
+    pub use tensorplay_compiler::{aot, capture, codegen, executor, opcheck, optim, passes};
+}
 
-/// Optimizers, LR schedulers and gradient clipping with PyTorch's formulas, fused
-/// (`tensorplay_compiler::optim`; also reachable as `tensorplay::compiler::optim`).
+/// Optimizers, LR schedulers and gradient clipping with PyTorch's formulas, fused (the
+/// compiler's `optim` module; also reachable as `tensorplay::compiler::optim`).
+///
+/// ```
+/// use tensorplay::optim::{Optimizer, Sgd};
+/// use tensorplay::{DType, Tensor};
+/// let w = Tensor::ones(&[2], DType::F32).requires_grad_(true)?;
+/// w.mul(&w)?.sum_all()?.backward()?; // gradient 2w = [2, 2]
+/// let mut opt = Sgd::new(vec![w.clone()], 0.25, 0.0)?; // lr 0.25, no momentum
+/// opt.step()?;
+/// assert_eq!(w.to_vec::<f32>()?, vec![0.5, 0.5]);
+/// # Ok::<(), tensorplay::Error>(())
+/// ```
+#[doc(inline)]
 pub use tensorplay_compiler::optim;
 
 /// Define custom operators once; use them in eager mode, under autograd, autocast, vmap and the

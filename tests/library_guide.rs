@@ -2,14 +2,14 @@
 //! test checks that every Rust block of the guide appears verbatim (up to indentation) in this
 //! file, so the guide cannot drift from code that compiles and passes.
 
-use tensorplay_runtime::autocast::autocast;
-use tensorplay_runtime::autograd::{GradcheckOptions, gradcheck};
-use tensorplay_runtime::library::{
+use tensorplay::autocast::autocast;
+use tensorplay::autograd::{GradcheckOptions, gradcheck};
+use tensorplay::library::{
     self, AutogradCtx, CpuLauncher, DefineOptions, ImplOptions, Kind, LaunchArg, Library,
     ProgramArg, Slot, Tag, VmapInfo, wrap_triton,
 };
-use tensorplay_runtime::vmap::{fallback_calls, vmap};
-use tensorplay_runtime::{DType, Device, Error, Result, Tensor, Value, ops};
+use tensorplay::vmap::{fallback_calls, vmap};
+use tensorplay::{DType, Device, Error, Result, Tensor, Value, ops};
 
 #[test]
 fn weighted_sum_walkthrough() -> Result<()> {
@@ -35,7 +35,7 @@ fn weighted_sum_walkthrough() -> Result<()> {
     let y = ops::call("mylib::weighted_sum", &[x.clone().into(), w.clone().into()])?;
     assert_eq!(y[0].item::<f32>()?, 7.5);
     // Arguments are bound to the schema: a missing one is an error naming it.
-    let err = weighted_sum.call(&[x.clone().into()]).unwrap_err();
+    let err = weighted_sum.call_values(&[x.clone().into()]).unwrap_err();
     assert!(err.to_string().contains("weight"));
     // -- end --
 
@@ -171,7 +171,7 @@ fn weighted_sum_walkthrough() -> Result<()> {
     let fx = Tensor::empty_fake(&[1024], DType::F16, Device::Cuda(0));
     assert!(
         weighted_sum
-            .call(&[fx.clone().into(), fx.clone().into()])
+            .call_values(&[fx.clone().into(), fx.clone().into()])
             .is_err()
     ); // no fake kernel yet
 
@@ -347,7 +347,7 @@ fn normalized(text: &str) -> Vec<&str> {
 
 #[test]
 fn every_guide_code_block_is_tested_here() {
-    let guide = include_str!("../../docs/guide/custom-ops.md");
+    let guide = include_str!("../docs/guide/custom-ops.md");
     let source = normalized(include_str!("library_guide.rs"));
     let mut blocks = 0;
     let mut rest = guide;

@@ -13,7 +13,42 @@ use tensorplay_core::dispatch::{CustomAutograd, CustomOperator};
 use tensorplay_core::tensor::Tensor;
 use tensorplay_core::value::Value;
 
-/// What `setup_context` saves for `backward`.
+/// What `setup_context` saves for `backward`: tensors (checked against in-place modification),
+/// named values and a typed state, and which inputs need a gradient.
+///
+/// ```
+/// use tensorplay_runtime::library::{self, AutogradCtx};
+/// use tensorplay_runtime::{Error, Result, Tensor, Value};
+/// let pow = library::custom_op("docs_ctx::pow")
+///     .arg_names(&["x", "n"])
+///     .build(|x: &Tensor, n: f64| -> Result<Tensor> { x.pow_scalar(n) })?;
+/// pow.register_autograd(
+///     |ctx: &AutogradCtx, grads: &[Option<Tensor>]| -> Result<Vec<Option<Tensor>>> {
+///         let (x, n) = (&ctx.saved_tensors()[0], ctx.value("n")?.clone());
+///         let Value::Float(n) = n else { return Err(Error::unsupported("pow", "n")) };
+///         let g = grads[0].as_ref().expect("one output");
+///         // d(x^n) = n x^(n-1); no gradient for the number n.
+///         let gx = ctx.needs_input_grad()[0]
+///             .then(|| g.mul(&x.pow_scalar(n - 1.0)?.mul_scalar(n)?))
+///             .transpose()?;
+///         Ok(vec![gx, None])
+///     },
+///     Some(Box::new(
+///         |ctx: &mut AutogradCtx, inputs: &[Value], _outputs: &[Tensor]| -> Result<()> {
+///             let (Value::Tensor(x), n) = (&inputs[0], &inputs[1]) else {
+///                 return Err(Error::unsupported("pow's setup_context", "expected (x, n)"));
+///             };
+///             ctx.save_for_backward(&[x]);
+///             ctx.save_value("n", n.clone());
+///             Ok(())
+///         },
+///     )),
+/// )?;
+/// let x = Tensor::from_vec(vec![2.0f32], &[1])?.requires_grad_(true)?;
+/// pow.call((&x, 3.0))?.sum_all()?.backward()?;
+/// assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![12.0]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
 #[derive(Default, Clone)]
 pub struct AutogradCtx {
     saved: Vec<Tensor>,
