@@ -24,8 +24,8 @@
 //! - a field named `training` of type `bool`: the module's mode (without one, the mode
 //!   combines the children's, see [`combine_modes`]; a module with no mode anywhere, such as
 //!   `Linear`, reports `None` from [`Module::mode`] and `true` from `is_training`);
-//! - `bool`, the integer and float types, `String`, `char`, and `Option`/`Vec` of them:
-//!   plain settings, ignored;
+//! - `bool`, the integer and float types, `String`, `char`, and `Option`/`Vec`/arrays/tuples
+//!   of them: plain settings, ignored;
 //! - a field marked `#[skip]`: ignored, whatever its type;
 //! - anything else must implement [`Module`] (a layer, a derived struct, `Vec<M>` — names
 //!   `field.0.…` as PyTorch's `ModuleList` — `Option<M>`, `Box<dyn Layer>`); a type that does
