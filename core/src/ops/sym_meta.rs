@@ -19,6 +19,7 @@ use tensorplay_ir::{OpClass, SymExpr};
 
 use super::OpDef;
 use super::attention::{FUSED_ATTENTION, FUSED_ATTENTION_BACKWARD};
+use super::conv::{CONV2D, CONV2D_BACKWARD};
 use super::index::{FLIP, GATHER, SCATTER, SCATTER_ADD, SCATTER_REDUCE};
 use super::join::{CAT, STACK};
 use super::linalg::MATMUL;
@@ -252,6 +253,40 @@ fn attention(args: &[SymArg], forward: bool) -> Option<Vec<Vec<SymExpr>>> {
     Some(vec![out, q[..r - 1].to_vec()])
 }
 
+/// `conv2d`'s output `[N, O, OH, OW]`, each spatial size
+/// `(in + pad_before + pad_after - dilation * (k - 1) - 1) / stride + 1`.
+fn conv2d(args: &[SymArg]) -> Option<Vec<SymExpr>> {
+    let (x, w) = (tensor(args, 0)?, tensor(args, 1)?);
+    if x.len() != 4 || w.len() != 4 {
+        return None;
+    }
+    let pair = |i: usize| -> Option<[SymExpr; 2]> {
+        match ints(args, i)? {
+            [a] => Some([*a, *a]),
+            [a, b] => Some([*a, *b]),
+            _ => None,
+        }
+    };
+    let (stride, dilation) = (pair(3)?, pair(5)?);
+    let pad = match ints(args, 4)? {
+        [p] => [*p; 4],
+        [h, w] => [*h, *h, *w, *w],
+        [t, b, l, r] => [*t, *b, *l, *r],
+        _ => return None,
+    };
+    let one = SymExpr::lit(1);
+    let size = |d: usize| {
+        let span = dilation[d].times(w[2 + d].minus(one)).plus(one);
+        x[2 + d]
+            .plus(pad[2 * d])
+            .plus(pad[2 * d + 1])
+            .minus(span)
+            .floor_div(stride[d])
+            .plus(one)
+    };
+    Some(vec![x[0], w[0], size(0), size(1)])
+}
+
 fn dim_index(d: SymExpr, rank: usize) -> Option<usize> {
     let d = d.as_lit()?;
     let r = rank as i64;
@@ -318,6 +353,13 @@ pub fn sym_meta(
     }
     if is(&[&FUSED_ATTENTION, &FUSED_ATTENTION_BACKWARD]) {
         return attention(args, is(&[&FUSED_ATTENTION]));
+    }
+    if is(&[&CONV2D]) {
+        return Some(vec![conv2d(args)?]);
+    }
+    if is(&[&CONV2D_BACKWARD]) {
+        let (x, w) = (tensor(args, 1)?, tensor(args, 2)?);
+        return Some(vec![x.to_vec(), w.to_vec(), vec![*w.first()?]]);
     }
     if is(&[&MATMUL]) {
         let (a, b) = (tensor(args, 0)?.to_vec(), tensor(args, 1)?.to_vec());

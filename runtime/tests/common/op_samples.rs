@@ -120,6 +120,11 @@ pub fn sample(op: &OpDef) -> Option<Vec<Arg>> {
             v(Value::Int(1)),
         ],
         "cat" | "stack" => vec![List(vec![vec![2, 3], vec![2, 3]])],
+        // Stride, asymmetric padding and two groups: output [1, 4, 3, 2].
+        "conv2d" => with_conv_sizes(vec![t(&[1, 2, 4, 4]), t(&[4, 1, 3, 3]), t(&[4])]),
+        "conv2d_backward" => {
+            with_conv_sizes(vec![t(&[1, 4, 3, 2]), t(&[1, 2, 4, 4]), t(&[4, 1, 3, 3])])
+        }
         _ => {
             // Tensors, then defaults: fine for elementwise and reduction ops.
             let schema = Schema::parse(&format!("tp::{}", op.schema)).ok()?;
@@ -134,6 +139,21 @@ pub fn sample(op: &OpDef) -> Option<Vec<Arg>> {
             args
         }
     })
+}
+
+/// `tensors` followed by `conv2d`'s stride, padding (`[top, bottom, left, right]`), dilation
+/// and groups in the samples.
+fn with_conv_sizes(mut tensors: Vec<Arg>) -> Vec<Arg> {
+    tensors.extend(
+        [
+            Value::IntList(vec![1, 2]),
+            Value::IntList(vec![1, 0, 0, 1]),
+            Value::IntList(vec![1, 1]),
+            Value::Int(2),
+        ]
+        .map(Arg::V),
+    );
+    tensors
 }
 
 /// An int64 `[2, 2]` index into dim 1 of a `[2, 3]` tensor, distinct per row (so `scatter`'s
