@@ -245,7 +245,10 @@ fn ulp_tolerance(op: &str, dtype: DType) -> u64 {
     if op == "scaled_dot_product_attention" {
         // Two products around a softmax: the weighted sum of `v` cancels for small outputs.
         if dtype.is_half() { 1 } else { 128 }
-    } else if matches!(op, "matmul" | "linear") {
+    } else if matches!(
+        op,
+        "matmul" | "linear" | "conv1d" | "conv2d" | "conv2d_grad"
+    ) {
         // Dot products: the summation order of gemm differs from PyTorch's BLAS, and
         // cancellation turns a rounding difference of the sum into several ulps of the result.
         if dtype.is_half() { 1 } else { 64 }
@@ -692,9 +695,57 @@ fn run_composite(op: &str, a: &[Arg]) -> Result<Option<Vec<Tensor>>> {
         "index_select" => a[0].tensor().index_select(a[1].int(), a[2].tensor())?,
         "roll" => a[0].tensor().roll(a[1].ints(), a[2].ints())?,
         "index" => a[0].tensor().index(&[Idx::Tensor(a[1].tensor().clone())])?,
+        "conv2d" => nn::conv2d(
+            a[0].tensor(),
+            a[1].tensor(),
+            a[2].opt_tensor(),
+            &a[3].usizes(),
+            conv_padding(&a[4])?,
+            &a[5].usizes(),
+            a[6].int() as usize,
+        )?,
+        "conv1d" => nn::conv1d(
+            a[0].tensor(),
+            a[1].tensor(),
+            a[2].opt_tensor(),
+            a[3].int() as usize,
+            conv_padding(&a[4])?,
+            a[5].int() as usize,
+            a[6].int() as usize,
+        )?,
+        "conv2d_grad" => return conv2d_grad(a).map(Some),
         _ => return Ok(None),
     };
     Ok(Some(vec![out]))
+}
+
+/// A recorded convolution padding: `"same"`/`"valid"`, one int, or one int per dim.
+fn conv_padding(a: &Arg) -> Result<nn::ConvPadding> {
+    match a {
+        Arg::Str(s) => nn::ConvPadding::parse(s),
+        Arg::Int(i) => Ok(nn::ConvPadding::Explicit(vec![*i as usize])),
+        other => Ok(nn::ConvPadding::Explicit(other.usizes())),
+    }
+}
+
+/// `conv2d_grad(x, w, b, stride, padding, dilation, groups, grad_output)`: the gradients of
+/// input, weight and bias.
+fn conv2d_grad(a: &[Arg]) -> Result<Vec<Tensor>> {
+    let leaves: Vec<Tensor> = a[..3]
+        .iter()
+        .map(|t| t.tensor().detach().requires_grad_(true))
+        .collect::<Result<_>>()?;
+    let y = nn::conv2d(
+        &leaves[0],
+        &leaves[1],
+        Some(&leaves[2]),
+        &a[3].usizes(),
+        conv_padding(&a[4])?,
+        &a[5].usizes(),
+        a[6].int() as usize,
+    )?;
+    let g = tensorplay::autograd::grad(&[y], &leaves, &[Some(a[7].tensor().clone())], false)?;
+    Ok(g.into_iter().map(|t| t.expect("a gradient")).collect())
 }
 
 fn decode_scalar(j: &J) -> Scalar {

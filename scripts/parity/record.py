@@ -614,5 +614,48 @@ for d in ["f16", "bf16", "f32"]:
     case("mse_loss", lambda a, b, r: F.mse_loss(a, b, reduction=r),
          [T(logits), T(rnd([6, 10], d, 64, 3.0)), P("mean")])
 
+# ---- issue 30: the ops a CNN needs ---------------------------------------------------------------
+def conv2d(x, w, b, stride, padding, dilation, groups):
+    return F.conv2d(x, w, b, stride, padding, dilation, groups)
+
+
+def conv1d(x, w, b, stride, padding, dilation, groups):
+    return F.conv1d(x, w, b, stride, padding, dilation, groups)
+
+
+def conv2d_grad(x, w, b, stride, padding, dilation, groups, go):
+    """The gradients of input, weight and bias for the output gradient `go`."""
+    x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
+    y = F.conv2d(x, w, b, stride, padding, dilation, groups)
+    return torch.autograd.grad([y], [x, w, b], [go])
+
+
+CONV2D = [  # input, weight, bias?, stride, padding, dilation, groups
+    ([2, 3, 5, 6], [4, 3, 3, 3], True, [1, 1], [1, 1], [1, 1], 1),
+    ([1, 4, 9, 8], [6, 2, 3, 2], False, [2, 1], [0, 1], [1, 2], 2),
+    ([2, 3, 6, 7], [4, 3, 4, 2], True, [1, 1], "same", [1, 2], 1),
+    ([6, 5, 4], [6, 1, 3, 3], True, [1, 1], "valid", [1, 1], 6),
+]
+for d in FLOATS:
+    for i, (xs, ws, bias, st, pad, dil, g) in enumerate(CONV2D):
+        x, w = rnd(xs, d, 700 + i), rnd(ws, d, 710 + i, 0.5)
+        b = T(rnd([ws[0]], d, 720 + i)) if bias else P(None)
+        case("conv2d", conv2d, [T(x), T(w), b, P(st), P(pad), P(dil), P(g)])
+    x, w, b = rnd([2, 4, 11], d, 730), rnd([6, 2, 3], d, 731), rnd([6], d, 732)
+    case("conv1d", conv1d, [T(x), T(w), T(b), P(2), P(1), P(2), P(2)])
+    case("conv1d", conv1d, [T(x), T(rnd([4, 4, 4], d, 733)), P(None), P(1), P("same"), P(1), P(1)])
+for d in ["f32", "f64"]:
+    for i, (xs, ws, _, st, pad, dil, g) in enumerate(CONV2D[1:3]):
+        x, w, b = rnd(xs, d, 740 + i), rnd(ws, d, 750 + i, 0.5), rnd([ws[0]], d, 760 + i)
+        go = rnd(list(conv2d(x, w, b, st, pad, dil, g).shape), d, 770 + i)
+        case("conv2d_grad", conv2d_grad, [T(x), T(w), T(b), P(st), P(pad), P(dil), P(g), T(go)])
+# Errors: channels not divisible by groups, a kernel larger than the padded input, "same" with
+# a stride.
+x, w = rnd([1, 4, 5, 5], "f32", 780), rnd([6, 2, 3, 3], "f32", 781)
+case("conv2d", conv2d, [T(x), T(w), P(None), P([1, 1]), P([0, 0]), P([1, 1]), P(3)])
+case("conv2d", conv2d, [T(x), T(rnd([2, 4, 7, 7], "f32", 782)), P(None), P([1, 1]), P([0, 0]),
+                        P([1, 1]), P(1)])
+case("conv2d", conv2d, [T(x), T(w), P(None), P([2, 2]), P("same"), P([1, 1]), P(2)])
+
 json.dump({"torch": torch.__version__, "tensors": POOL, "cases": CASES}, sys.stdout, separators=(",", ":"))
 sys.stdout.write("\n")

@@ -2,7 +2,8 @@
 //! `embedding_padded`), `layer_norm`, `rms_norm`, `dropout`, `mse_loss`, `nll_loss`,
 //! `cross_entropy` (and their class-`weight` forms `nll_loss_weighted`,
 //! `cross_entropy_weighted`), `scaled_dot_product_attention`, and the CNN functions of the
-//! submodules, re-exported here: `conv1d`/`conv2d` (`conv`).
+//! submodules, re-exported here: `conv1d`/`conv2d` (`conv`), `max_pool2d`(`_with_indices`),
+//! `avg_pool2d`, `adaptive_avg_pool2d` (`pool`).
 //!
 //! Each is a composite of op-table ops, as PyTorch decomposes them: there is no kernel here, so
 //! autograd differentiates the ops they are made of, vmap batches them, and the compiler fuses
@@ -10,8 +11,10 @@
 //! the reductions, matmuls and gathers. Argument errors name the function.
 
 mod conv;
+mod pool;
 
 pub use conv::{ConvPadding, conv1d, conv2d};
+pub use pool::{adaptive_avg_pool2d, avg_pool2d, max_pool2d, max_pool2d_with_indices};
 
 use tensorplay_ir::shape::fmt_shape;
 use tensorplay_ir::{DType, Device, Error, Result};
