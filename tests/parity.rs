@@ -238,6 +238,10 @@ fn ulp_tolerance(op: &str, dtype: DType) -> u64 {
         "norm",
         "layer_norm",
         "rms_norm",
+        "batch_norm",
+        "group_norm",
+        "avg_pool2d",
+        "adaptive_avg_pool2d",
         "cross_entropy",
         "nll_loss",
         "mse_loss",
@@ -714,6 +718,38 @@ fn run_composite(op: &str, a: &[Arg]) -> Result<Option<Vec<Tensor>>> {
             a[6].int() as usize,
         )?,
         "conv2d_grad" => return conv2d_grad(a).map(Some),
+        "max_pool2d" => {
+            let (y, i) = nn::max_pool2d_with_indices(
+                a[0].tensor(),
+                &a[1].usizes(),
+                &a[2].usizes(),
+                &a[3].usizes(),
+                &a[4].usizes(),
+                a[5].bool(),
+            )?;
+            return Ok(Some(vec![y, i]));
+        }
+        "avg_pool2d" => nn::avg_pool2d(
+            a[0].tensor(),
+            &a[1].usizes(),
+            &a[2].usizes(),
+            &a[3].usizes(),
+            a[4].bool(),
+            a[5].bool(),
+            match a[6] {
+                Arg::None => None,
+                _ => Some(a[6].int()),
+            },
+        )?,
+        "adaptive_avg_pool2d" => nn::adaptive_avg_pool2d(a[0].tensor(), &a[1].usizes())?,
+        "batch_norm" => return batch_norm(a).map(Some),
+        "group_norm" => nn::group_norm(
+            a[0].tensor(),
+            a[1].int() as usize,
+            a[2].opt_tensor(),
+            a[3].opt_tensor(),
+            a[4].float(),
+        )?,
         _ => return Ok(None),
     };
     Ok(Some(vec![out]))
@@ -726,6 +762,26 @@ fn conv_padding(a: &Arg) -> Result<nn::ConvPadding> {
         Arg::Int(i) => Ok(nn::ConvPadding::Explicit(vec![*i as usize])),
         other => Ok(nn::ConvPadding::Explicit(other.usizes())),
     }
+}
+
+/// `batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)`: the
+/// output, then (when given) the running statistics after the call (updated in training mode).
+fn batch_norm(a: &[Arg]) -> Result<Vec<Tensor>> {
+    let stats: Vec<Tensor> = a[1..3]
+        .iter()
+        .filter_map(|t| t.opt_tensor().map(Tensor::clone_tensor))
+        .collect::<Result<_>>()?;
+    let y = nn::batch_norm(
+        a[0].tensor(),
+        stats.first(),
+        stats.get(1),
+        a[3].opt_tensor(),
+        a[4].opt_tensor(),
+        a[5].bool(),
+        a[6].float(),
+        a[7].float(),
+    )?;
+    Ok(std::iter::once(y).chain(stats).collect())
 }
 
 /// `conv2d_grad(x, w, b, stride, padding, dilation, groups, grad_output)`: the gradients of

@@ -657,5 +657,51 @@ case("conv2d", conv2d, [T(x), T(rnd([2, 4, 7, 7], "f32", 782)), P(None), P([1, 1
                         P([1, 1]), P(1)])
 case("conv2d", conv2d, [T(x), T(w), P(None), P([2, 2]), P("same"), P([1, 1]), P(2)])
 
+# Pooling: windows with stride, padding, dilation, ceil_mode; NaN in a window.
+def max_pool2d(x, k, s, p, d, ceil):
+    return F.max_pool2d(x, k, s, p, d, ceil, return_indices=True)
+
+
+def avg_pool2d(x, k, s, p, ceil, include_pad, div):
+    return F.avg_pool2d(x, k, s, p, ceil, include_pad, div)
+
+
+POOLS = [([2, 2], [], [0, 0], [1, 1], False), ([3, 2], [2, 1], [1, 1], [1, 1], True),
+         ([3, 3], [2, 3], [1, 0], [2, 1], True)]
+for d in FLOATS:
+    x = rnd([2, 3, 7, 8], d, 800)
+    for i, (k, st, pad, dil, ceil) in enumerate(POOLS):
+        case("max_pool2d", max_pool2d, [T(x), P(k), P(st), P(pad), P(dil), P(ceil)])
+        for inc, div in [(True, None), (False, None), (True, 5)]:
+            case("avg_pool2d", avg_pool2d, [T(x), P(k), P(st), P(pad), P(ceil), P(inc), P(div)])
+    for out in [[1, 1], [3, 5], [4, 3]]:
+        case("adaptive_avg_pool2d", F.adaptive_avg_pool2d, [T(x), P(out)])
+    nan = make(d, [1.0, NAN, 3.0, 0.0, -INF, -INF, 2.0, 5.0], [1, 2, 4])
+    case("max_pool2d", max_pool2d, [T(nan), P([2, 2]), P([]), P([0, 0]), P([1, 1]), P(False)])
+case("max_pool2d", max_pool2d, [T(rnd([1, 2, 5, 5], "f32", 801)), P([2, 2]), P([]), P([2, 2]),
+                                P([1, 1]), P(False)])
+
+
+# batch_norm (training: the output and the updated running statistics; eval), group_norm.
+def batch_norm(x, rm, rv, w, b, training, momentum, eps):
+    rm, rv = (t.clone() if t is not None else None for t in (rm, rv))
+    y = F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
+    return (y, rm, rv) if rm is not None else y
+
+
+for d in FLOATS:
+    sd = "f32" if d in ("f16", "bf16") else d  # half inputs: f32 statistics and parameters
+    x = rnd([4, 3, 5, 2], d, 810, 2.0) + rnd([1, 3, 1, 1], d, 811, 3.0)
+    rm, rv = rnd([3], sd, 812), rnd([3], sd, 813).abs() + 0.5
+    w, b = rnd([3], sd, 814), rnd([3], sd, 815)
+    case("batch_norm", batch_norm, [T(x), T(rm), T(rv), T(w), T(b), P(True), P(0.1), P(1e-5)])
+    case("batch_norm", batch_norm, [T(x), T(rm), T(rv), T(w), T(b), P(False), P(0.1), P(1e-5)])
+    case("batch_norm", batch_norm, [T(x), P(None), P(None), P(None), P(None), P(True), P(0.1),
+                                    P(1e-5)])
+    x3 = rnd([2, 6, 5], d, 816, 2.0)
+    case("group_norm", F.group_norm, [T(x3), P(3), T(rnd([6], d, 817)), T(rnd([6], d, 818)),
+                                      P(1e-5)])
+    case("group_norm", F.group_norm, [T(x), P(1), P(None), P(None), P(1e-5)])
+
 json.dump({"torch": torch.__version__, "tensors": POOL, "cases": CASES}, sys.stdout, separators=(",", ":"))
 sys.stdout.write("\n")
