@@ -72,12 +72,24 @@ fn a_cnn_block_compiles_like_eager() -> Result<()> {
 #[test]
 fn batch_norm_training_under_compile_updates_the_running_stats_like_eager() -> Result<()> {
     let step = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
-        let y = nn::batch_norm(&xs[0], Some(&xs[1]), Some(&xs[2]), None, None, true, 0.1, 1e-5)?;
+        let y = nn::batch_norm(
+            &xs[0],
+            Some(&xs[1]),
+            Some(&xs[2]),
+            None,
+            None,
+            true,
+            0.1,
+            1e-5,
+        )?;
         Ok(vec![y])
     };
     let x = Tensor::randn_seeded(&[4, 3, 5], DType::F64, 1)?;
     let stats = || -> Result<(Tensor, Tensor)> {
-        Ok((Tensor::zeros(&[3], DType::F64), Tensor::ones(&[3], DType::F64)))
+        Ok((
+            Tensor::zeros(&[3], DType::F64),
+            Tensor::ones(&[3], DType::F64),
+        ))
     };
     let (rm, rv) = stats()?;
     let want = step(&[x.clone(), rm.clone(), rv.clone()])?.remove(0);
@@ -85,6 +97,9 @@ fn batch_norm_training_under_compile_updates_the_running_stats_like_eager() -> R
     let f = compile(step);
     let got = f.call(&[x, crm.clone(), crv.clone()])?.remove(0);
     assert!(close(&got, &want, 1e-12)?);
-    assert!(close(&crm, &rm, 1e-15)? && close(&crv, &rv, 1e-15)?, "{crm:?} vs {rm:?}");
+    assert!(
+        close(&crm, &rm, 1e-15)? && close(&crv, &rv, 1e-15)?,
+        "{crm:?} vs {rm:?}"
+    );
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! matrix (zeros where the window overhangs the padding); `col2im` is its adjoint, adding such
 //! a matrix back onto an image (overlapping windows accumulate).
 
-use super::Geometry;
+use super::geometry::Geometry;
 
 /// The float types the convolution kernels compute in.
 pub(crate) trait Real:

@@ -3,8 +3,8 @@
 use rayon::prelude::*;
 use tensorplay_ir::{DType, Result};
 
+use super::geometry::{Geometry, geometry, output_mask};
 use super::im2col::{Real, col2im, im2col};
-use super::{Geometry, geometry, output_mask};
 use crate::parallel;
 use crate::tensor::Tensor;
 use crate::value::Args;
