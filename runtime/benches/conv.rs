@@ -9,7 +9,18 @@ use std::time::Instant;
 use tensorplay_runtime::{DType, Result, Tensor, autograd, nn};
 
 /// `(name, batch, channels, size, out_channels, kernel, stride, padding)`.
-const SHAPES: &[(&str, usize, usize, usize, usize, usize, usize, usize)] = &[
+type Shape = (
+    &'static str,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+);
+
+const SHAPES: &[Shape] = &[
     ("resnet18_layer1_64x56x56", 8, 64, 56, 64, 3, 1, 1),
     ("resnet18_layer3_256x14x14", 8, 256, 14, 256, 3, 1, 1),
 ];

@@ -82,15 +82,15 @@ pub static OPS: &[&OpDef] = &[&CONV2D, &CONV2D_BACKWARD];
 fn forward_meta(a: Args) -> Result<Vec<OutSpec>> {
     let (x, wt) = (a.tensor(0)?, a.tensor(1)?);
     let g = geometry(a.op, x, wt, a)?;
-    if let Some(b) = a.opt_tensor(2)? {
-        if b.shape() != [g.o] || b.dtype() != x.dtype() {
-            return Err(Error::argument(
-                a.op,
-                "bias",
-                format!("a [{}] tensor of dtype {}", g.o, x.dtype()),
-                format!("shape {} of dtype {}", fmt_shape(b.shape()), b.dtype()),
-            ));
-        }
+    if let Some(b) = a.opt_tensor(2)?
+        && (b.shape() != [g.o] || b.dtype() != x.dtype())
+    {
+        return Err(Error::argument(
+            a.op,
+            "bias",
+            format!("a [{}] tensor of dtype {}", g.o, x.dtype()),
+            format!("shape {} of dtype {}", fmt_shape(b.shape()), b.dtype()),
+        ));
     }
     Ok(vec![OutSpec::new(&[g.n, g.o, g.oh, g.ow], x.dtype())])
 }
