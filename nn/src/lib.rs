@@ -92,11 +92,13 @@ pub use checkpoint::{
     load_optimizer_safetensors, load_safetensors, save_optimizer_safetensors, save_safetensors,
 };
 pub use layers::{
-    Dropout, Embedding, GELU, LayerNorm, Linear, MultiheadAttention, RMSNorm, ReLU, Sequential,
-    SiLU, Sigmoid, Tanh,
+    AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, BatchNormOptions, Conv1d, Conv2d,
+    ConvOptions, Dropout, Embedding, Flatten, GELU, GroupNorm, LayerNorm, Linear, MaxPool2d,
+    MultiheadAttention, RMSNorm, ReLU, Sequential, SiLU, Sigmoid, Tanh,
 };
 pub use module::{
-    Forward, Layer, Module, TensorKind, Visit, VisitMut, combine_modes, functional_call, join_name,
+    Forward, Layer, Module, TensorKind, Visit, VisitMut, combine_modes, functional_call,
+    functional_call_with_buffers, join_name,
 };
 pub use state::{LoadReport, StateDict};
 /// `#[derive(Module)]` (see the crate docs for the field rules).
