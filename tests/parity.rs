@@ -72,6 +72,36 @@ static DEVIATIONS: &[Deviation] = &[
                  cancel, differs by a fraction of an ulp of 1 (hundreds of its own ulps)",
     },
     Deviation {
+        op: "conv2d",
+        what: "f32 outputs within 4 ulps of 1 (absolute)",
+        applies: |c, m| c.dtype() == Some(DType::F32) && within_eps(c, m, 4.0),
+        reason: "im2col + gemm sums each output's products in gemm's order (PyTorch's oneDNN \
+                 kernel in its own), so an output near zero, where terms of size ~1 cancel, \
+                 differs by a fraction of an ulp of 1 (hundreds of its own ulps)",
+    },
+    Deviation {
+        op: "batch_norm",
+        what: "f32/f64 results within 32 ulps of 1 (absolute); f16/bf16 without running \
+               statistics",
+        applies: |c, m| match c.dtype() {
+            Some(DType::F16 | DType::BF16) => matches!(c.args.get(1), Some(Arg::None)),
+            _ => within_eps(c, m, 32.0),
+        },
+        reason: "the statistics and `(x - mean) * rsqrt(var + eps) * w + b` are computed as \
+                 written (in f32 for halves, rounded once), PyTorch's kernel folds them into \
+                 one scale and shift per channel, so results differ in the last bits relative \
+                 to 1; for half inputs without running statistics PyTorch's result is up to 7 \
+                 half ulps from the f32 computation rounded once (its intermediate roundings \
+                 on that path were not traced)",
+    },
+    Deviation {
+        op: "group_norm",
+        what: "f32/f64 results within 32 ulps of 1 (absolute)",
+        applies: |c, m| within_eps(c, m, 32.0),
+        reason: "as batch_norm: the formula as written against PyTorch's folded per-channel \
+                 scale and shift",
+    },
+    Deviation {
         op: "logit",
         what: "f16/bf16 results",
         applies: |c, m| c.dtype().is_some_and(DType::is_half) && m.index.is_some(),
@@ -238,6 +268,10 @@ fn ulp_tolerance(op: &str, dtype: DType) -> u64 {
         "norm",
         "layer_norm",
         "rms_norm",
+        "batch_norm",
+        "group_norm",
+        "avg_pool2d",
+        "adaptive_avg_pool2d",
         "cross_entropy",
         "nll_loss",
         "mse_loss",
@@ -245,7 +279,10 @@ fn ulp_tolerance(op: &str, dtype: DType) -> u64 {
     if op == "scaled_dot_product_attention" {
         // Two products around a softmax: the weighted sum of `v` cancels for small outputs.
         if dtype.is_half() { 1 } else { 128 }
-    } else if matches!(op, "matmul" | "linear") {
+    } else if matches!(
+        op,
+        "matmul" | "linear" | "conv1d" | "conv2d" | "conv2d_grad"
+    ) {
         // Dot products: the summation order of gemm differs from PyTorch's BLAS, and
         // cancellation turns a rounding difference of the sum into several ulps of the result.
         if dtype.is_half() { 1 } else { 64 }
@@ -692,9 +729,109 @@ fn run_composite(op: &str, a: &[Arg]) -> Result<Option<Vec<Tensor>>> {
         "index_select" => a[0].tensor().index_select(a[1].int(), a[2].tensor())?,
         "roll" => a[0].tensor().roll(a[1].ints(), a[2].ints())?,
         "index" => a[0].tensor().index(&[Idx::Tensor(a[1].tensor().clone())])?,
+        "conv2d" => nn::conv2d(
+            a[0].tensor(),
+            a[1].tensor(),
+            a[2].opt_tensor(),
+            &a[3].usizes(),
+            conv_padding(&a[4])?,
+            &a[5].usizes(),
+            a[6].int() as usize,
+        )?,
+        "conv1d" => nn::conv1d(
+            a[0].tensor(),
+            a[1].tensor(),
+            a[2].opt_tensor(),
+            a[3].int() as usize,
+            conv_padding(&a[4])?,
+            a[5].int() as usize,
+            a[6].int() as usize,
+        )?,
+        "conv2d_grad" => return conv2d_grad(a).map(Some),
+        "max_pool2d" => {
+            let (y, i) = nn::max_pool2d_with_indices(
+                a[0].tensor(),
+                &a[1].usizes(),
+                &a[2].usizes(),
+                &a[3].usizes(),
+                &a[4].usizes(),
+                a[5].bool(),
+            )?;
+            return Ok(Some(vec![y, i]));
+        }
+        "avg_pool2d" => nn::avg_pool2d(
+            a[0].tensor(),
+            &a[1].usizes(),
+            &a[2].usizes(),
+            &a[3].usizes(),
+            a[4].bool(),
+            a[5].bool(),
+            match a[6] {
+                Arg::None => None,
+                _ => Some(a[6].int()),
+            },
+        )?,
+        "adaptive_avg_pool2d" => nn::adaptive_avg_pool2d(a[0].tensor(), &a[1].usizes())?,
+        "batch_norm" => return batch_norm(a).map(Some),
+        "group_norm" => nn::group_norm(
+            a[0].tensor(),
+            a[1].int() as usize,
+            a[2].opt_tensor(),
+            a[3].opt_tensor(),
+            a[4].float(),
+        )?,
         _ => return Ok(None),
     };
     Ok(Some(vec![out]))
+}
+
+/// A recorded convolution padding: `"same"`/`"valid"`, one int, or one int per dim.
+fn conv_padding(a: &Arg) -> Result<nn::ConvPadding> {
+    match a {
+        Arg::Str(s) => nn::ConvPadding::parse(s),
+        Arg::Int(i) => Ok(nn::ConvPadding::Explicit(vec![*i as usize])),
+        other => Ok(nn::ConvPadding::Explicit(other.usizes())),
+    }
+}
+
+/// `batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)`: the
+/// output, then (when given) the running statistics after the call (updated in training mode).
+fn batch_norm(a: &[Arg]) -> Result<Vec<Tensor>> {
+    let stats: Vec<Tensor> = a[1..3]
+        .iter()
+        .filter_map(|t| t.opt_tensor().map(Tensor::clone_tensor))
+        .collect::<Result<_>>()?;
+    let y = nn::batch_norm(
+        a[0].tensor(),
+        stats.first(),
+        stats.get(1),
+        a[3].opt_tensor(),
+        a[4].opt_tensor(),
+        a[5].bool(),
+        a[6].float(),
+        a[7].float(),
+    )?;
+    Ok(std::iter::once(y).chain(stats).collect())
+}
+
+/// `conv2d_grad(x, w, b, stride, padding, dilation, groups, grad_output)`: the gradients of
+/// input, weight and bias.
+fn conv2d_grad(a: &[Arg]) -> Result<Vec<Tensor>> {
+    let leaves: Vec<Tensor> = a[..3]
+        .iter()
+        .map(|t| t.tensor().detach().requires_grad_(true))
+        .collect::<Result<_>>()?;
+    let y = nn::conv2d(
+        &leaves[0],
+        &leaves[1],
+        Some(&leaves[2]),
+        &a[3].usizes(),
+        conv_padding(&a[4])?,
+        &a[5].usizes(),
+        a[6].int() as usize,
+    )?;
+    let g = tensorplay::autograd::grad(&[y], &leaves, &[Some(a[7].tensor().clone())], false)?;
+    Ok(g.into_iter().map(|t| t.expect("a gradient")).collect())
 }
 
 fn decode_scalar(j: &J) -> Scalar {

@@ -326,6 +326,67 @@ impl TraceState {
         Ok(node)
     }
 
+    /// Symbolic output shapes for an opaque custom op, whose fake kernel ran at the example sizes
+    /// only: each output size equal to the (example value of a) symbolic input size is bound to
+    /// it — the same dim of a tensor argument of the same rank first, then any input dim in
+    /// argument order — so a graph capturing the op stays size-generic. The binding is a
+    /// guess the executor checks on every new set of input sizes (its shape inference replays
+    /// the fake kernel; a disagreement is a guard failure, and capture runs again). `None` when
+    /// no size is bound (static capture, or sizes unrelated to the inputs').
+    fn bind_opaque_outputs(&self, args: &[Value], outs: &[Tensor]) -> Option<Vec<Vec<SymExpr>>> {
+        let hint = |k: u32| self.hints.get(k as usize).copied();
+        let inputs: Vec<Vec<(SymExpr, i64)>> = args
+            .iter()
+            .flat_map(Value::tensors)
+            .filter_map(|t| {
+                let dims = self.sym_dims.get(self.values.get(&t.identity())?)?;
+                Some(
+                    dims.iter()
+                        .filter_map(|&e| {
+                            let e = self.canonical(e);
+                            Some((e, e.eval(&hint)?))
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        let symbolic =
+            |e: &SymExpr, n: usize| e.as_lit().is_none() && e.eval(&hint) == Some(n as i64);
+        let mut any = false;
+        let shapes = outs
+            .iter()
+            .map(|t| {
+                let rank = t.rank();
+                t.shape()
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &n)| {
+                        let same_dim = inputs
+                            .iter()
+                            .filter(|dims| dims.len() == rank)
+                            .map(|dims| dims[d].0)
+                            .find(|e| symbolic(e, n));
+                        let any_dim = || {
+                            inputs
+                                .iter()
+                                .flatten()
+                                .map(|&(e, _)| e)
+                                .find(|e| symbolic(e, n))
+                        };
+                        match same_dim.or_else(any_dim) {
+                            Some(e) => {
+                                any = true;
+                                e
+                            }
+                            None => SymExpr::lit(n as i64),
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        any.then_some(shapes)
+    }
+
     /// The symbolic output shapes of builtin `op` on `args` (outputs `outs`), when its symbolic
     /// meta rule applies and agrees with the concrete result at the example sizes; the guards
     /// the rule relied on are recorded then.
@@ -501,6 +562,7 @@ impl Tracer {
             .flat_map(|(_, v)| v.tensors().cloned().collect::<Vec<_>>())
             .map(|t| st.value_of(&t))
             .collect::<Result<_>>()?;
+        let sym = st.bind_opaque_outputs(args, &outs);
         st.add_node(
             op.qualname(),
             op.class(),
@@ -509,7 +571,7 @@ impl Tracer {
             &outs,
             &mutated,
             Some(reason),
-            None,
+            sym,
         )?;
         Ok(outs)
     }

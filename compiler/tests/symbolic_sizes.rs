@@ -529,3 +529,45 @@ fn indexing_compiles_and_data_dependent_sizes_refuse_capture() -> Result<()> {
     );
     Ok(())
 }
+
+/// An opaque custom op's output sizes are bound to input sizes that equal them at capture (so
+/// the graph stays size-generic), and the binding is checked: here the output `[2n]` equals the
+/// other input's `[m]` at the first call only, and later sizes must not trust that.
+#[test]
+fn an_opaque_ops_output_sizes_bound_at_capture_are_checked() -> Result<()> {
+    use tensorplay_runtime::library;
+    let op = library::custom_op("sym_test::tile2")
+        .arg_names(&["x", "y"])
+        .device_types(&["cpu"]) // a device kernel: opaque under capture
+        .build(|x: Tensor, _y: Tensor| -> Result<Tensor> { Tensor::cat(&[x.clone(), x], 0) })?;
+    op.register_fake(|x: Tensor, _y: Tensor| -> Result<Tensor> {
+        Ok(Tensor::empty_fake(
+            &[x.shape()[0] * 2],
+            x.dtype(),
+            x.device(),
+        ))
+    })?;
+    let o = op.clone();
+    let body = move |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        let t = o.call1(&[xs[0].clone().into(), xs[1].clone().into()])?;
+        Ok(vec![t.exp()?, xs[1].neg()?])
+    };
+    let c = compile(body.clone());
+    for (n, m) in [(8, 16), (8, 20), (10, 20), (5, 16), (8, 16)] {
+        let inputs = [ramp(&[n]), ramp(&[m])];
+        let want = body(&inputs)?;
+        let got = c.call(&inputs)?;
+        for (w, g) in want.iter().zip(&got) {
+            assert_eq!(w.shape(), g.shape(), "at n = {n}, m = {m}");
+            assert_eq!(
+                w.to_vec::<f32>()?,
+                g.to_vec::<f32>()?,
+                "at n = {n}, m = {m}"
+            );
+        }
+    }
+    // (8, 20) breaks the binding `2n = m` made at (8, 16) and recompiles; the second graph binds
+    // nothing wrong again until (5, 16).
+    assert!(c.num_compiled() >= 2, "{}", c.num_compiled());
+    Ok(())
+}

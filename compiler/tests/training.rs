@@ -305,3 +305,51 @@ fn the_training_guide_example_runs() -> Result<()> {
     );
     Ok(())
 }
+
+/// Issue 31 item 11: an opaque custom op (fake kernel + autograd formula) inside compiled
+/// training keeps one graph across batch sizes, as builtin ops do.
+#[test]
+fn an_opaque_custom_op_keeps_one_training_graph_across_batch_sizes() -> Result<()> {
+    let op = library::custom_op("train_test::cube_sym")
+        .arg_names(&["x"])
+        .build(|x: Tensor| -> Result<Tensor> { x.mul(&x)?.mul(&x) })?;
+    op.register_fake(|x: Tensor| -> Result<Tensor> { Ok(Tensor::empty_like(&x)) })?;
+    op.register_autograd(
+        |ctx, g| {
+            let x = &ctx.saved_tensors()[0];
+            Ok(vec![
+                g[0].as_ref()
+                    .map(|g| g.mul(&x.mul(x)?.mul_scalar(3.0)?))
+                    .transpose()?,
+            ])
+        },
+        Some(Box::new(|ctx, inputs, _| {
+            let x = inputs[0].tensors().next().cloned().expect("x is a tensor");
+            ctx.save_for_backward(&[&x]);
+            Ok(())
+        })),
+    )?;
+    let o = op.clone();
+    let body = move |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        let h = xs[0].matmul(&xs[1])?; // [b, 4]
+        let c = o.call1(&[h.into()])?;
+        Ok(vec![c.mean(&[], false)?])
+    };
+    let f = compile(body.clone());
+    for b in [16usize, 32, 64, 16] {
+        let inputs = [leaf(&[b, 3], 60 + b as u64)?, leaf(&[3, 4], 61)?];
+        let (yc, gc) = grads(&|x| f.call(x), &inputs)?;
+        let (ye, ge) = grads(&body, &inputs)?;
+        assert_close(&yc, &ye, 1e-5, "output");
+        for (c, e) in gc.iter().zip(&ge) {
+            assert_close(c.as_ref().unwrap(), e.as_ref().unwrap(), 1e-5, "grad");
+        }
+    }
+    assert_eq!(f.num_compiled(), 1, "recompiled for another batch size");
+    assert!(
+        f.training_fallbacks().is_empty(),
+        "{:?}",
+        f.training_fallbacks()
+    );
+    Ok(())
+}

@@ -75,7 +75,7 @@ pub fn custom_op(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// Fields by type: `Tensor`, `Option<Tensor>`, `Vec<Tensor>` are parameters (buffers with
 /// `#[buffer]`); `training: bool` is the mode flag; scalars, `String`, `char` and
-/// `Option`/`Vec` of them are ignored, as is any field marked `#[skip]`; every other field must
+/// `Option`/`Vec`/arrays/tuples of them are ignored, as is any field marked `#[skip]`; every other field must
 /// implement `Module` (a compile error at the field otherwise). `#[module(crate = path)]`
 /// names the crate holding `Module` (default `::tensorplay::nn`). The runnable examples live in
 /// `tensorplay::nn`'s docs.

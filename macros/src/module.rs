@@ -206,12 +206,18 @@ fn tensor_wrap(ty: &Type) -> Option<Wrap> {
     }
 }
 
-/// Plain settings: scalars, `String`, `char`, and `Option`/`Vec` of them.
+/// Plain settings: scalars, `String`, `char`, and `Option`/`Vec`/arrays/tuples of them (a
+/// kernel size `[usize; 2]`, a `(usize, usize)` stride).
 fn is_plain(ty: &Type) -> bool {
     const PLAIN: &[&str] = &[
         "bool", "char", "String", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8",
         "u16", "u32", "u64", "u128", "usize",
     ];
+    match ty {
+        Type::Array(a) => return is_plain(&a.elem),
+        Type::Tuple(t) => return t.elems.iter().all(is_plain),
+        _ => {}
+    }
     match last_segment(ty) {
         Some((id, None)) => PLAIN.iter().any(|p| id == p),
         Some((id, Some(inner))) if id == "Option" || id == "Vec" => is_plain(inner),
@@ -311,7 +317,8 @@ mod tests {
     fn fields_get_their_roles_and_the_crate_path_is_used() {
         let code = ok(
             "#[module(crate = my_nn)] struct S { w: Tensor, #[buffer] b: Option<Tensor>, \
-                       training: bool, n: Vec<usize>, #[skip] s: Cfg, fc: Linear }",
+                       training: bool, n: Vec<usize>, #[skip] s: Cfg, fc: Linear, \
+                       k: [usize; 2], p: (usize, bool) }",
         );
         assert!(code.contains("my_nn :: TensorKind :: Parameter"));
         assert!(code.contains("my_nn :: TensorKind :: Buffer"));
@@ -319,6 +326,7 @@ mod tests {
         assert!(code.contains("my_nn :: Module :: visit (& self . fc"));
         // Plain settings and skipped fields are not visited.
         assert!(!code.contains("self . n") && !code.contains("self . s"));
+        assert!(!code.contains("self . k") && !code.contains("self . p"));
         let default = ok("struct T(Linear);");
         assert!(default.contains(":: tensorplay :: nn :: Module :: visit (& self . 0"));
         assert!(default.contains("combine_modes"));

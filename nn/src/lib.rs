@@ -24,8 +24,8 @@
 //! - a field named `training` of type `bool`: the module's mode (without one, the mode
 //!   combines the children's, see [`combine_modes`]; a module with no mode anywhere, such as
 //!   `Linear`, reports `None` from [`Module::mode`] and `true` from `is_training`);
-//! - `bool`, the integer and float types, `String`, `char`, and `Option`/`Vec` of them:
-//!   plain settings, ignored;
+//! - `bool`, the integer and float types, `String`, `char`, and `Option`/`Vec`/arrays/tuples
+//!   of them: plain settings, ignored;
 //! - a field marked `#[skip]`: ignored, whatever its type;
 //! - anything else must implement [`Module`] (a layer, a derived struct, `Vec<M>` — names
 //!   `field.0.…` as PyTorch's `ModuleList` — `Option<M>`, `Box<dyn Layer>`); a type that does
@@ -92,11 +92,13 @@ pub use checkpoint::{
     load_optimizer_safetensors, load_safetensors, save_optimizer_safetensors, save_safetensors,
 };
 pub use layers::{
-    Dropout, Embedding, GELU, LayerNorm, Linear, MultiheadAttention, RMSNorm, ReLU, Sequential,
-    SiLU, Sigmoid, Tanh,
+    AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, BatchNormOptions, Conv1d, Conv2d,
+    ConvOptions, Dropout, Embedding, Flatten, GELU, GroupNorm, LayerNorm, Linear, MaxPool2d,
+    MultiheadAttention, RMSNorm, ReLU, Sequential, SiLU, Sigmoid, Tanh,
 };
 pub use module::{
-    Forward, Layer, Module, TensorKind, Visit, VisitMut, combine_modes, functional_call, join_name,
+    Forward, Layer, Module, TensorKind, Visit, VisitMut, combine_modes, functional_call,
+    functional_call_with_buffers, join_name,
 };
 pub use state::{LoadReport, StateDict};
 /// `#[derive(Module)]` (see the crate docs for the field rules).

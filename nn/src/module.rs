@@ -349,46 +349,118 @@ pub fn functional_call<M: Module + ?Sized, R>(
     params: &[Tensor],
     f: impl FnOnce(&M) -> Result<R>,
 ) -> Result<R> {
-    let own = module.parameters();
-    if own.len() != params.len() {
-        return Err(Error::argument(
-            "functional_call",
-            "params",
-            format!("{} tensors (the module's parameters)", own.len()),
-            format!("{} tensors", params.len()),
-        ));
+    swapped_call(module, &[(TensorKind::Parameter, params)], f)
+}
+
+/// [`functional_call`] with the module's buffers replaced too (`buffers` in
+/// [`Module::named_buffers`] order): how a compiled function runs a module whose forward
+/// updates buffers, such as a batch norm's running statistics in training mode. The updates
+/// land in the tensors given, which the compiled graph takes as inputs (a buffer closed over
+/// by the compiled closure could not be mutated).
+///
+/// ```
+/// use tensorplay_nn::{functional_call_with_buffers, BatchNorm1d, Forward, Module};
+/// use tensorplay_runtime::{DType, Tensor};
+/// let mut bn = BatchNorm1d::new(2)?;
+/// let params = bn.parameters();
+/// let buffers: Vec<Tensor> = bn.named_buffers().into_iter().map(|(_, b)| b.clone_tensor()).collect::<Result<_, _>>()?;
+/// let x = Tensor::from_vec(vec![1.0f32, 10.0, 3.0, 30.0], &[2, 2])?;
+/// functional_call_with_buffers(&mut bn, &params, &buffers, |m| m.forward(&x))?;
+/// assert!((buffers[0].to_vec::<f32>()?[0] - 0.2).abs() < 1e-6); // the given running mean moved
+/// assert_eq!(bn.running_stats().unwrap().0.to_vec::<f32>()?, vec![0.0, 0.0]); // the module's did not
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+pub fn functional_call_with_buffers<M: Module + ?Sized, R>(
+    module: &mut M,
+    params: &[Tensor],
+    buffers: &[Tensor],
+    f: impl FnOnce(&M) -> Result<R>,
+) -> Result<R> {
+    swapped_call(
+        module,
+        &[
+            (TensorKind::Parameter, params),
+            (TensorKind::Buffer, buffers),
+        ],
+        f,
+    )
+}
+
+/// Runs `f` with the module's tensors of each kind replaced by the given ones (checked
+/// against the module's: count, shapes, dtypes), then puts the module's own back.
+fn swapped_call<M: Module + ?Sized, R>(
+    module: &mut M,
+    given: &[(TensorKind, &[Tensor])],
+    f: impl FnOnce(&M) -> Result<R>,
+) -> Result<R> {
+    let mut own = Vec::new();
+    for &(kind, tensors) in given {
+        let (what, arg) = match kind {
+            TensorKind::Parameter => ("parameters", "params"),
+            TensorKind::Buffer => ("buffers", "buffers"),
+        };
+        let named = match kind {
+            TensorKind::Parameter => module.named_parameters(),
+            TensorKind::Buffer => module.named_buffers(),
+        };
+        check_like(&named, tensors, what, arg)?;
+        own.push((kind, named.into_iter().map(|(_, t)| t).collect::<Vec<_>>()));
     }
-    let mut problems = Vec::new();
-    for ((name, p), given) in module.named_parameters().iter().zip(params) {
-        if p.shape() != given.shape() || p.dtype() != given.dtype() {
-            problems.push(format!(
-                "{name}: expected {:?} {}, got {:?} {}",
-                p.shape(),
-                p.dtype(),
-                given.shape(),
-                given.dtype()
-            ));
-        }
+    for &(kind, tensors) in given {
+        swap_tensors(module, kind, tensors)?;
     }
-    if !problems.is_empty() {
-        return Err(Error::argument(
-            "functional_call",
-            "params",
-            "tensors shaped like the module's parameters",
-            problems.join("; "),
-        ));
-    }
-    swap_params(module, params)?;
     let out = f(module);
-    swap_params(module, &own)?;
+    for (kind, tensors) in &own {
+        swap_tensors(module, *kind, tensors)?;
+    }
     out
 }
 
-/// Replaces `module`'s parameters, in order, by `params`.
-fn swap_params<M: Module + ?Sized>(module: &mut M, params: &[Tensor]) -> Result<()> {
-    let mut next = params.iter();
-    module.visit_mut("", &mut |_, t, kind| {
-        if kind == TensorKind::Parameter
+/// An error unless `given` matches `named` in count, shapes and dtypes (every mismatch named).
+fn check_like(named: &[(String, Tensor)], given: &[Tensor], what: &str, arg: &str) -> Result<()> {
+    if named.len() != given.len() {
+        return Err(Error::argument(
+            "functional_call",
+            arg,
+            format!("{} tensors (the module's {what})", named.len()),
+            format!("{} tensors", given.len()),
+        ));
+    }
+    let problems: Vec<String> = named
+        .iter()
+        .zip(given)
+        .filter(|((_, p), g)| p.shape() != g.shape() || p.dtype() != g.dtype())
+        .map(|((name, p), g)| {
+            format!(
+                "{name}: expected {:?} {}, got {:?} {}",
+                p.shape(),
+                p.dtype(),
+                g.shape(),
+                g.dtype()
+            )
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::argument(
+            "functional_call",
+            arg,
+            format!("tensors shaped like the module's {what}"),
+            problems.join("; "),
+        ))
+    }
+}
+
+/// Replaces `module`'s tensors of `kind`, in order, by `tensors`.
+fn swap_tensors<M: Module + ?Sized>(
+    module: &mut M,
+    kind: TensorKind,
+    tensors: &[Tensor],
+) -> Result<()> {
+    let mut next = tensors.iter();
+    module.visit_mut("", &mut |_, t, k| {
+        if k == kind
             && let Some(p) = next.next()
         {
             *t = p.clone();

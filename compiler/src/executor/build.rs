@@ -13,7 +13,7 @@ use tensorplay_runtime::{Scalar, Tensor};
 
 use super::guards::Guard;
 use super::node::{ArgSrc, NodeCall};
-use super::shapes::ShapeCache;
+use super::shapes::{ReplayCall, ShapeCache};
 use super::sole_region::sole_region;
 use super::{CompiledGraph, EpilogueRun, Exec, RegionRun};
 use crate::arena::Arena;
@@ -171,7 +171,7 @@ impl SymbolSources {
 /// The replay program of shape inference: every op of the graph as captured (dead ones too, in
 /// capture order), each with the size guards on its outputs.
 struct Replay {
-    calls: Vec<(NodeCall, Vec<(usize, SizeGuard)>)>,
+    calls: Vec<ReplayCall>,
     constants: Vec<(usize, Tensor)>,
     /// Size guards on the graph inputs.
     input_size_guards: Vec<(usize, SizeGuard)>,
@@ -210,7 +210,19 @@ impl Replay {
                     constants.push((id(ValueRef::new(n, 0))?, constant_tensor(c, device)?));
                 }
                 NodeKind::Op(call) => {
-                    calls.push((CompiledGraph::node_call(captured, n, call, id)?, guards));
+                    let call = CompiledGraph::node_call(captured, n, call, id)?;
+                    // A custom op's outputs were bound to the sizes of its inputs at capture
+                    // (its fake kernel ran at the example sizes only): check the binding.
+                    let bound_outputs = if call.op.builtin().is_none() {
+                        symbolic_outputs(node, n, id)?
+                    } else {
+                        Vec::new()
+                    };
+                    calls.push(ReplayCall {
+                        call,
+                        guards,
+                        bound_outputs,
+                    });
                 }
                 NodeKind::Input { .. } => input_size_guards.extend(guards),
                 NodeKind::Output { .. } => {}
@@ -222,6 +234,21 @@ impl Replay {
             input_size_guards,
         })
     }
+}
+
+/// The outputs of node `n` with a symbolic dim, each with its dims (dense value ids).
+fn symbolic_outputs(
+    node: &tensorplay_ir::graph::Node,
+    n: NodeId,
+    id: &dyn Fn(ValueRef) -> Result<usize>,
+) -> Result<Vec<(usize, Vec<Dim>)>> {
+    let mut out = Vec::new();
+    for (i, m) in node.outputs.iter().enumerate() {
+        if m.shape.iter().any(|d| d.as_static().is_none()) {
+            out.push((id(ValueRef::new(n, i))?, m.shape.to_vec()));
+        }
+    }
+    Ok(out)
 }
 
 /// The constants (as tensors) and op nodes of the graph after DCE, in topological order.

@@ -139,9 +139,9 @@ pub struct CompiledGraph {
     arena: Arena,
     /// Every op node in topological order (for the autograd path).
     calls: Vec<NodeCall>,
-    /// Every op node of the graph as captured (before DCE), in capture order, with the size
-    /// guards to check after it: shape inference replays these.
-    check_calls: Vec<(NodeCall, Vec<(usize, SizeGuard)>)>,
+    /// Every op node of the graph as captured (before DCE), in capture order, with the checks
+    /// to make after it: shape inference replays these.
+    check_calls: Vec<shapes::ReplayCall>,
     /// Size guards on the graph inputs.
     input_size_guards: Vec<(usize, SizeGuard)>,
     /// Conditions on the input dims (checked before the replay).

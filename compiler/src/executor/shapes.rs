@@ -6,10 +6,22 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use tensorplay_ir::graph::SizeGuard;
-use tensorplay_ir::{Result, Shape};
+use tensorplay_ir::{Dim, Result, Shape};
 use tensorplay_runtime::Tensor;
 
 use super::CompiledGraph;
+use super::node::NodeCall;
+
+/// One op node of the captured program, as shape inference replays it.
+pub(super) struct ReplayCall {
+    pub(super) call: NodeCall,
+    /// The size guards on its outputs (dense value id, guard).
+    pub(super) guards: Vec<(usize, SizeGuard)>,
+    /// A custom op's outputs whose sizes capture bound to expressions over the input dims (its
+    /// fake kernel ran at the example sizes only): the replayed sizes must equal them, or the
+    /// graph was compiled for a relation these inputs break.
+    pub(super) bound_outputs: Vec<(usize, Vec<Dim>)>,
+}
 
 /// The shapes of every value (dense ids) for one set of input shapes.
 pub(crate) struct ShapeEntry {
@@ -168,13 +180,22 @@ impl CompiledGraph {
             env[*i] = Some(t.clone());
         }
         let _g = tensorplay_runtime::autograd::no_grad();
-        for (call, guards) in &self.check_calls {
-            Self::call_node(call, &mut env, syms)?;
-            for (v, g) in guards.iter().filter(|_| check_guards) {
+        for rc in &self.check_calls {
+            Self::call_node(&rc.call, &mut env, syms)?;
+            if !check_guards {
+                continue;
+            }
+            let what = || format!("the output of `{}`", rc.call.op.qualname());
+            for (v, g) in &rc.guards {
                 let shape = env[*v].as_ref().map_or(&[][..], Tensor::shape);
                 if !g.holds(shape) {
-                    let what = format!("the output of `{}`", call.op.qualname());
-                    return Ok(Err(size_guard_failure(&what, g, shape)));
+                    return Ok(Err(size_guard_failure(&what(), g, shape)));
+                }
+            }
+            for (v, dims) in &rc.bound_outputs {
+                let shape = env[*v].as_ref().map_or(&[][..], Tensor::shape);
+                if let Some(why) = bound_shape_failure(dims, shape, syms) {
+                    return Ok(Err(format!("{}: {why}", what())));
                 }
             }
         }
@@ -222,6 +243,31 @@ impl CompiledGraph {
             })
             .collect()
     }
+}
+
+/// Where a custom op's replayed output `shape` differs from the dims capture bound it to, in
+/// words (`None` when they agree).
+fn bound_shape_failure(dims: &[Dim], shape: &[usize], syms: &[i64]) -> Option<String> {
+    let fmt = tensorplay_ir::shape::fmt_shape;
+    if dims.len() != shape.len() {
+        return Some(format!(
+            "its fake kernel gave rank {} here, {} at capture",
+            shape.len(),
+            dims.len()
+        ));
+    }
+    for (d, (dim, &got)) in dims.iter().zip(shape).enumerate() {
+        let want = dim.to_expr().eval(&|k| syms.get(k as usize).copied());
+        if want != Some(got as i64) {
+            return Some(format!(
+                "dim {d}: expected {dim} (= {} for these inputs), got {got} (shape {}; capture \
+                 bound the size its fake kernel gave to an input size)",
+                want.map_or("?".into(), |n| n.to_string()),
+                fmt(shape)
+            ));
+        }
+    }
+    None
 }
 
 /// A failed size guard in words: which value and dim, what the captured code read, what came.

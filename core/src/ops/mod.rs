@@ -10,7 +10,7 @@
 //! `clamp_tensor` (clamp with tensor bounds); `binary_decl` is the one macro that declares a
 //! binary op for `binary`, `binary_math` and `bitwise`;
 //! `reduce` (by family: `sum`, `extreme`, `moments`), `softmax`,
-//! `linalg` (matmul), `attention` (fused scaled dot-product attention and its backward), `shape` (views), `join` (cat/stack), `inplace`, `cast`, `index`
+//! `linalg` (matmul), `conv` (conv2d and its backward, im2col + gemm), `pool` (max/avg/adaptive-avg 2-D pooling and their backwards), `attention` (fused scaled dot-product attention and its backward), `shape` (views), `join` (cat/stack), `inplace`, `cast`, `index`
 //! (gather, scatter, scatter_add, scatter_reduce, flip, nonzero), `scan` (cumsum, cumprod), `sort`.
 //! `compose` holds composite
 //! methods (index_select, masked_fill, tril, logsumexp, norm…) written over these ops, with no
@@ -27,6 +27,7 @@ pub mod cast;
 pub mod clamp_tensor;
 pub mod compare;
 pub mod compose;
+pub mod conv;
 pub mod float_class;
 pub mod gelu_backward;
 pub mod index;
@@ -36,6 +37,7 @@ pub mod join;
 pub mod linalg;
 pub mod logical;
 pub mod lowering;
+pub mod pool;
 pub mod reduce;
 pub mod scan;
 pub mod shape;

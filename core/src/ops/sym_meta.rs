@@ -19,9 +19,14 @@ use tensorplay_ir::{OpClass, SymExpr};
 
 use super::OpDef;
 use super::attention::{FUSED_ATTENTION, FUSED_ATTENTION_BACKWARD};
+use super::conv::{CONV2D, CONV2D_BACKWARD};
 use super::index::{FLIP, GATHER, SCATTER, SCATTER_ADD, SCATTER_REDUCE};
 use super::join::{CAT, STACK};
 use super::linalg::MATMUL;
+use super::pool::{
+    ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BACKWARD, AVG_POOL2D, AVG_POOL2D_BACKWARD,
+    MAX_POOL2D_WITH_INDICES, MAX_POOL2D_WITH_INDICES_BACKWARD,
+};
 use super::reduce::{
     AMAX, AMIN, ARGMAX, ARGMIN, MAX, MAX_DIM, MEAN, MIN, MIN_DIM, PROD, STD, SUM, VAR,
 };
@@ -252,6 +257,82 @@ fn attention(args: &[SymArg], forward: bool) -> Option<Vec<Vec<SymExpr>>> {
     Some(vec![out, q[..r - 1].to_vec()])
 }
 
+/// `conv2d`'s output `[N, O, OH, OW]`, each spatial size
+/// `(in + pad_before + pad_after - dilation * (k - 1) - 1) / stride + 1`.
+fn conv2d(args: &[SymArg]) -> Option<Vec<SymExpr>> {
+    let (x, w) = (tensor(args, 0)?, tensor(args, 1)?);
+    if x.len() != 4 || w.len() != 4 {
+        return None;
+    }
+    let pair = |i: usize| -> Option<[SymExpr; 2]> {
+        match ints(args, i)? {
+            [a] => Some([*a, *a]),
+            [a, b] => Some([*a, *b]),
+            _ => None,
+        }
+    };
+    let (stride, dilation) = (pair(3)?, pair(5)?);
+    let pad = match ints(args, 4)? {
+        [p] => [*p; 4],
+        [h, w] => [*h, *h, *w, *w],
+        [t, b, l, r] => [*t, *b, *l, *r],
+        _ => return None,
+    };
+    let one = SymExpr::lit(1);
+    let size = |d: usize| {
+        let span = dilation[d].times(w[2 + d].minus(one)).plus(one);
+        x[2 + d]
+            .plus(pad[2 * d])
+            .plus(pad[2 * d + 1])
+            .minus(span)
+            .floor_div(stride[d])
+            .plus(one)
+    };
+    Some(vec![x[0], w[0], size(0), size(1)])
+}
+
+/// A windowed pooling's output: the leading dims, then per spatial dim
+/// `(in + 2 * pad - dilation * (k - 1) - 1) / stride + 1`. `ceil_mode` (whose last window is
+/// dropped when it would start in the padding) gets no rule.
+fn pool2d(args: &[SymArg], dilated: bool) -> Option<Vec<SymExpr>> {
+    let x = tensor(args, 0)?;
+    let ceil_at = if dilated { 5 } else { 4 };
+    if x.len() < 3 || flag(args, ceil_at) != Some(false) {
+        return None;
+    }
+    let pair = |i: usize, empty: Option<[SymExpr; 2]>| -> Option<[SymExpr; 2]> {
+        match (ints(args, i)?, empty) {
+            ([], Some(e)) => Some(e),
+            ([a], _) => Some([*a, *a]),
+            ([a, b], _) => Some([*a, *b]),
+            _ => None,
+        }
+    };
+    let zero = SymExpr::lit(0);
+    let one = SymExpr::lit(1);
+    let k = pair(1, None)?;
+    let s = pair(2, Some(k))?;
+    let p = pair(3, Some([zero, zero]))?;
+    let d = if dilated {
+        pair(4, Some([one, one]))?
+    } else {
+        [one, one]
+    };
+    let r = x.len();
+    let mut out = x[..r - 2].to_vec();
+    for i in 0..2 {
+        let span = d[i].times(k[i].minus(one)).plus(one);
+        out.push(
+            x[r - 2 + i]
+                .plus(p[i].times(SymExpr::lit(2)))
+                .minus(span)
+                .floor_div(s[i])
+                .plus(one),
+        );
+    }
+    Some(out)
+}
+
 fn dim_index(d: SymExpr, rank: usize) -> Option<usize> {
     let d = d.as_lit()?;
     let r = rank as i64;
@@ -318,6 +399,38 @@ pub fn sym_meta(
     }
     if is(&[&FUSED_ATTENTION, &FUSED_ATTENTION_BACKWARD]) {
         return attention(args, is(&[&FUSED_ATTENTION]));
+    }
+    if is(&[&CONV2D]) {
+        return Some(vec![conv2d(args)?]);
+    }
+    if is(&[&CONV2D_BACKWARD]) {
+        let (x, w) = (tensor(args, 1)?, tensor(args, 2)?);
+        return Some(vec![x.to_vec(), w.to_vec(), vec![*w.first()?]]);
+    }
+    if is(&[&MAX_POOL2D_WITH_INDICES]) {
+        let out = pool2d(args, true)?;
+        return Some(vec![out.clone(), out]);
+    }
+    if is(&[&AVG_POOL2D]) {
+        return Some(vec![pool2d(args, false)?]);
+    }
+    if is(&[&ADAPTIVE_AVG_POOL2D]) {
+        let x = tensor(args, 0)?;
+        let size = match ints(args, 1)? {
+            [a] => [*a, *a],
+            [a, b] => [*a, *b],
+            _ => return None,
+        };
+        let mut out = x.get(..x.len().checked_sub(2)?)?.to_vec();
+        out.extend(size);
+        return Some(vec![out]);
+    }
+    if is(&[
+        &MAX_POOL2D_WITH_INDICES_BACKWARD,
+        &AVG_POOL2D_BACKWARD,
+        &ADAPTIVE_AVG_POOL2D_BACKWARD,
+    ]) {
+        return Some(vec![tensor(args, 1)?.to_vec()]);
     }
     if is(&[&MATMUL]) {
         let (a, b) = (tensor(args, 0)?.to_vec(), tensor(args, 1)?.to_vec());

@@ -35,6 +35,8 @@ pub fn all_ops() -> Vec<&'static OpDef> {
     v.extend_from_slice(super::sort::OPS);
     v.extend_from_slice(super::attention::OPS);
     v.extend_from_slice(super::gelu_backward::OPS);
+    v.extend_from_slice(super::conv::OPS);
+    v.extend_from_slice(super::pool::OPS);
     v
 }
 

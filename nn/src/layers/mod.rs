@@ -4,18 +4,26 @@
 
 mod activation;
 mod attention;
+mod batch_norm;
+mod conv;
 mod dropout;
 mod embedding;
+mod group_norm;
 mod layer_norm;
 mod linear;
+mod pool;
 mod rms_norm;
 mod sequential;
 
 pub use activation::{GELU, ReLU, SiLU, Sigmoid, Tanh};
 pub use attention::MultiheadAttention;
+pub use batch_norm::{BatchNorm1d, BatchNorm2d, BatchNormOptions};
+pub use conv::{Conv1d, Conv2d, ConvOptions};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
+pub use group_norm::GroupNorm;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
+pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d};
 pub use rms_norm::RMSNorm;
 pub use sequential::Sequential;

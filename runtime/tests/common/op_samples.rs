@@ -120,6 +120,51 @@ pub fn sample(op: &OpDef) -> Option<Vec<Arg>> {
             v(Value::Int(1)),
         ],
         "cat" | "stack" => vec![List(vec![vec![2, 3], vec![2, 3]])],
+        // Stride, asymmetric padding and two groups: output [1, 4, 3, 2].
+        "conv2d" => with_conv_sizes(vec![t(&[1, 2, 4, 4]), t(&[4, 1, 3, 3]), t(&[4])]),
+        // Pooling: 3x2 windows, stride 2x1, padding 1, ceil_mode: output [1, 2, 3, 5]. The
+        // sample data repeats every 12 elements, farther apart than a window reaches, so
+        // windows hold no ties.
+        "max_pool2d_with_indices" => vec![
+            t(&[1, 2, 5, 4]),
+            v(Value::IntList(vec![3, 2])),
+            v(Value::IntList(vec![2, 1])),
+            v(Value::IntList(vec![1, 1])),
+            v(Value::IntList(vec![1, 1])),
+            v(Value::Bool(true)),
+        ],
+        "max_pool2d_with_indices_backward" => {
+            let idx: Vec<i64> = (0..30).map(|i| (i * 7) % 20).collect();
+            vec![
+                t(&[1, 2, 3, 5]),
+                t(&[1, 2, 5, 4]),
+                v(Value::Tensor(Tensor::from_vec(idx, &[1, 2, 3, 5]).unwrap())),
+            ]
+        }
+        "avg_pool2d" | "avg_pool2d_backward" => {
+            let mut a = if op.name == "avg_pool2d" {
+                vec![t(&[1, 2, 5, 4])]
+            } else {
+                vec![t(&[1, 2, 3, 5]), t(&[1, 2, 5, 4])]
+            };
+            a.extend(
+                [
+                    Value::IntList(vec![3, 2]),
+                    Value::IntList(vec![2, 1]),
+                    Value::IntList(vec![1, 1]),
+                    Value::Bool(true),
+                    Value::Bool(false),
+                    Value::None,
+                ]
+                .map(V),
+            );
+            a
+        }
+        "adaptive_avg_pool2d" => vec![t(&[1, 2, 5, 7]), v(Value::IntList(vec![3, 2]))],
+        "adaptive_avg_pool2d_backward" => vec![t(&[1, 2, 3, 2]), t(&[1, 2, 5, 7])],
+        "conv2d_backward" => {
+            with_conv_sizes(vec![t(&[1, 4, 3, 2]), t(&[1, 2, 4, 4]), t(&[4, 1, 3, 3])])
+        }
         _ => {
             // Tensors, then defaults: fine for elementwise and reduction ops.
             let schema = Schema::parse(&format!("tp::{}", op.schema)).ok()?;
@@ -134,6 +179,21 @@ pub fn sample(op: &OpDef) -> Option<Vec<Arg>> {
             args
         }
     })
+}
+
+/// `tensors` followed by `conv2d`'s stride, padding (`[top, bottom, left, right]`), dilation
+/// and groups in the samples.
+fn with_conv_sizes(mut tensors: Vec<Arg>) -> Vec<Arg> {
+    tensors.extend(
+        [
+            Value::IntList(vec![1, 2]),
+            Value::IntList(vec![1, 0, 0, 1]),
+            Value::IntList(vec![1, 1]),
+            Value::Int(2),
+        ]
+        .map(Arg::V),
+    );
+    tensors
 }
 
 /// An int64 `[2, 2]` index into dim 1 of a `[2, 3]` tensor, distinct per row (so `scatter`'s

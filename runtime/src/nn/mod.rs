@@ -1,12 +1,22 @@
 //! Neural-network functions (PyTorch's `torch.nn.functional`): `linear`, `embedding` (and
 //! `embedding_padded`), `layer_norm`, `rms_norm`, `dropout`, `mse_loss`, `nll_loss`,
 //! `cross_entropy` (and their class-`weight` forms `nll_loss_weighted`,
-//! `cross_entropy_weighted`) and `scaled_dot_product_attention`.
+//! `cross_entropy_weighted`), `scaled_dot_product_attention`, and the CNN functions of the
+//! submodules, re-exported here: `conv1d`/`conv2d` (`conv`), `max_pool2d`(`_with_indices`),
+//! `avg_pool2d`, `adaptive_avg_pool2d` (`pool`), `batch_norm`, `group_norm` (`norm`).
 //!
 //! Each is a composite of op-table ops, as PyTorch decomposes them: there is no kernel here, so
 //! autograd differentiates the ops they are made of, vmap batches them, and the compiler fuses
 //! their elementwise parts (the normalizations' scale-and-shift, the losses' arithmetic) between
 //! the reductions, matmuls and gathers. Argument errors name the function.
+
+mod conv;
+mod norm;
+mod pool;
+
+pub use conv::{ConvPadding, conv1d, conv2d};
+pub use norm::{batch_norm, group_norm};
+pub use pool::{adaptive_avg_pool2d, avg_pool2d, max_pool2d, max_pool2d_with_indices};
 
 use tensorplay_ir::shape::fmt_shape;
 use tensorplay_ir::{DType, Device, Error, Result};

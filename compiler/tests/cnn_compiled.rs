@@ -1,0 +1,105 @@
+//! Compiled == eager for a small CNN block built from the convolution, pooling and
+//! normalization functions (`nn::conv2d`, `max_pool2d`, `avg_pool2d`, `adaptive_avg_pool2d`,
+//! `batch_norm` in eval mode, `group_norm`): the convolution and pooling ops run as barriers
+//! (their eager kernels), the normalizations' arithmetic compiles; forward values and
+//! gradients through compiled training.
+
+use tensorplay_compiler::compile;
+use tensorplay_runtime::nn;
+use tensorplay_runtime::{DType, Result, Tensor, autograd};
+
+fn close(a: &Tensor, b: &Tensor, tol: f64) -> Result<bool> {
+    if a.shape() != b.shape() || a.dtype() != b.dtype() {
+        return Ok(false);
+    }
+    let (a, b) = (a.to_vec_f64()?, b.to_vec_f64()?);
+    Ok(a.iter()
+        .zip(&b)
+        .all(|(x, y)| (x - y).abs() <= tol * (1.0 + y.abs())))
+}
+
+/// conv → batch_norm (eval) → relu → max_pool → conv (groups, "same") → group_norm → avg_pool
+/// → adaptive_avg_pool → linear.
+fn program(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let (x, w1, b1, w2, fc, rm, rv) = (&xs[0], &xs[1], &xs[2], &xs[3], &xs[4], &xs[5], &xs[6]);
+    let y = nn::conv2d(x, w1, Some(b1), &[1], 1, &[1], 1)?; // [2, 4, 8, 8]
+    let y = nn::batch_norm(&y, Some(rm), Some(rv), None, None, false, 0.1, 1e-5)?.relu()?;
+    let y = nn::max_pool2d(&y, &[2], &[], &[0], &[1], false)?; // [2, 4, 4, 4]
+    let y = nn::conv2d(&y, w2, None, &[1], nn::ConvPadding::Same, &[1], 2)?;
+    let y = nn::group_norm(&y, 2, None, None, 1e-5)?;
+    let y = nn::avg_pool2d(&y, &[3], &[1], &[1], false, false, None)?;
+    let y = nn::adaptive_avg_pool2d(&y, &[2])?.reshape(&[2, 16])?;
+    let out = nn::linear(&y, fc, None)?;
+    Ok(vec![out.mul(&out)?.sum_all()?])
+}
+
+fn inputs() -> Result<Vec<Tensor>> {
+    let r = |s: &[usize], seed| Tensor::randn_seeded(s, DType::F64, seed);
+    Ok(vec![
+        r(&[2, 3, 8, 8], 1)?.requires_grad_(true)?,
+        r(&[4, 3, 3, 3], 2)?.requires_grad_(true)?,
+        r(&[4], 3)?.requires_grad_(true)?,
+        r(&[4, 2, 3, 3], 4)?.requires_grad_(true)?,
+        r(&[5, 16], 5)?.requires_grad_(true)?,
+        r(&[4], 6)?,
+        r(&[4], 7)?.abs()?.add_scalar(0.5)?,
+    ])
+}
+
+#[test]
+fn a_cnn_block_compiles_like_eager() -> Result<()> {
+    let xs = inputs()?;
+    let want = program(&xs)?.remove(0);
+    let grads = autograd::grad(std::slice::from_ref(&want), &xs[..5], &[None], false)?;
+    let f = compile(program);
+    let got = f.call(&xs)?.remove(0);
+    assert!(close(&got, &want, 1e-12)?, "{got:?} vs {want:?}");
+    let cgrads = autograd::grad(std::slice::from_ref(&got), &xs[..5], &[None], false)?;
+    for (i, (c, e)) in cgrads.iter().zip(&grads).enumerate() {
+        let (c, e) = (c.as_ref().unwrap(), e.as_ref().unwrap());
+        assert!(close(c, e, 1e-10)?, "gradient {i}");
+    }
+    // The compiled function serves a second call with new values.
+    let xs2: Vec<Tensor> = xs
+        .iter()
+        .map(|t| t.mul_scalar(0.5).map(|t| t.detach()))
+        .collect::<Result<_>>()?;
+    let want2 = program(&xs2)?.remove(0);
+    assert!(close(&f.call(&xs2)?.remove(0), &want2, 1e-12)?);
+    Ok(())
+}
+
+#[test]
+fn batch_norm_training_under_compile_updates_the_running_stats_like_eager() -> Result<()> {
+    let step = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        let y = nn::batch_norm(
+            &xs[0],
+            Some(&xs[1]),
+            Some(&xs[2]),
+            None,
+            None,
+            true,
+            0.1,
+            1e-5,
+        )?;
+        Ok(vec![y])
+    };
+    let x = Tensor::randn_seeded(&[4, 3, 5], DType::F64, 1)?;
+    let stats = || -> Result<(Tensor, Tensor)> {
+        Ok((
+            Tensor::zeros(&[3], DType::F64),
+            Tensor::ones(&[3], DType::F64),
+        ))
+    };
+    let (rm, rv) = stats()?;
+    let want = step(&[x.clone(), rm.clone(), rv.clone()])?.remove(0);
+    let (crm, crv) = stats()?;
+    let f = compile(step);
+    let got = f.call(&[x, crm.clone(), crv.clone()])?.remove(0);
+    assert!(close(&got, &want, 1e-12)?);
+    assert!(
+        close(&crm, &rm, 1e-15)? && close(&crv, &rv, 1e-15)?,
+        "{crm:?} vs {rm:?}"
+    );
+    Ok(())
+}

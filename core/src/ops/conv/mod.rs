@@ -1,0 +1,213 @@
+//! 2-D convolution: `conv2d` and its backward `conv2d_backward`, the ops `nn::conv2d` and
+//! `nn::conv1d` run.
+//!
+//! Semantics are PyTorch's (`torch.nn.functional.conv2d`, a cross-correlation) over
+//! channels-first `[N, C, H, W]` inputs and `[O, C / groups, kH, kW]` weights, with stride,
+//! dilation, groups and zero padding given per side (`[top, bottom, left, right]`, so the
+//! `"same"` padding of an even kernel, which pads one more on the bottom/right as PyTorch does,
+//! needs no separate pad). The unbatched `[C, H, W]` form, 1-D convolution and the `"same"` /
+//! `"valid"` spellings are handled by `nn`.
+//!
+//! Kernels ([`kernel`]): each image is lowered to a `[C/g * kH * kW, OH * OW]` matrix
+//! ([`im2col`]) and multiplied by the group's `[O/g, C/g * kH * kW]` weight through the `gemm`
+//! crate; images run in parallel when there are enough of them, otherwise the product itself
+//! is parallel. The backward computes the input gradient as `W^T · grad` folded back with
+//! `col2im`, the weight gradient as `grad · col^T` summed over the batch, and the bias gradient
+//! as a sum. f16/bf16 compute in f32 and round once.
+//!
+//! Derivatives: `conv2d`'s is `conv2d_backward` (only the gradients that are needed). The
+//! backward is linear in each of its operands, so its own derivative is made of `conv2d` and
+//! `conv2d_backward` again: double backward works to any order.
+//!
+//! Both ops are opaque in compiled graphs (barriers, like matmul).
+
+mod geometry;
+mod im2col;
+mod kernel;
+
+use self::geometry::{geometry, output_mask};
+
+use tensorplay_ir::shape::fmt_shape;
+use tensorplay_ir::{Error, OpClass, Result};
+
+use crate::dispatch::call;
+use crate::ops::{AutocastPolicy, GradCtx, Kernel, Lower, OpDef, OutSpec, Saved, VmapRule};
+use crate::tensor::Tensor;
+use crate::value::{Args, Value};
+
+/// `conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=[1, 1],
+/// int[4] padding=[0, 0, 0, 0], int[2] dilation=[1, 1], int groups=1) -> Tensor`, with
+/// `padding` as `[top, bottom, left, right]` (a 2-list `[pad_h, pad_w]` is accepted too).
+pub static CONV2D: OpDef = OpDef {
+    name: "conv2d",
+    schema: "conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=[1, 1], \
+             int[4] padding=[0, 0, 0, 0], int[2] dilation=[1, 1], int groups=1) -> Tensor",
+    class: OpClass::Opaque,
+    kernel: Kernel::Compute {
+        meta: forward_meta,
+        fill: kernel::forward_fill,
+    },
+    derivative: Some(conv2d_grad),
+    saved: Saved::Inputs,
+    lower: Lower::None,
+    autocast: AutocastPolicy::LowPrecision,
+    vmap: VmapRule::Derived,
+};
+
+/// `conv2d_backward(Tensor grad_output, Tensor input, Tensor weight, int[2] stride,
+/// int[4] padding, int[2] dilation, int groups, bool[3] output_mask=[True, True, True])
+/// -> (Tensor grad_input, Tensor grad_weight, Tensor grad_bias)`. An output whose mask entry
+/// is false is returned as zeros without being computed.
+pub static CONV2D_BACKWARD: OpDef = OpDef {
+    name: "conv2d_backward",
+    schema: "conv2d_backward(Tensor grad_output, Tensor input, Tensor weight, int[2] stride, \
+             int[4] padding, int[2] dilation, int groups, \
+             bool[3] output_mask=[True, True, True]) -> (Tensor grad_input, \
+             Tensor grad_weight, Tensor grad_bias)",
+    class: OpClass::Opaque,
+    kernel: Kernel::Compute {
+        meta: backward_meta,
+        fill: kernel::backward_fill,
+    },
+    derivative: Some(conv2d_backward_grad),
+    saved: Saved::Inputs,
+    lower: Lower::None,
+    autocast: AutocastPolicy::Keep,
+    vmap: VmapRule::Derived,
+};
+
+/// Every op of this family.
+pub static OPS: &[&OpDef] = &[&CONV2D, &CONV2D_BACKWARD];
+
+fn forward_meta(a: Args) -> Result<Vec<OutSpec>> {
+    let (x, wt) = (a.tensor(0)?, a.tensor(1)?);
+    let g = geometry(a.op, x, wt, a)?;
+    if let Some(b) = a.opt_tensor(2)?
+        && (b.shape() != [g.o] || b.dtype() != x.dtype())
+    {
+        return Err(Error::argument(
+            a.op,
+            "bias",
+            format!("a [{}] tensor of dtype {}", g.o, x.dtype()),
+            format!("shape {} of dtype {}", fmt_shape(b.shape()), b.dtype()),
+        ));
+    }
+    Ok(vec![OutSpec::new(&[g.n, g.o, g.oh, g.ow], x.dtype())])
+}
+
+fn backward_meta(a: Args) -> Result<Vec<OutSpec>> {
+    let (go, x, wt) = (a.tensor(0)?, a.tensor(1)?, a.tensor(2)?);
+    let g = geometry(a.op, x, wt, a)?;
+    output_mask(a)?;
+    let want = [g.n, g.o, g.oh, g.ow];
+    if go.shape() != want || go.dtype() != x.dtype() {
+        return Err(Error::argument(
+            a.op,
+            "grad_output",
+            format!("shape {} of dtype {}", fmt_shape(&want), x.dtype()),
+            format!("shape {} of dtype {}", fmt_shape(go.shape()), go.dtype()),
+        ));
+    }
+    Ok(vec![
+        OutSpec::new(x.shape(), x.dtype()),
+        OutSpec::new(wt.shape(), x.dtype()),
+        OutSpec::new(&[g.o], x.dtype()),
+    ])
+}
+
+/// The size arguments (stride, padding, dilation, groups) of a call, as values.
+fn size_args(a: Args) -> Vec<Value> {
+    a.values[3..7].to_vec()
+}
+
+/// `conv2d_backward(grad, input, weight, sizes…, mask)`.
+fn backward_call(
+    grad: &Tensor,
+    input: &Tensor,
+    weight: &Tensor,
+    sizes: &[Value],
+    mask: [bool; 3],
+) -> Result<Vec<Tensor>> {
+    let mut args = vec![
+        Value::Tensor(grad.clone()),
+        Value::Tensor(input.clone()),
+        Value::Tensor(weight.clone()),
+    ];
+    args.extend(sizes.iter().cloned());
+    args.push(Value::BoolList(mask.to_vec()));
+    call(&CONV2D_BACKWARD, &args)
+}
+
+/// `conv2d(input, weight)` without bias, with the given size arguments.
+fn forward_call(input: &Tensor, weight: &Tensor, sizes: &[Value]) -> Result<Tensor> {
+    let mut args = vec![
+        Value::Tensor(input.clone()),
+        Value::Tensor(weight.clone()),
+        Value::None,
+    ];
+    args.extend(sizes.iter().cloned());
+    Ok(call(&CONV2D, &args)?.swap_remove(0))
+}
+
+fn conv2d_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
+    let (x, wt) = (c.args.tensor(0)?, c.args.tensor(1)?);
+    let bias = c.args.opt_tensor(2)?;
+    let mask = [
+        x.requires_grad(),
+        wt.requires_grad(),
+        bias.is_some_and(|b| b.requires_grad()),
+    ];
+    let g = c.grad(0)?;
+    let got = backward_call(&g, x, wt, &size_args(c.args), mask)?;
+    let mut out: Vec<Option<Tensor>> = got
+        .into_iter()
+        .zip(mask)
+        .map(|(t, m)| m.then_some(t))
+        .collect();
+    if bias.is_none() {
+        out.pop();
+    }
+    Ok(out)
+}
+
+/// The backward's derivative. With `gi = B_in(go, W)`, `gw = B_w(go, x)`, `gb = sum(go)`
+/// (each linear in each operand): `d go = conv2d(ggi, W) + conv2d(x, ggw) + ggb`,
+/// `d x = B_in(go, ggw)` and `d W = B_w(go, ggi)`.
+fn conv2d_backward_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
+    let (go, x, wt) = (c.args.tensor(0)?, c.args.tensor(1)?, c.args.tensor(2)?);
+    let sizes = size_args(c.args);
+    let used = output_mask(c.args)?;
+    let gg: Vec<Option<Tensor>> = (0..3)
+        .map(|i| c.grads.get(i).cloned().flatten().filter(|_| used[i]))
+        .collect();
+    let mut d_go: Option<Tensor> = None;
+    let mut add = |t: Tensor| -> Result<()> {
+        d_go = Some(match d_go.take() {
+            Some(acc) => acc.add(&t)?,
+            None => t,
+        });
+        Ok(())
+    };
+    if let Some(ggi) = &gg[0] {
+        add(forward_call(ggi, wt, &sizes)?)?;
+    }
+    if let Some(ggw) = &gg[1] {
+        add(forward_call(x, ggw, &sizes)?)?;
+    }
+    if let Some(ggb) = &gg[2] {
+        add(ggb.reshape(&[1, ggb.numel(), 1, 1])?.expand(go.shape())?)?;
+    }
+    let d_x = match &gg[1] {
+        Some(ggw) if x.requires_grad() => {
+            Some(backward_call(go, x, ggw, &sizes, [true, false, false])?.swap_remove(0))
+        }
+        _ => None,
+    };
+    let d_w = match &gg[0] {
+        Some(ggi) if wt.requires_grad() => {
+            Some(backward_call(go, ggi, wt, &sizes, [false, true, false])?.swap_remove(1))
+        }
+        _ => None,
+    };
+    Ok(vec![d_go, d_x, d_w])
+}
