@@ -1,7 +1,7 @@
 //! Compiled training (AOT autograd): forward and backward captured together, split and compiled;
 //! gradients through the compiled backward equal eager ones.
 
-use tensorplay_compiler::compile;
+use tensorplay_compiler::{CompiledFn, compile};
 use tensorplay_runtime::library;
 use tensorplay_runtime::{DType, Result, Tensor, autograd};
 
@@ -36,6 +36,21 @@ fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
             "{what}[{i}]: compiled {x} vs eager {y}"
         );
     }
+}
+
+/// The compiled call's output and gradients equal eager's (to 1e-5) on `inputs`.
+fn compiled_agrees_with_eager(
+    f: &CompiledFn,
+    body: &dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+    inputs: &[Tensor],
+) -> Result<()> {
+    let (yc, gc) = grads(&|x| f.call(x), inputs)?;
+    let (ye, ge) = grads(body, inputs)?;
+    assert_close(&yc, &ye, 1e-5, "output");
+    for (c, e) in gc.iter().zip(&ge) {
+        assert_close(c.as_ref().unwrap(), e.as_ref().unwrap(), 1e-5, "grad");
+    }
+    Ok(())
 }
 
 fn mlp(xs: &[Tensor]) -> Result<Vec<Tensor>> {
@@ -79,12 +94,7 @@ fn elementwise_training_serves_a_second_size_without_recompiling() -> Result<()>
     let f = compile(body);
     for n in [16usize, 37] {
         let inputs = [leaf(&[n], 10 + n as u64)?, leaf(&[n], 20 + n as u64)?];
-        let (yc, gc) = grads(&|x| f.call(x), &inputs)?;
-        let (ye, ge) = grads(&body, &inputs)?;
-        assert_close(&yc, &ye, 1e-5, "output");
-        for (c, e) in gc.iter().zip(&ge) {
-            assert_close(c.as_ref().unwrap(), e.as_ref().unwrap(), 1e-5, "grad");
-        }
+        compiled_agrees_with_eager(&f, &body, &inputs)?;
     }
     assert_eq!(f.num_compiled(), 1);
     let t = f.latest_training().unwrap();
@@ -113,12 +123,7 @@ fn matmul_view_and_mean_backwards_serve_other_batch_sizes_without_recompiling() 
             leaf(&[3, 4], 31)?,
             leaf(&[4], 32)?,
         ];
-        let (yc, gc) = grads(&|x| f.call(x), &inputs)?;
-        let (ye, ge) = grads(&body, &inputs)?;
-        assert_close(&yc, &ye, 1e-5, "output");
-        for (c, e) in gc.iter().zip(&ge) {
-            assert_close(c.as_ref().unwrap(), e.as_ref().unwrap(), 1e-5, "grad");
-        }
+        compiled_agrees_with_eager(&f, &body, &inputs)?;
     }
     assert_eq!(f.num_compiled(), 1, "recompiled for another batch size");
     assert!(
@@ -338,12 +343,7 @@ fn an_opaque_custom_op_keeps_one_training_graph_across_batch_sizes() -> Result<(
     let f = compile(body.clone());
     for b in [16usize, 32, 64, 16] {
         let inputs = [leaf(&[b, 3], 60 + b as u64)?, leaf(&[3, 4], 61)?];
-        let (yc, gc) = grads(&|x| f.call(x), &inputs)?;
-        let (ye, ge) = grads(&body, &inputs)?;
-        assert_close(&yc, &ye, 1e-5, "output");
-        for (c, e) in gc.iter().zip(&ge) {
-            assert_close(c.as_ref().unwrap(), e.as_ref().unwrap(), 1e-5, "grad");
-        }
+        compiled_agrees_with_eager(&f, &body, &inputs)?;
     }
     assert_eq!(f.num_compiled(), 1, "recompiled for another batch size");
     assert!(

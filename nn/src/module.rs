@@ -395,13 +395,9 @@ fn swapped_call<M: Module + ?Sized, R>(
 ) -> Result<R> {
     let mut own = Vec::new();
     for &(kind, tensors) in given {
-        let (what, arg) = match kind {
-            TensorKind::Parameter => ("parameters", "params"),
-            TensorKind::Buffer => ("buffers", "buffers"),
-        };
-        let named = match kind {
-            TensorKind::Parameter => module.named_parameters(),
-            TensorKind::Buffer => module.named_buffers(),
+        let (named, what, arg) = match kind {
+            TensorKind::Parameter => (module.named_parameters(), "parameters", "params"),
+            TensorKind::Buffer => (module.named_buffers(), "buffers", "buffers"),
         };
         check_like(&named, tensors, what, arg)?;
         own.push((kind, named.into_iter().map(|(_, t)| t).collect::<Vec<_>>()));
