@@ -10,6 +10,7 @@
 use tensorplay_compiler::passes::buffer_plan;
 use tensorplay_compiler::passes::dce::dce;
 use tensorplay_compiler::passes::fusion::{FusionPlan, Step, partition};
+use tensorplay_compiler::passes::join_slices::join_slices;
 use tensorplay_compiler::passes::logging::{parse, stage_in};
 use tensorplay_ir::graph::{BuilderArg, Constant, Graph, GraphBuilder, Node};
 use tensorplay_ir::{DType, Device, Dim, NodeId, OpClass, Result, TensorMeta, ValueRef};
@@ -573,4 +574,69 @@ mod random {
         assert!(plan.regions.len() > 1);
         buffer_plan::plan(&g, &plan).unwrap();
     }
+}
+
+/// `slice_backward(g, input_sizes=[2, width], dim=1, start, end, step=1)` of a `[2, end - start]`
+/// gradient.
+fn slice_grad(b: &mut GraphBuilder, g: ValueRef, width: i64, start: i64, end: i64) -> ValueRef {
+    b.op(
+        "tp::slice_backward",
+        OpClass::Opaque,
+        vec![
+            g.into(),
+            BuilderArg::named("input_sizes", vec![2i64, width]),
+            BuilderArg::named("dim", 1i64),
+            BuilderArg::named("start", start),
+            BuilderArg::named("end", end),
+            BuilderArg::named("step", 1i64),
+        ],
+        vec![f32m(&[d(2), d(width as usize)])],
+    )
+    .unwrap()[0]
+}
+
+/// The sum of slice gradients over `windows` of a `[2, width]` tensor, after `join_slices` and
+/// DCE, printed.
+fn joined(width: i64, windows: &[(i64, i64)]) -> Result<(usize, String)> {
+    let mut b = GraphBuilder::new();
+    let mut sum: Option<ValueRef> = None;
+    for (i, &(s, e)) in windows.iter().enumerate() {
+        let g = b.input(format!("g{i}"), f32m(&[d(2), d((e - s) as usize)]));
+        let piece = slice_grad(&mut b, g, width, s, e);
+        sum = Some(match sum {
+            None => piece,
+            Some(acc) => binary(&mut b, "tp::add", acc, piece),
+        });
+    }
+    b.output(&[sum.unwrap()])?;
+    let mut g = b.finish()?;
+    let n = join_slices(&mut g)?;
+    g.validate()?;
+    Ok((n, dce(&g)?.to_string()))
+}
+
+#[test]
+fn slice_gradients_that_tile_a_dim_are_joined_into_one_cat() -> Result<()> {
+    // The three pieces of a chunked projection, summed in autograd's order (last chunk first).
+    let (n, text) = joined(6, &[(4, 6), (2, 4), (0, 2)])?;
+    assert_eq!(n, 1);
+    assert!(text.contains("tp::cat([%g2, %g1, %g0], dim=1)"), "{text}");
+    assert!(
+        !text.contains("slice_backward") && !text.contains("tp::add"),
+        "{text}"
+    );
+    // Windows that overlap, leave a gap or do not reach the end are summed as captured.
+    for windows in [
+        &[(0, 3), (2, 6)][..],
+        &[(0, 2), (3, 6)][..],
+        &[(0, 2), (2, 4)][..],
+    ] {
+        let (n, text) = joined(6, windows)?;
+        assert_eq!(n, 0, "{windows:?}");
+        assert!(
+            text.contains("slice_backward") && !text.contains("tp::cat"),
+            "{text}"
+        );
+    }
+    Ok(())
 }

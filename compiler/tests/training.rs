@@ -353,3 +353,23 @@ fn an_opaque_custom_op_keeps_one_training_graph_across_batch_sizes() -> Result<(
     );
     Ok(())
 }
+
+/// A projection chunked into three pieces, as a transformer's `qkv`: the compiled backward joins
+/// the pieces' slice gradients into one `cat` (no zero-filled slice gradients, no adds) and
+/// agrees with eager autograd, which sums the slice gradients.
+#[test]
+fn a_chunked_projections_gradient_is_one_cat() -> Result<()> {
+    fn body(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let p = xs[0].matmul(&xs[1])?.chunk(3, -1)?;
+        let y = p[0].mul(&p[1])?.add(&p[2].tanh()?)?;
+        Ok(vec![y.sum(&[2], false)?])
+    }
+    let f = compile(body);
+    let inputs = [leaf(&[4, 6, 5], 1)?, leaf(&[5, 9], 2)?];
+    compiled_agrees_with_eager(&f, &body, &inputs)?;
+    let t = f.latest_training().expect("a compiled training graph");
+    let plan = t.explain();
+    assert!(plan.contains("tp::cat(["), "{plan}");
+    assert!(!plan.contains("slice_backward"), "{plan}");
+    Ok(())
+}

@@ -60,13 +60,16 @@ fn check_against_composite(
 #[test]
 fn matches_the_decomposed_formula_over_shapes_and_masks() -> Result<()> {
     // (batch, L, S, E, Ev): square, more keys than queries, fewer, a value width of its own,
-    // and a size big enough for the thread pool.
+    // a size big enough for the thread pool, and sizes that cross the kernel's 16-row query
+    // blocks and 16-lane column chunks unevenly.
     for (n, (b, l, s, e, ev)) in [
         (2, 5, 5, 4, 4),
         (3, 3, 7, 8, 5),
         (1, 9, 4, 16, 16),
         (2, 1, 1, 3, 2),
         (8, 64, 64, 32, 32),
+        (1, 37, 41, 20, 17),
+        (1, 40, 19, 33, 24),
     ]
     .into_iter()
     .enumerate()
@@ -265,4 +268,21 @@ fn bad_inputs_name_the_argument() -> Result<()> {
     );
     assert!(msg.contains("attn_mask"), "{msg}");
     Ok(())
+}
+
+#[test]
+fn heads_split_from_a_packed_projection_are_read_where_they_lie() -> Result<()> {
+    // A `[B, T, 3·H·E]` projection split into query, key and value and viewed as
+    // `[B, H, T, E]`: rows of E contiguous elements, 3·H·E apart (no copy in the kernel).
+    let (b, t, h, e) = (2, 19, 3, 5);
+    let qkv = randn(&[b, t, 3 * h * e], 21);
+    let parts = qkv.chunk(3, -1)?;
+    let heads = |x: &Tensor| x.reshape(&[b, t, h, e])?.transpose(1, 2);
+    let (q, k, v) = (heads(&parts[0])?, heads(&parts[1])?, heads(&parts[2])?);
+    assert!(!q.is_contiguous());
+    for causal in [false, true] {
+        check_against_composite(&q, &k, &v, None, causal, 1e-12)?;
+    }
+    let keep = randn(&[t, t], 22).gt_scalar(-0.5)?;
+    check_against_composite(&q, &k, &v, Some(&keep), false, 1e-12)
 }

@@ -19,7 +19,9 @@ use super::{CompiledGraph, EpilogueRun, Exec, RegionRun};
 use crate::arena::Arena;
 use crate::codegen::cpu::ScalarArgs;
 use crate::codegen::kernel::{LoopKind, lower};
-use crate::passes::{BufferPlan, FusionPlan, RegionKind, Step, buffer_plan, dce, fusion, logging};
+use crate::passes::{
+    BufferPlan, FusionPlan, RegionKind, Step, buffer_plan, dce, fusion, join_slices, logging,
+};
 
 impl CompiledGraph {
     /// Compiles `graph`: DCE, fusion, buffer planning and lowering of every region. Kernels are
@@ -27,7 +29,8 @@ impl CompiledGraph {
     pub fn new(graph: &Graph) -> Result<CompiledGraph> {
         graph.validate()?;
         logging::log("graph", || format!("captured graph:\n{graph}"));
-        let captured = graph;
+        let joined = join_slices::rewritten(graph)?;
+        let captured = joined.as_ref().unwrap_or(graph);
         let graph = dce::dce(captured)?;
         let plan = fusion::partition(&graph)?;
         let buffers = buffer_plan::plan(&graph, &plan)?;

@@ -13,7 +13,8 @@
 //! element's inputs before it writes its outputs. Scalars are kernel *inputs*, not constants, so
 //! a learning-rate schedule or per-parameter step counts never recompile anything.
 //!
-//! Sets whose tensors are not contiguous, and sets writing memory that a set earlier in the
+//! A strided tensor a set only reads (a gradient) is copied dense first. Sets whose written
+//! tensors are not contiguous, and sets writing memory that a set earlier in the
 //! same launch writes (tied weights), are updated op by op or in a launch of their own;
 //! `fused = false` runs the same update op by op through the dispatcher (the reference).
 
@@ -171,13 +172,16 @@ impl Fused {
                 continue;
             }
             let scalars = cache.get(dtype, &set.scalars)?;
-            let strided = set
-                .written
+            // A strided tensor that is only read is copied dense for the kernel (one pass);
+            // a strided tensor that is written must be updated where it lies: op by op.
+            let read = set
+                .read
                 .iter()
-                .chain(&set.read)
-                .any(|t| !t.is_contiguous());
+                .map(|t| if fused { t.contiguous() } else { Ok(t.clone()) })
+                .collect::<Result<Vec<_>>>()?;
+            let strided = set.written.iter().any(|t| !t.is_contiguous());
             if !fused || strided {
-                let mut xs: Vec<Tensor> = set.written.iter().chain(&set.read).cloned().collect();
+                let mut xs: Vec<Tensor> = set.written.iter().chain(&read).cloned().collect();
                 xs.extend(scalars);
                 let new = (self.update)(&xs)?;
                 for (dest, t) in set.written.iter().zip(&new) {
@@ -190,7 +194,7 @@ impl Fused {
             for t in &set.written {
                 flat.push(t.reshape(&[n])?);
             }
-            for t in &set.read {
+            for t in &read {
                 flat.push(t.reshape(&[n])?);
             }
             flat.extend(scalars);

@@ -1,5 +1,7 @@
 //! The compiler's graph passes, each a pure function of its input:
 //!
+//! 0. [`join_slices::join_slices`] (`&mut Graph`) writes a sum of `slice_backward`s that tiles
+//!    a dim (the gradient of a `chunk`ed projection) as one `cat`;
 //! 1. [`dce::dce`] (`Graph -> Graph`) drops computations nothing needs, keeping side effects;
 //! 2. [`fusion::partition`] (`Graph -> FusionPlan`) groups elementwise ops into maximal convex
 //!    regions (with reduction and softmax regions taking their elementwise producers as a
@@ -33,6 +35,7 @@ pub mod buffer_plan;
 pub mod dce;
 mod explain;
 pub mod fusion;
+pub mod join_slices;
 pub mod logging;
 mod names;
 pub mod region;

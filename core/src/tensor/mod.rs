@@ -397,7 +397,16 @@ impl Tensor {
     }
 
     /// Adds `g` into `.grad` atomically (backward passes on several threads may share a leaf).
+    ///
+    /// A first gradient that is a strided view of a contiguous leaf (a weight's gradient often
+    /// arrives as the transpose of a product) is stored contiguous, as the leaf is laid out: the
+    /// optimizers' fused in-place kernels and user code then read `.grad` as dense memory.
     pub(crate) fn accumulate_grad(&self, g: Tensor) -> Result<()> {
+        let g = if !g.is_contiguous() && self.is_contiguous() && g.shape() == self.shape() {
+            g.contiguous()?
+        } else {
+            g
+        };
         let mut slot = self.0.autograd.grad.lock();
         let new = match slot.take() {
             None => g,

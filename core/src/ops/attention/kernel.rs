@@ -1,16 +1,21 @@
 //! The per-head loops of fused attention, on contiguous `f32`/`f64` rows.
 //!
-//! One head is a query block `q` (`L x E`), keys `k` (`S x E`) and values `v` (`S x Ev`). The
-//! forward visits one query row at a time: its scores against every visible key (a row of `S`
-//! values, never the `L x S` matrix), the row's maximum, `exp(s - max)` in place, the weighted
-//! sum of value rows and the row's log-sum-exp. The backward recomputes each row's
-//! probabilities from the saved log-sum-exp (flash-attention's schedule, one row at a time
-//! instead of a tile: rows are short at the sizes CPUs train), and accumulates the key and value
-//! gradients of the head as it goes. Keys are transposed once per head so the score loop runs
-//! along contiguous keys.
+//! One head is a query block `q` (`L x E`), keys `k` (`S x E`) and values `v` (`S x Ev`). Both
+//! directions walk the queries in blocks of [`ROWS`] rows and express each step as a small
+//! matrix product ([`gemm`]) over operands laid out once per head, with the product's
+//! columns padded to [`W`] lanes:
 //!
-//! Rows that see no key (every score masked) produce a zero output row, a log-sum-exp of
-//! `-inf` and zero gradients, as PyTorch 2.15's fused kernels do.
+//! - forward: scores `Q_b Kᵀ` (a `ROWS x S` tile, never the `L x S` matrix), then per row the
+//!   scale, the mask, the maximum, `exp(s - max)`, the sum and the log-sum-exp, then `P_b V`;
+//! - backward (flash-attention's schedule): the probabilities recomputed from the saved
+//!   log-sum-exp, `dP = dO_b Vᵀ`, `dS = P ∘ (dP - δ) · scale`, then `dQ_b = dS K`,
+//!   `dV += Pᵀ dO_b` and `dK += dSᵀ Q_b`.
+//!
+//! With `is_causal`, a block stops at the last key its last row sees: the products skip the
+//! upper triangle. Rows that see no key (every score masked) produce a zero output row, a
+//! log-sum-exp of `-inf` and zero gradients, as PyTorch 2.15's fused kernels do.
+//!
+//! Sums are accumulated with fused multiply-adds (`mul_add`), in one order on every host.
 
 use tensorplay_math::bulk::{self, RowScalarOp, ScalarFn};
 
@@ -30,6 +35,8 @@ pub(super) trait Real:
     const NEG_INF: Self;
     fn of(x: f64) -> Self;
     fn ln(self) -> Self;
+    /// `self * a + b`, rounded once.
+    fn fma(self, a: Self, b: Self) -> Self;
     /// `row[j] = exp(row[j] - m)` for every `j`.
     fn sub_exp(row: &mut [Self], m: Self);
 }
@@ -49,6 +56,10 @@ impl Real for f32 {
     fn ln(self) -> f32 {
         f32::ln(self)
     }
+    #[inline(always)]
+    fn fma(self, a: f32, b: f32) -> f32 {
+        self.mul_add(a, b)
+    }
     fn sub_exp(row: &mut [f32], m: f32) {
         match sub_exp_kernel() {
             // SAFETY: in place over `row.len()` elements of one live slice.
@@ -66,6 +77,10 @@ impl Real for f64 {
     }
     fn ln(self) -> f64 {
         f64::ln(self)
+    }
+    #[inline(always)]
+    fn fma(self, a: f64, b: f64) -> f64 {
+        self.mul_add(a, b)
     }
     fn sub_exp(row: &mut [f64], m: f64) {
         row.iter_mut().for_each(|x| *x = (*x - m).exp());
@@ -93,6 +108,143 @@ pub(super) struct Dims<F> {
     pub scale: F,
 }
 
+/// A head's operand: row `i` starts at `data[i * rs]` (its elements are contiguous).
+#[derive(Clone, Copy)]
+pub(super) struct Rows<'a, F> {
+    pub data: &'a [F],
+    pub rs: usize,
+}
+
+impl<'a, F> Rows<'a, F> {
+    /// The first `width` elements of row `i`.
+    #[inline(always)]
+    fn row(&self, i: usize, width: usize) -> &'a [F] {
+        if width == 0 {
+            return &[];
+        }
+        &self.data[i * self.rs..][..width]
+    }
+
+    /// Rows from `i` on, as a product operand.
+    #[inline(always)]
+    fn from(&self, i: usize) -> Mat<'a, F> {
+        Mat {
+            // Empty when the rows are (zero-width rows may all start past the end).
+            data: self.data.get(i * self.rs..).unwrap_or(&[]),
+            rs: self.rs,
+            cs: 1,
+        }
+    }
+}
+
+/// Lanes of one column chunk of a product: products' column counts are padded to a multiple.
+const W: usize = 16;
+/// Rows of `C` one register tile computes.
+const R: usize = 4;
+/// Query rows per block.
+const ROWS: usize = 16;
+
+/// `n` rounded up to a multiple of [`W`].
+fn pad(n: usize) -> usize {
+    n.div_ceil(W) * W
+}
+
+/// A read-only operand `A` of a product: element `(r, p)` at `data[r * rs + p * cs]`.
+#[derive(Clone, Copy)]
+struct Mat<'a, F> {
+    data: &'a [F],
+    rs: usize,
+    cs: usize,
+}
+
+/// `C[m x n] (+)= A[m x k] · B[k x n]`: `B`'s rows start every `ldb` elements and `C`'s every
+/// `ldc`; `n` is a multiple of [`W`]. Register tiles of [`R`] rows by `W` columns accumulate
+/// along `k` with fused multiply-adds.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn gemm<F: Real>(
+    (m, n, k): (usize, usize, usize),
+    a: Mat<F>,
+    b: &[F],
+    ldb: usize,
+    c: &mut [F],
+    ldc: usize,
+    accumulate: bool,
+) {
+    debug_assert!(n % W == 0);
+    let mut i = 0;
+    while i + R <= m {
+        tile_rows::<F, R>(i, (n, k), a, b, ldb, c, ldc, accumulate);
+        i += R;
+    }
+    while i < m {
+        tile_rows::<F, 1>(i, (n, k), a, b, ldb, c, ldc, accumulate);
+        i += 1;
+    }
+}
+
+/// Rows `i..i + T` of [`gemm`]'s `C`, one `T x W` register tile per column chunk.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn tile_rows<F: Real, const T: usize>(
+    i: usize,
+    (n, k): (usize, usize),
+    a: Mat<F>,
+    b: &[F],
+    ldb: usize,
+    c: &mut [F],
+    ldc: usize,
+    accumulate: bool,
+) {
+    for j in (0..n).step_by(W) {
+        let mut acc = [[F::ZERO; W]; T];
+        if accumulate {
+            for (t, row) in acc.iter_mut().enumerate() {
+                row.copy_from_slice(&c[(i + t) * ldc + j..][..W]);
+            }
+        }
+        for p in 0..k {
+            let bp: &[F; W] = b[p * ldb + j..][..W].try_into().expect("W lanes");
+            for (t, row) in acc.iter_mut().enumerate() {
+                let x = a.data[(i + t) * a.rs + p * a.cs];
+                for (y, &z) in row.iter_mut().zip(bp) {
+                    *y = x.fma(z, *y);
+                }
+            }
+        }
+        for (t, row) in acc.iter().enumerate() {
+            c[(i + t) * ldc + j..][..W].copy_from_slice(row);
+        }
+    }
+}
+
+/// The `cols x rows` transpose of `src`'s first `rows` rows, in rows of `ld >= rows` elements
+/// (zero-padded).
+fn transposed<F: Real>(src: Rows<F>, rows: usize, cols: usize, ld: usize) -> Vec<F> {
+    let mut dst = vec![F::ZERO; cols * ld];
+    for r in 0..rows {
+        for (d, &x) in src.row(r, cols).iter().enumerate() {
+            dst[d * ld + r] = x;
+        }
+    }
+    dst
+}
+
+/// `src`'s first `rows` rows of `cols` elements, in rows of `ld >= cols` elements (zero-padded).
+fn padded<F: Real>(src: Rows<F>, rows: usize, cols: usize, ld: usize) -> Vec<F> {
+    let mut dst = vec![F::ZERO; rows * ld];
+    for r in 0..rows {
+        dst[r * ld..r * ld + cols].copy_from_slice(src.row(r, cols));
+    }
+    dst
+}
+
+/// Element index of mask entry `(i, j)`.
+#[inline(always)]
+fn at(base: usize, rs: isize, cs: isize, i: usize, j: usize) -> usize {
+    (base as isize + i as isize * rs + j as isize * cs) as usize
+}
+
 impl<F: Real> Dims<F> {
     /// Keys visible to query row `i` before the mask: all, or `0..=i` when causal (top-left
     /// aligned, as PyTorch's `is_causal`).
@@ -105,102 +257,95 @@ impl<F: Real> Dims<F> {
         }
     }
 
-    /// `s[j] = scale * q_i . k_j` for the visible keys of row `i`, then the mask. Returns the
-    /// number of leading entries of `s` in use.
+    /// Scales the raw scores `s[..n]` of row `i` and applies the mask; the entries from `n`
+    /// on are set to `-inf`.
     #[inline(always)]
-    fn scores(&self, q_row: &[F], kt: &[F], mask: Mask<F>, i: usize, s: &mut [F]) -> usize {
+    fn finish_scores(&self, mask: Mask<F>, i: usize, s: &mut [F]) {
         let n = self.visible(i);
-        let s = &mut s[..n];
-        s.iter_mut().for_each(|x| *x = F::ZERO);
-        for (d, &a) in q_row.iter().enumerate() {
-            let col = &kt[d * self.s..d * self.s + n];
-            for (x, &b) in s.iter_mut().zip(col) {
-                *x += a * b;
-            }
-        }
+        let (seen, unseen) = s.split_at_mut(n);
+        unseen.iter_mut().for_each(|x| *x = F::NEG_INF);
         let scale = self.scale;
-        s.iter_mut().for_each(|x| *x = *x * scale);
+        seen.iter_mut().for_each(|x| *x = *x * scale);
         match mask {
             Mask::None => {}
             Mask::Bool(m, rs, cs, base) => {
-                for (j, x) in s.iter_mut().enumerate() {
+                for (j, x) in seen.iter_mut().enumerate() {
                     if !m[at(base, rs, cs, i, j)] {
                         *x = F::NEG_INF;
                     }
                 }
             }
             Mask::Float(m, rs, cs, base) => {
-                for (j, x) in s.iter_mut().enumerate() {
+                for (j, x) in seen.iter_mut().enumerate() {
                     *x += m[at(base, rs, cs, i, j)];
                 }
             }
         }
-        n
     }
-}
 
-/// Element index of mask entry `(i, j)`.
-#[inline(always)]
-fn at(base: usize, rs: isize, cs: isize, i: usize, j: usize) -> usize {
-    (base as isize + i as isize * rs + j as isize * cs) as usize
-}
-
-/// `dst[d * rows + r] = src[r * cols + d]`: the `cols x rows` transpose of a `rows x cols` block.
-#[inline(always)]
-fn transpose<F: Real>(src: &[F], rows: usize, cols: usize, dst: &mut [F]) {
-    for r in 0..rows {
-        for (d, &x) in src[r * cols..(r + 1) * cols].iter().enumerate() {
-            dst[d * rows + r] = x;
-        }
+    /// The query blocks: first row, rows, and the keys the block's rows can see at most.
+    fn blocks(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        (0..self.l).step_by(ROWS).map(move |i0| {
+            let rows = ROWS.min(self.l - i0);
+            (i0, rows, self.visible(i0 + rows - 1))
+        })
     }
-}
-
-/// `acc += w * row`, elementwise.
-#[inline(always)]
-fn axpy<F: Real>(acc: &mut [F], w: F, row: &[F]) {
-    for (a, &x) in acc.iter_mut().zip(row) {
-        *a += w * x;
-    }
-}
-
-#[inline(always)]
-fn dot<F: Real>(a: &[F], b: &[F]) -> F {
-    a.iter().zip(b).fold(F::ZERO, |acc, (&x, &y)| acc + x * y)
 }
 
 /// The forward of one head: `out` (`L x Ev`) and `lse` (`L`).
 #[inline(always)]
 pub(super) fn forward<F: Real>(
     dims: &Dims<F>,
-    (q, k, v): (&[F], &[F], &[F]),
+    (q, k, v): (Rows<F>, Rows<F>, Rows<F>),
     mask: Mask<F>,
     out: &mut [F],
     lse: &mut [F],
 ) {
-    let Dims { l, s, e, ev, .. } = *dims;
-    let mut kt = vec![F::ZERO; e * s];
-    transpose(k, s, e, &mut kt);
-    let mut row = vec![F::ZERO; s];
-    for i in 0..l {
-        let n = dims.scores(&q[i * e..(i + 1) * e], &kt, mask, i, &mut row);
-        let o = &mut out[i * ev..(i + 1) * ev];
-        o.iter_mut().for_each(|x| *x = F::ZERO);
-        let m = row[..n]
-            .iter()
-            .fold(F::NEG_INF, |m, &x| if x > m { x } else { m });
-        if n == 0 || m == F::NEG_INF {
-            lse[i] = F::NEG_INF;
-            continue;
+    let Dims { s, e, ev, .. } = *dims;
+    let (sp, evp) = (pad(s), pad(ev));
+    let kt = transposed(k, s, e, sp);
+    let vp = padded(v, s, ev, evp);
+    let mut sc = vec![F::ZERO; ROWS * sp];
+    let mut ob = vec![F::ZERO; ROWS * evp];
+    let mut totals = [F::ZERO; ROWS];
+    for (i0, rows, keys) in dims.blocks() {
+        let kp = pad(keys);
+        gemm((rows, kp, e), q.from(i0), &kt, sp, &mut sc, sp, false);
+        for r in 0..rows {
+            let i = i0 + r;
+            let row = &mut sc[r * sp..r * sp + kp];
+            dims.finish_scores(mask, i, &mut row[..keys]);
+            let m = row[..keys]
+                .iter()
+                .fold(F::NEG_INF, |m, &x| if x > m { x } else { m });
+            if m == F::NEG_INF {
+                row.iter_mut().for_each(|x| *x = F::ZERO);
+                lse[i] = F::NEG_INF;
+                continue;
+            }
+            F::sub_exp(&mut row[..keys], m);
+            row[keys..].iter_mut().for_each(|x| *x = F::ZERO);
+            totals[r] = row[..keys].iter().fold(F::ZERO, |a, &x| a + x);
+            lse[i] = m + totals[r].ln();
         }
-        F::sub_exp(&mut row[..n], m);
-        let mut total = F::ZERO;
-        for (j, &p) in row[..n].iter().enumerate() {
-            total += p;
-            axpy(o, p, &v[j * ev..(j + 1) * ev]);
+        let pa = Mat {
+            data: &sc,
+            rs: sp,
+            cs: 1,
+        };
+        gemm((rows, evp, keys), pa, &vp, evp, &mut ob, evp, false);
+        for r in 0..rows {
+            let i = i0 + r;
+            let o = &mut out[i * ev..(i + 1) * ev];
+            if lse[i] == F::NEG_INF {
+                o.iter_mut().for_each(|x| *x = F::ZERO);
+                continue;
+            }
+            let inv = F::of(1.0) / totals[r];
+            for (x, &y) in o.iter_mut().zip(&ob[r * evp..r * evp + ev]) {
+                *x = y * inv;
+            }
         }
-        let inv = F::of(1.0) / total;
-        o.iter_mut().for_each(|x| *x = *x * inv);
-        lse[i] = m + total.ln();
     }
 }
 
@@ -211,48 +356,96 @@ pub(super) fn forward<F: Real>(
 #[inline(always)]
 pub(super) fn backward<F: Real>(
     dims: &Dims<F>,
-    (q, k, v): (&[F], &[F], &[F]),
+    (q, k, v): (Rows<F>, Rows<F>, Rows<F>),
     mask: Mask<F>,
-    (out, lse, g, glse): (&[F], &[F], &[F], &[F]),
+    (out, lse, g, glse): (Rows<F>, &[F], Rows<F>, &[F]),
     dq: &mut [F],
     dk: &mut [F],
     dv: &mut [F],
 ) {
-    let Dims { l, s, e, ev, .. } = *dims;
-    let mut kt = vec![F::ZERO; e * s];
-    transpose(k, s, e, &mut kt);
-    let mut vt = vec![F::ZERO; ev * s];
-    transpose(v, s, ev, &mut vt);
-    let (mut p, mut dp) = (vec![F::ZERO; s], vec![F::ZERO; s]);
-    dk.iter_mut().for_each(|x| *x = F::ZERO);
-    dv.iter_mut().for_each(|x| *x = F::ZERO);
-    for i in 0..l {
-        let dq_i = &mut dq[i * e..(i + 1) * e];
-        dq_i.iter_mut().for_each(|x| *x = F::ZERO);
-        if lse[i] == F::NEG_INF {
-            continue;
-        }
-        let q_i = &q[i * e..(i + 1) * e];
-        let n = dims.scores(q_i, &kt, mask, i, &mut p);
-        F::sub_exp(&mut p[..n], lse[i]);
-        let g_i = &g[i * ev..(i + 1) * ev];
-        // ds_j = p_j (dp_j - g_i . out_i + dlse_i): the softmax's backward plus the
-        // log-sum-exp's (whose derivative by s_j is p_j).
-        let delta = dot(g_i, &out[i * ev..(i + 1) * ev]) - glse[i];
-        // dp[j] = g_i . v_j, along contiguous keys.
-        let dp = &mut dp[..n];
-        dp.iter_mut().for_each(|x| *x = F::ZERO);
-        for (c, &a) in g_i.iter().enumerate() {
-            for (x, &b) in dp.iter_mut().zip(&vt[c * s..c * s + n]) {
-                *x += a * b;
+    let Dims { s, e, ev, .. } = *dims;
+    let (sp, ep, evp) = (pad(s), pad(e), pad(ev));
+    let kt = transposed(k, s, e, sp);
+    let vt = transposed(v, s, ev, sp);
+    let kp = padded(k, s, e, ep);
+    let qp = padded(q, dims.l, e, ep);
+    let gp = padded(g, dims.l, ev, evp);
+    let (mut dkp, mut dvp) = (vec![F::ZERO; s * ep], vec![F::ZERO; s * evp]);
+    let (mut p, mut ds) = (vec![F::ZERO; ROWS * sp], vec![F::ZERO; ROWS * sp]);
+    let mut dqb = vec![F::ZERO; ROWS * ep];
+    for (i0, rows, keys) in dims.blocks() {
+        let kpad = pad(keys);
+        gemm((rows, kpad, e), q.from(i0), &kt, sp, &mut p, sp, false);
+        gemm((rows, kpad, ev), g.from(i0), &vt, sp, &mut ds, sp, false);
+        for r in 0..rows {
+            let i = i0 + r;
+            let (pr, dr) = (
+                &mut p[r * sp..r * sp + kpad],
+                &mut ds[r * sp..r * sp + kpad],
+            );
+            if lse[i] == F::NEG_INF {
+                pr.iter_mut().for_each(|x| *x = F::ZERO);
+                dr.iter_mut().for_each(|x| *x = F::ZERO);
+                continue;
             }
+            dims.finish_scores(mask, i, &mut pr[..keys]);
+            F::sub_exp(&mut pr[..keys], lse[i]);
+            pr[keys..].iter_mut().for_each(|x| *x = F::ZERO);
+            // ds_j = p_j (dp_j - g_i . out_i + dlse_i) · scale: the softmax's backward plus
+            // the log-sum-exp's (whose derivative by s_j is p_j).
+            let delta = g
+                .row(i, ev)
+                .iter()
+                .zip(out.row(i, ev))
+                .fold(F::ZERO, |a, (&x, &y)| x.fma(y, a))
+                - glse[i];
+            let seen = dims.visible(i);
+            for (d, &pj) in dr[..seen].iter_mut().zip(pr.iter()) {
+                *d = pj * (*d - delta) * dims.scale;
+            }
+            dr[seen..].iter_mut().for_each(|x| *x = F::ZERO);
         }
-        for j in 0..n {
-            let pj = p[j];
-            axpy(&mut dv[j * ev..(j + 1) * ev], pj, g_i);
-            let ds = pj * (dp[j] - delta) * dims.scale;
-            axpy(dq_i, ds, &k[j * e..(j + 1) * e]);
-            axpy(&mut dk[j * e..(j + 1) * e], ds, q_i);
+        let da = Mat {
+            data: &ds,
+            rs: sp,
+            cs: 1,
+        };
+        gemm((rows, ep, keys), da, &kp, ep, &mut dqb, ep, false);
+        for r in 0..rows {
+            let i = i0 + r;
+            dq[i * e..(i + 1) * e].copy_from_slice(&dqb[r * ep..r * ep + e]);
         }
+        let pt = Mat {
+            data: &p,
+            rs: 1,
+            cs: sp,
+        };
+        gemm(
+            (keys, evp, rows),
+            pt,
+            &gp[i0 * evp..],
+            evp,
+            &mut dvp,
+            evp,
+            true,
+        );
+        let dst = Mat {
+            data: &ds,
+            rs: 1,
+            cs: sp,
+        };
+        gemm(
+            (keys, ep, rows),
+            dst,
+            &qp[i0 * ep..],
+            ep,
+            &mut dkp,
+            ep,
+            true,
+        );
+    }
+    for j in 0..s {
+        dk[j * e..(j + 1) * e].copy_from_slice(&dkp[j * ep..j * ep + e]);
+        dv[j * ev..(j + 1) * ev].copy_from_slice(&dvp[j * evp..j * evp + ev]);
     }
 }

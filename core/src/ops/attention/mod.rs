@@ -24,7 +24,7 @@ use rayon::prelude::*;
 use tensorplay_ir::shape::{broadcast_shapes, fmt_shape};
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
-use self::kernel::{Dims, Mask, Real};
+use self::kernel::{Dims, Mask, Real, Rows};
 use crate::autograd::is_grad_enabled;
 use crate::dispatch::call;
 use crate::element::Element;
@@ -224,9 +224,47 @@ fn resolved_scale(a: Args, at: usize, e: usize) -> Result<f64> {
     Ok(a.opt_float(at)?.unwrap_or(1.0 / (e as f64).sqrt()))
 }
 
-/// `t` broadcast to `batch ++ tail`, contiguous, in the compute dtype (f32 for halves).
-fn operand(t: &Tensor, g: &Geometry, tail: &[usize], compute: DType) -> Result<Tensor> {
-    t.expand(&g.shape(tail))?.to_dtype(compute)?.contiguous()
+/// An operand broadcast to `batch ++ [rows, width]` in the compute dtype: a view whose rows
+/// are contiguous (a copy only when they are not, or for a dtype conversion), each head's
+/// element offset, and the row stride.
+struct Operand {
+    view: Tensor,
+    offsets: Vec<usize>,
+    rs: usize,
+}
+
+/// `t` as an [`Operand`] of the compute dtype (f32 for halves). A head split by
+/// `reshape + transpose` (`[B, T, H, E] -> [B, H, T, E]`) is read where it lies.
+fn operand(t: &Tensor, g: &Geometry, tail: &[usize], compute: DType) -> Result<Operand> {
+    let mut view = t.expand(&g.shape(tail))?.to_dtype(compute)?;
+    let rows_ok = |v: &Tensor| {
+        let st = v.strides();
+        let (rs, cs) = (st[st.len() - 2], st[st.len() - 1]);
+        // Rows may overlap (a broadcast row dim): the kernels only read operands.
+        rs >= 0 && st.iter().all(|&x| x >= 0) && (cs == 1 || tail[1] <= 1)
+    };
+    if !rows_ok(&view) {
+        view = view.contiguous()?;
+    }
+    let st = view.strides();
+    let rs = st[st.len() - 2] as usize;
+    let offsets = head_offsets(g, st);
+    Ok(Operand { view, offsets, rs })
+}
+
+/// The element offset of every head in a view of `batch ++ [.., ..]` with `strides`.
+fn head_offsets(g: &Geometry, strides: &[isize]) -> Vec<usize> {
+    let nb = g.batch.len();
+    (0..g.heads())
+        .map(|h| {
+            let (mut rest, mut off) = (h, 0isize);
+            for d in (0..nb).rev() {
+                off += (rest % g.batch[d]) as isize * strides[d];
+                rest /= g.batch[d];
+            }
+            off as usize
+        })
+        .collect()
 }
 
 /// The mask broadcast to `batch ++ [L, S]` (a view: broadcast dims keep stride 0), in the
@@ -238,17 +276,7 @@ fn mask_view(m: &Tensor, g: &Geometry, compute: DType) -> Result<(Tensor, Vec<us
         m.to_dtype(compute)?
     };
     let m = m.expand(&g.shape(&[g.l, g.s]))?;
-    let strides = m.strides();
-    let nb = g.batch.len();
-    let mut offsets = Vec::with_capacity(g.heads());
-    for h in 0..g.heads() {
-        let (mut rest, mut off) = (h, 0isize);
-        for d in (0..nb).rev() {
-            off += (rest % g.batch[d]) as isize * strides[d];
-            rest /= g.batch[d];
-        }
-        offsets.push(off as usize);
-    }
+    let offsets = head_offsets(g, m.strides());
     Ok((m, offsets))
 }
 
@@ -311,9 +339,12 @@ fn head_mask<'a, F: Element>(m: Option<&'a MaskData<'a, F>>, h: usize) -> Mask<'
     }
 }
 
-/// The mask view's storage as a slice from its data pointer, covering every element the view's
-/// strides reach.
-fn mask_slice<'t, T: Element>(op: &str, m: &'t Tensor) -> Result<&'t [T]> {
+/// A view's storage as a slice from its data pointer, covering every element the view's
+/// (non-negative) strides reach.
+fn strided_slice<'t, T: Element>(op: &str, m: &'t Tensor) -> Result<&'t [T]> {
+    if m.numel() == 0 {
+        return Ok(&[]);
+    }
     let span = 1 + m
         .shape()
         .iter()
@@ -321,8 +352,9 @@ fn mask_slice<'t, T: Element>(op: &str, m: &'t Tensor) -> Result<&'t [T]> {
         .map(|(&n, &s)| (n.saturating_sub(1) as isize * s) as usize)
         .sum::<usize>();
     let p = m.data_ptr(op)? as *const T;
-    // SAFETY: the view's strides are non-negative (an expand of a tensor with non-negative
-    // strides) and address `span` elements from `p`, all inside its live storage.
+    // SAFETY: the view has elements and non-negative strides (operands are checked; masks are
+    // expands of tensors with non-negative strides), so it addresses `span` elements from `p`,
+    // all inside its live storage.
     Ok(unsafe { std::slice::from_raw_parts(p, span) })
 }
 
@@ -337,11 +369,36 @@ fn mask_data<'a, F: Element>(
         return Ok(None);
     };
     let (bools, floats): (&[bool], &[F]) = if m.dtype() == DType::Bool {
-        (mask_slice(op, m)?, &[])
+        (strided_slice(op, m)?, &[])
     } else {
-        (&[], mask_slice(op, m)?)
+        (&[], strided_slice(op, m)?)
     };
     Ok(Some((m.clone(), offs.clone(), bools, floats)))
+}
+
+/// An operand's elements and the per-head offsets into them.
+struct Heads<'a, F> {
+    data: &'a [F],
+    offsets: &'a [usize],
+    rs: usize,
+}
+
+impl<'a, F: Element> Heads<'a, F> {
+    fn of(op: &str, o: &'a Operand) -> Result<Heads<'a, F>> {
+        Ok(Heads {
+            data: strided_slice(op, &o.view)?,
+            offsets: &o.offsets,
+            rs: o.rs,
+        })
+    }
+
+    /// Head `h`'s rows.
+    fn head(&self, h: usize) -> Rows<'a, F> {
+        Rows {
+            data: self.data.get(self.offsets[h]..).unwrap_or(&[]),
+            rs: self.rs,
+        }
+    }
 }
 
 fn forward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
@@ -392,16 +449,16 @@ fn forward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
 fn forward_heads<F: Real + Element>(
     op: &str,
     g: &Geometry,
-    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    (q, k, v): (&Operand, &Operand, &Operand),
     mask: &Option<(Tensor, Vec<usize>)>,
     (out, lse): (&Tensor, &Tensor),
     causal: bool,
     scale: f64,
 ) -> Result<()> {
     let (q, k, v) = (
-        elements::<F>(op, q)?,
-        elements::<F>(op, k)?,
-        elements::<F>(op, v)?,
+        Heads::<F>::of(op, q)?,
+        Heads::<F>::of(op, k)?,
+        Heads::<F>::of(op, v)?,
     );
     let md = mask_data::<F>(op, mask)?;
     let dims = Dims {
@@ -416,13 +473,9 @@ fn forward_heads<F: Real + Element>(
         Base(out.data_ptr(op)? as *mut F),
         Base(lse.data_ptr(op)? as *mut F),
     );
-    let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
+    let (l, ev) = (g.l, g.ev);
     for_heads(g, |h| {
-        let ins = (
-            &q[h * l * e..(h + 1) * l * e],
-            &k[h * s * e..(h + 1) * s * e],
-            &v[h * s * ev..(h + 1) * s * ev],
-        );
+        let ins = (q.head(h), k.head(h), v.head(h));
         // SAFETY: `out` and `lse` are fresh contiguous outputs of `heads x L x Ev` and
         // `heads x L` elements; head `h` writes only its own block.
         let (o, m) = unsafe { (po.block(h * l * ev, l * ev), pl.block(h * l, l)) };
@@ -479,24 +532,20 @@ fn backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
 fn backward_heads<F: Real + Element>(
     op: &str,
     g: &Geometry,
-    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    (q, k, v): (&Operand, &Operand, &Operand),
     mask: &Option<(Tensor, Vec<usize>)>,
-    (out, lse, grad, glse): (&Tensor, &Tensor, &Tensor, &Tensor),
+    (out, lse, grad, glse): (&Operand, &Tensor, &Operand, &Tensor),
     grads: &[Tensor],
     causal: bool,
     scale: f64,
 ) -> Result<()> {
     let (q, k, v) = (
-        elements::<F>(op, q)?,
-        elements::<F>(op, k)?,
-        elements::<F>(op, v)?,
+        Heads::<F>::of(op, q)?,
+        Heads::<F>::of(op, k)?,
+        Heads::<F>::of(op, v)?,
     );
-    let (out, lse, grad, glse) = (
-        elements::<F>(op, out)?,
-        elements::<F>(op, lse)?,
-        elements::<F>(op, grad)?,
-        elements::<F>(op, glse)?,
-    );
+    let (out, grad) = (Heads::<F>::of(op, out)?, Heads::<F>::of(op, grad)?);
+    let (lse, glse) = (elements::<F>(op, lse)?, elements::<F>(op, glse)?);
     let md = mask_data::<F>(op, mask)?;
     let dims = Dims {
         l: g.l,
@@ -510,15 +559,11 @@ fn backward_heads<F: Real + Element>(
     let (pq, pk, pv) = (pq?, pk?, pv?);
     let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
     for_heads(g, |h| {
-        let ins = (
-            &q[h * l * e..(h + 1) * l * e],
-            &k[h * s * e..(h + 1) * s * e],
-            &v[h * s * ev..(h + 1) * s * ev],
-        );
+        let ins = (q.head(h), k.head(h), v.head(h));
         let saved = (
-            &out[h * l * ev..(h + 1) * l * ev],
+            out.head(h),
             &lse[h * l..(h + 1) * l],
-            &grad[h * l * ev..(h + 1) * l * ev],
+            grad.head(h),
             &glse[h * l..(h + 1) * l],
         );
         // SAFETY: the three gradients are fresh contiguous tensors of `heads x L x E`,
@@ -538,7 +583,7 @@ fn backward_heads<F: Real + Element>(
 /// The forward of one head, built for the widest vector ISA the host has.
 fn run_forward<F: Real>(
     d: &Dims<F>,
-    ins: (&[F], &[F], &[F]),
+    ins: (Rows<F>, Rows<F>, Rows<F>),
     m: Mask<F>,
     o: &mut [F],
     l: &mut [F],
@@ -563,9 +608,9 @@ type HeadGrads<'a, F> = (&'a mut [F], &'a mut [F], &'a mut [F]);
 /// The backward of one head, built for the widest vector ISA the host has.
 fn run_backward<F: Real>(
     d: &Dims<F>,
-    ins: (&[F], &[F], &[F]),
+    ins: (Rows<F>, Rows<F>, Rows<F>),
     m: Mask<F>,
-    saved: (&[F], &[F], &[F], &[F]),
+    saved: (Rows<F>, &[F], Rows<F>, &[F]),
     (dq, dk, dv): HeadGrads<F>,
 ) {
     #[cfg(target_arch = "x86_64")]
@@ -585,7 +630,7 @@ fn run_backward<F: Real>(
 /// The kernels compiled for AVX-512 and AVX2 (the loops vectorize along rows).
 #[cfg(target_arch = "x86_64")]
 mod isa {
-    use super::kernel::{self, Dims, Mask, Real};
+    use super::kernel::{self, Dims, Mask, Real, Rows};
 
     pub(super) fn avx512() -> bool {
         std::arch::is_x86_feature_detected!("avx512f")
@@ -600,7 +645,7 @@ mod isa {
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
     pub(super) fn forward_avx512<F: Real>(
         d: &Dims<F>,
-        ins: (&[F], &[F], &[F]),
+        ins: (Rows<F>, Rows<F>, Rows<F>),
         m: Mask<F>,
         o: &mut [F],
         l: &mut [F],
@@ -611,7 +656,7 @@ mod isa {
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn forward_avx2<F: Real>(
         d: &Dims<F>,
-        ins: (&[F], &[F], &[F]),
+        ins: (Rows<F>, Rows<F>, Rows<F>),
         m: Mask<F>,
         o: &mut [F],
         l: &mut [F],
@@ -623,9 +668,9 @@ mod isa {
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
     pub(super) fn backward_avx512<F: Real>(
         d: &Dims<F>,
-        ins: (&[F], &[F], &[F]),
+        ins: (Rows<F>, Rows<F>, Rows<F>),
         m: Mask<F>,
-        saved: (&[F], &[F], &[F], &[F]),
+        saved: (Rows<F>, &[F], Rows<F>, &[F]),
         dq: &mut [F],
         dk: &mut [F],
         dv: &mut [F],
@@ -637,9 +682,9 @@ mod isa {
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn backward_avx2<F: Real>(
         d: &Dims<F>,
-        ins: (&[F], &[F], &[F]),
+        ins: (Rows<F>, Rows<F>, Rows<F>),
         m: Mask<F>,
-        saved: (&[F], &[F], &[F], &[F]),
+        saved: (Rows<F>, &[F], Rows<F>, &[F]),
         dq: &mut [F],
         dk: &mut [F],
         dv: &mut [F],
