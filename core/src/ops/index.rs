@@ -247,14 +247,68 @@ fn write_out<T: Element>(op: &str, out: &Tensor, values: Vec<T>) -> Result<()> {
     super::cast::copy_convert(op, out, &src)
 }
 
-/// Element offset (row-major, into a tensor with `strides`) of `idx` with dim `dim` replaced by
-/// `at`.
-fn offset_with(idx: &[usize], strides: &[isize], dim: usize, at: usize) -> usize {
-    idx.iter()
-        .zip(strides)
-        .enumerate()
-        .map(|(d, (&i, &s))| if d == dim { at } else { i } * s as usize)
-        .sum()
+/// Visits the elements of an `index`-shaped iteration in row-major order, calling
+/// `f(self_at, other_at)`: `self_at` is the row-major offset in a tensor of `self_shape` of the
+/// element's coordinates with dim `dim` replaced by `at[k]`, `other_at` the
+/// offset of its own coordinates in a tensor of `other_shape` (all three shapes of one rank).
+/// The inner loop walks the last dim with no per-element index arithmetic beyond two
+/// multiply-adds (the gather/scatter hot loop).
+fn for_each_indexed(
+    index_shape: &[usize],
+    (self_shape, other_shape): (&[usize], &[usize]),
+    dim: usize,
+    at: &[usize],
+    mut f: impl FnMut(usize, usize),
+) {
+    let n: usize = index_shape.iter().product();
+    let rank = index_shape.len();
+    if n == 0 || rank == 0 {
+        return;
+    }
+    let strides = |shape: &[usize]| -> Vec<usize> {
+        contiguous_strides(shape)
+            .iter()
+            .map(|&s| s as usize)
+            .collect()
+    };
+    let (ss, so) = (strides(self_shape), strides(other_shape));
+    let last = rank - 1;
+    let len = index_shape[last];
+    let mut idx = vec![0usize; last];
+    let mut k = 0;
+    loop {
+        let (mut bs, mut bo) = (0, 0);
+        for (d, &i) in idx.iter().enumerate() {
+            if d != dim {
+                bs += i * ss[d];
+            }
+            bo += i * so[d];
+        }
+        let row = &at[k..k + len];
+        if dim == last {
+            for (j, &a) in row.iter().enumerate() {
+                f(bs + a * ss[last], bo + j * so[last]);
+            }
+        } else {
+            for (j, &a) in row.iter().enumerate() {
+                f(bs + a * ss[dim] + j * ss[last], bo + j * so[last]);
+            }
+        }
+        k += len;
+        // The next row: the odometer over the leading dims.
+        let mut d = last;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < index_shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
 }
 
 fn gather_meta(a: Args) -> Result<Vec<OutSpec>> {
@@ -278,14 +332,13 @@ fn gather_fill(a: Args, outs: &[Tensor]) -> Result<()> {
         ));
     }
     let at = index_values(a.op, index, dim, size)?;
-    let strides = contiguous_strides(&shape1(x));
+    let shapes = (shape1(x), shape1(index));
     with_dtype!(x.dtype(), T => {
         let xs = x.to_vec::<T>()?;
         let mut out = Vec::with_capacity(index.numel());
-        for_each_index(&shape1(index), |k, idx| {
-            out.push(xs[offset_with(idx, &strides, dim, at[k])]);
-            Ok(())
-        })?;
+        for_each_indexed(&shapes.1, (&shapes.0, &shapes.1), dim, &at, |o, _| {
+            out.push(xs[o]);
+        });
         write_out(a.op, &outs[0], out)
     })
 }
@@ -346,17 +399,13 @@ fn scatter_fill<const ADD: bool>(a: Args, outs: &[Tensor]) -> Result<()> {
     } else {
         index_values(a.op, index, dim, size)?
     };
-    let x_strides = contiguous_strides(&shape1(x));
-    let src_strides = contiguous_strides(&shape1(src));
+    let shapes = (shape1(x), shape1(src));
     with_dtype!(x.dtype(), T => {
         let mut out = x.to_vec::<T>()?;
         let s = src.to_vec::<T>()?;
-        for_each_index(&shape1(index), |k, idx| {
-            let o = offset_with(idx, &x_strides, dim, at[k]);
-            let v = s[offset_with(idx, &src_strides, usize::MAX, 0)];
-            out[o] = if ADD { add_elem(out[o], v) } else { v };
-            Ok(())
-        })?;
+        for_each_indexed(&shape1(index), (&shapes.0, &shapes.1), dim, &at, |o, i| {
+            out[o] = if ADD { add_elem(out[o], s[i]) } else { s[i] };
+        });
         write_out(a.op, &outs[0], out)
     })
 }
@@ -488,20 +537,17 @@ fn scatter_reduce_fill(a: Args, outs: &[Tensor]) -> Result<()> {
         ));
     }
     let at = index_values(a.op, index, dim, size)?;
-    let x_strides = contiguous_strides(&shape1(x));
-    let src_strides = contiguous_strides(&shape1(src));
+    let shapes = (shape1(x), shape1(src));
     with_dtype!(x.dtype(), T => {
         let mut out = x.to_vec::<T>()?;
         let s = src.to_vec::<T>()?;
         // How many src values reached each position.
         let mut count = vec![0i64; out.len()];
-        for_each_index(&shape1(index), |k, idx| {
-            let o = offset_with(idx, &x_strides, dim, at[k]);
-            let v = s[offset_with(idx, &src_strides, usize::MAX, 0)];
+        for_each_indexed(&shape1(index), (&shapes.0, &shapes.1), dim, &at, |o, i| {
+            let v = s[i];
             out[o] = if count[o] == 0 && !include_self { v } else { combine(r, out[o], v) };
             count[o] += 1;
-            Ok(())
-        })?;
+        });
         if r == Reduce::Mean {
             for (v, &c) in out.iter_mut().zip(&count) {
                 let n = c + i64::from(include_self);
