@@ -97,7 +97,6 @@ pub(crate) fn ulp_tolerance(op: &str, dtype: DType) -> u64 {
     }
 }
 
-
 /// The elements of `t` as (bits, is_nan) in its own width.
 pub(crate) fn bits(t: &Tensor) -> Vec<(u64, bool)> {
     match t.dtype() {
@@ -229,4 +228,3 @@ pub(crate) fn compare(
     }
     Ok(out)
 }
-

@@ -9,21 +9,47 @@ use serde_json::Value as J;
 
 /// Ops without a case of their own, and why.
 const NO_CASE: &[(&str, &str)] = &[
-    ("randint_seeded", "random: PyTorch's generator draws other numbers"),
-    ("bernoulli_seeded", "random: PyTorch's generator draws other numbers"),
-    ("bernoulli_p_seeded", "random: PyTorch's generator draws other numbers"),
+    (
+        "randint_seeded",
+        "random: PyTorch's generator draws other numbers",
+    ),
+    (
+        "bernoulli_seeded",
+        "random: PyTorch's generator draws other numbers",
+    ),
+    (
+        "bernoulli_p_seeded",
+        "random: PyTorch's generator draws other numbers",
+    ),
     ("randint", "random: PyTorch's generator draws other numbers"),
-    ("bernoulli", "random: PyTorch's generator draws other numbers"),
-    ("bernoulli_p", "random: PyTorch's generator draws other numbers"),
+    (
+        "bernoulli",
+        "random: PyTorch's generator draws other numbers",
+    ),
+    (
+        "bernoulli_p",
+        "random: PyTorch's generator draws other numbers",
+    ),
     ("dropout", "random: its mask comes from our generator"),
-    ("dropout_global", "random: its mask comes from our generator"),
-    ("index_put_", "in-place form of index_put (index_put's cases), then copy_"),
+    (
+        "dropout_global",
+        "random: its mask comes from our generator",
+    ),
+    (
+        "index_put_",
+        "in-place form of index_put (index_put's cases), then copy_",
+    ),
 ];
 
 /// Ops whose forward runs inside another op's cases: (op, the op whose cases run it, whether
 /// they are that op's gradient cases, why).
 const COVERED_BY: &[(&str, &str, bool, &str)] = &[
-    ("gelu_backward", "gelu", true, "what gelu's derivative records"),
+    (
+        "gelu_backward",
+        "gelu",
+        true,
+        "what gelu's derivative records",
+    ),
     ("conv2d_backward", "conv2d", true, "conv2d's derivative"),
     (
         "max_pool2d_with_indices_backward",
@@ -31,7 +57,12 @@ const COVERED_BY: &[(&str, &str, bool, &str)] = &[
         true,
         "max_pool2d_with_indices's derivative",
     ),
-    ("avg_pool2d_backward", "avg_pool2d", true, "avg_pool2d's derivative"),
+    (
+        "avg_pool2d_backward",
+        "avg_pool2d",
+        true,
+        "avg_pool2d's derivative",
+    ),
     (
         "adaptive_avg_pool2d_backward",
         "adaptive_avg_pool2d",
@@ -86,10 +117,19 @@ const NOT_DIFFERENTIABLE: &[(&str, &str)] = &[
     ("linspace", "a factory: no tensor input"),
     ("gelu_backward", "double backward: not recorded"),
     ("conv2d_backward", "double backward: not recorded"),
-    ("max_pool2d_with_indices_backward", "double backward: not recorded"),
+    (
+        "max_pool2d_with_indices_backward",
+        "double backward: not recorded",
+    ),
     ("avg_pool2d_backward", "double backward: not recorded"),
-    ("adaptive_avg_pool2d_backward", "double backward: not recorded"),
-    ("_fused_attention", "scaled_dot_product_attention's gradient cases run it"),
+    (
+        "adaptive_avg_pool2d_backward",
+        "double backward: not recorded",
+    ),
+    (
+        "_fused_attention",
+        "scaled_dot_product_attention's gradient cases run it",
+    ),
     ("_fused_attention_backward", "double backward: not recorded"),
 ];
 
@@ -185,7 +225,10 @@ fn every_documented_op_has_parity_cases() {
     let exempt = NO_CASE.iter().map(|e| e.0);
     let exempt = exempt.chain(COVERED_BY.iter().map(|e| e.0));
     for op in exempt.chain(NOT_DIFFERENTIABLE.iter().map(|e| e.0)) {
-        assert!(documented.contains(op), "exemption `{op}` is not in docs/ops.md's tables");
+        assert!(
+            documented.contains(op),
+            "exemption `{op}` is not in docs/ops.md's tables"
+        );
     }
 }
 
@@ -232,7 +275,14 @@ fn the_op_table_reader_reads_names() {
         ]
     );
     let real = documented_ops(&read("docs/ops.md"));
-    for op in ["add", "gelu", "linear", "index_select", "scatter_reduce", "conv2d"] {
+    for op in [
+        "add",
+        "gelu",
+        "linear",
+        "index_select",
+        "scatter_reduce",
+        "conv2d",
+    ] {
         assert!(real.contains(op), "{op} not read from docs/ops.md");
     }
 }

@@ -27,7 +27,6 @@ pub(crate) struct GradSpec {
     pub(crate) up: Vec<Option<Tensor>>,
 }
 
-
 impl<'a> Case<'a> {
     /// Decodes case number `index` of the file, its tensors taken from `pool`.
     pub(crate) fn decode(index: usize, j: &'a J, pool: &[Tensor]) -> Case<'a> {
@@ -190,7 +189,6 @@ impl Arg {
     }
 }
 
-
 pub(crate) fn base64_decode(s: &str) -> Vec<u8> {
     let val = |c: u8| -> u32 {
         match c {
@@ -269,7 +267,6 @@ pub(crate) fn decode_tensor(j: &J) -> Tensor {
     };
     t.unwrap()
 }
-
 
 pub(crate) fn decode_scalar(j: &J) -> Scalar {
     if let Some(b) = j.get("b") {
@@ -357,4 +354,3 @@ pub(crate) fn describe(c: &Case) -> String {
         }
     )
 }
-

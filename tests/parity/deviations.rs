@@ -227,7 +227,8 @@ pub(crate) static DEVIATIONS: &[Deviation] = &[
         gradient: false,
         what: "an int32 index",
         applies: |c, m| {
-            m.index.is_none() && matches!(c.args.get(2), Some(Arg::Tensor(t)) if t.dtype() == DType::I32)
+            m.index.is_none()
+                && matches!(c.args.get(2), Some(Arg::Tensor(t)) if t.dtype() == DType::I32)
         },
         reason: "index tensors of gather/scatter are int64 (an argument error names `index`); \
                  PyTorch 2.15 also takes int32",
@@ -237,7 +238,8 @@ pub(crate) static DEVIATIONS: &[Deviation] = &[
         gradient: false,
         what: "reduce = \"max\" or \"min\"",
         applies: |c, m| {
-            m.index.is_none() && matches!(c.args.get(4), Some(Arg::Str(s)) if s == "max" || s == "min")
+            m.index.is_none()
+                && matches!(c.args.get(4), Some(Arg::Str(s)) if s == "max" || s == "min")
         },
         reason: "an argument error listing the five documented reductions; PyTorch 2.15 takes \
                  the undocumented aliases of amax/amin",
@@ -287,4 +289,3 @@ pub(crate) static DEVIATIONS: &[Deviation] = &[
                  terms' size (up to ~10 for the recorded inputs of size ~4)",
     },
 ];
-

@@ -58,60 +58,61 @@ fn replays_pytorch_cases() {
             }
             .with(problem)
         };
-        let found: Vec<(Mismatch, String)> = match (if gradient { grad::run(&c) } else { run(&c) }, &c.expect) {
-            (Err(_), None) => Vec::new(),
-            (Err(e), Some(_)) => vec![whole(format!("error `{e}`, PyTorch returned a result"))],
-            (Ok(outs), None) => vec![whole(format!(
-                "returned {} {:?} {:?}, PyTorch raised `{}`",
-                outs[0].dtype(),
-                outs[0].shape(),
-                outs[0].to_vec_f64().unwrap_or_default(),
-                c.error.as_deref().unwrap_or("")
-            ))],
-            (Ok(outs), Some(want)) if outs.len() != want.len() => {
-                vec![whole(format!(
-                    "{} outputs, PyTorch {}",
-                    outs.len(),
-                    want.len()
-                ))]
-            }
-            (Ok(outs), Some(want)) => {
-                let input = c.args.iter().find_map(|a| match a {
-                    Arg::Tensor(t) => Some(t),
-                    _ => None,
-                });
-                let mut found = Vec::new();
-                for (k, (g, w)) in outs.iter().zip(want).enumerate() {
-                    // Reference cases hold the exact function: 4 ulp, whatever the op.
-                    let tol = if reference {
-                        4
-                    } else if gradient {
-                        grad::tolerance(c.op, w.dtype())
-                    } else {
-                        ulp_tolerance(c.op, w.dtype())
-                    };
-                    let abs = if gradient { grad::abs_bound(w) } else { 0.0 };
-                    match compare(g, w, input, tol, abs) {
-                        Err(e) => found.push(whole(format!("output {k}: {e}"))),
-                        Ok(ms) => found.extend(ms.into_iter().map(|m| {
-                            let text = format!(
-                                "{} {k} element {}: {:e}, {} {:e}{}",
-                                if gradient { "gradient" } else { "output" },
-                                m.index.unwrap_or(0),
-                                m.got,
-                                if reference { "exact" } else { "PyTorch" },
-                                m.want,
-                                m.ulps
-                                    .map(|u| format!(" ({u} ulp, tolerance {tol})"))
-                                    .unwrap_or_default()
-                            );
-                            (m, text)
-                        })),
-                    }
+        let found: Vec<(Mismatch, String)> =
+            match (if gradient { grad::run(&c) } else { run(&c) }, &c.expect) {
+                (Err(_), None) => Vec::new(),
+                (Err(e), Some(_)) => vec![whole(format!("error `{e}`, PyTorch returned a result"))],
+                (Ok(outs), None) => vec![whole(format!(
+                    "returned {} {:?} {:?}, PyTorch raised `{}`",
+                    outs[0].dtype(),
+                    outs[0].shape(),
+                    outs[0].to_vec_f64().unwrap_or_default(),
+                    c.error.as_deref().unwrap_or("")
+                ))],
+                (Ok(outs), Some(want)) if outs.len() != want.len() => {
+                    vec![whole(format!(
+                        "{} outputs, PyTorch {}",
+                        outs.len(),
+                        want.len()
+                    ))]
                 }
-                found
-            }
-        };
+                (Ok(outs), Some(want)) => {
+                    let input = c.args.iter().find_map(|a| match a {
+                        Arg::Tensor(t) => Some(t),
+                        _ => None,
+                    });
+                    let mut found = Vec::new();
+                    for (k, (g, w)) in outs.iter().zip(want).enumerate() {
+                        // Reference cases hold the exact function: 4 ulp, whatever the op.
+                        let tol = if reference {
+                            4
+                        } else if gradient {
+                            grad::tolerance(c.op, w.dtype())
+                        } else {
+                            ulp_tolerance(c.op, w.dtype())
+                        };
+                        let abs = if gradient { grad::abs_bound(w) } else { 0.0 };
+                        match compare(g, w, input, tol, abs) {
+                            Err(e) => found.push(whole(format!("output {k}: {e}"))),
+                            Ok(ms) => found.extend(ms.into_iter().map(|m| {
+                                let text = format!(
+                                    "{} {k} element {}: {:e}, {} {:e}{}",
+                                    if gradient { "gradient" } else { "output" },
+                                    m.index.unwrap_or(0),
+                                    m.got,
+                                    if reference { "exact" } else { "PyTorch" },
+                                    m.want,
+                                    m.ulps
+                                        .map(|u| format!(" ({u} ulp, tolerance {tol})"))
+                                        .unwrap_or_default()
+                                );
+                                (m, text)
+                            })),
+                        }
+                    }
+                    found
+                }
+            };
         let mut undocumented = Vec::new();
         for (m, text) in found {
             let dev = if reference {
@@ -432,4 +433,3 @@ fn float_to_int_casts_saturate_and_map_nan_to_zero() {
         want[1].to_vec::<i64>().unwrap()
     );
 }
-

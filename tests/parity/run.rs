@@ -172,8 +172,7 @@ pub(crate) fn run_composite(op: &str, a: &[Arg]) -> Result<Option<Vec<Tensor>>> 
         "split" => return Ok(Some(a[0].tensor().split(a[1].int() as usize, a[2].int())?)),
         "split_with_sizes" => {
             return Ok(Some(
-                a[0].tensor()
-                    .split_with_sizes(&a[1].usizes(), a[2].int())?,
+                a[0].tensor().split_with_sizes(&a[1].usizes(), a[2].int())?,
             ));
         }
         "chunk" => return Ok(Some(a[0].tensor().chunk(a[1].int() as usize, a[2].int())?)),
@@ -279,4 +278,3 @@ pub(crate) fn conv2d_grad(a: &[Arg]) -> Result<Vec<Tensor>> {
     let g = tensorplay::autograd::grad(&[y], &leaves, &[Some(a[7].tensor().clone())], false)?;
     Ok(g.into_iter().map(|t| t.expect("a gradient")).collect())
 }
-
