@@ -3,8 +3,11 @@
 
 Each case names an op, its arguments (tensors with exact bit patterns, Rust-scalar operands,
 plain ints/floats/strings) and what PyTorch 2.x on CPU returned: the dtype, shape and bit
-pattern of every output, or that it raised. `tests/parity.rs` replays every case through
-TensorPlay's public API; it needs neither PyTorch nor Python.
+pattern of every output, or that it raised. Gradient cases (`gcase`, marked "grad") hold the
+gradients PyTorch's autograd gave some tensor arguments for a recorded upstream gradient.
+`tests/parity/` replays every case through TensorPlay's public API (and autograd); it needs
+neither PyTorch nor Python. Every op of docs/ops.md's tables needs a case here (a gradient case
+too when it is differentiable): `tests/parity/coverage.rs` fails otherwise.
 
 Regenerate (PyTorch installed outside the repository):
 

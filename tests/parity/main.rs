@@ -9,6 +9,11 @@
 //! [`DEVIATIONS`] (each with its reason; mirrored in docs/ops.md, "PyTorch parity"). A deviation
 //! that no case exercises any more fails the test too, so the list stays honest.
 //!
+//! Gradient cases (`"grad"` in the file) run the op with some tensor arguments as leaves of
+//! autograd and compare the gradients for PyTorch's recorded upstream gradient (`grad.rs`, with
+//! its norm-wise tolerance); `coverage.rs` checks that every op of docs/ops.md's tables has a
+//! forward case and, when differentiable, a gradient case.
+//!
 //! Needs neither Python nor PyTorch; regenerate the data as described in `record.py`.
 
 use half::{bf16, f16};
