@@ -3,8 +3,11 @@
 
 Each case names an op, its arguments (tensors with exact bit patterns, Rust-scalar operands,
 plain ints/floats/strings) and what PyTorch 2.x on CPU returned: the dtype, shape and bit
-pattern of every output, or that it raised. `tests/parity.rs` replays every case through
-TensorPlay's public API; it needs neither PyTorch nor Python.
+pattern of every output, or that it raised. Gradient cases (`gcase`, marked "grad") hold the
+gradients PyTorch's autograd gave some tensor arguments for a recorded upstream gradient.
+`tests/parity/` replays every case through TensorPlay's public API (and autograd); it needs
+neither PyTorch nor Python. Every op of docs/ops.md's tables needs a case here (a gradient case
+too when it is differentiable): `tests/parity/coverage.rs` fails otherwise.
 
 Regenerate (PyTorch installed outside the repository):
 
@@ -702,6 +705,513 @@ for d in FLOATS:
     case("group_norm", F.group_norm, [T(x3), P(3), T(rnd([6], d, 817)), T(rnd([6], d, 818)),
                                       P(1e-5)])
     case("group_norm", F.group_norm, [T(x), P(1), P(None), P(None), P(1e-5)])
+
+
+# ---- issue 32 item 3: a forward case for every op docs/ops.md lists ------------------------------
+# (tests/parity.rs fails when an op of the tables has none; sample a few shapes and dtypes.)
+for d in FLOATS:
+    case("sinc", torch.sinc, [T(make(d, SPECIAL + [0.25, -1.5, 2.0, 1e-20]))])
+for d in ["f32", "f16", "i32"]:
+    t = make(d, [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8], [3, 4])
+    case("min_dim", torch.min, [T(t), P(1)])
+    case("min_dim", lambda x, dim, k: torch.min(x, dim, k), [T(t), P(0), P(True)])
+case("min_dim", torch.min, [T(make("f64", [1.0, NAN, -INF, 2.0, -0.0, 0.0], [2, 3])), P(1)])
+
+
+def cat(ts, dim):
+    return torch.cat(ts, dim)
+
+
+def stack(ts, dim):
+    return torch.stack(ts, dim)
+
+
+def TL(ts):
+    """A tensor-list argument."""
+    return Arg({"ts": [T(t).js["t"] for t in ts]}, ts)
+
+
+for d in ["f32", "bf16", "i64", "bool"]:
+    a = make(d, [1, 0, 1, 1, 0, 1] if d == "bool" else [1, 2, 3, 4, 5, 6], [2, 3])
+    b = make(d, [0, 1, 1] if d == "bool" else [7, 8, 9], [1, 3])
+    case("cat", cat, [TL([a, b]), P(0)])
+    case("cat", cat, [TL([a, a]), P(-1)])
+    case("stack", stack, [TL([a, a]), P(1)])
+    case("cat", cat, [TL([a, b]), P(1)])  # shape error
+case("cat", cat, [TL([make("f32", [1, 2]), make("i32", [3]), make("f16", [4.5])]), P(0)])
+case("stack", stack, [TL([make("f16", [1, 2]), make("f64", [3, 4])]), P(0)])
+case("cat", cat, [TL([make("f32", [1, 2, 3, 4], [2, 2]), make("f32", [], [0])]), P(0)])
+
+for d in ["f32", "f64", "f16", "i32", "bool"]:
+    vals = [1, 0, 1, 1, 0, 0, 1, 1, 0, 1, 1, 0] if d == "bool" else [
+        1.5, -2.0, NAN, 4.0, -0.0, INF, 7.0, 8.0, 9.0, -1.0, 0.5, 3.0]
+    if d in INTS:
+        vals = [int(v) if v == v and abs(v) != INF else 5 for v in vals]
+    x = make(d, vals, [3, 4])
+    idx = make("i64", [2, 0, 1, 2, 0, 0, 2, 1], [2, 4])
+    src = make(d, [1, 0, 1, 0, 1, 1, 0, 0] if d == "bool" else [10, 20, 30, 40, 50, 60, 70, 80],
+               [2, 4])
+    case("gather", torch.gather, [T(x), P(0), T(idx)])
+    case("gather", torch.gather, [T(x), P(1), T(make("i64", [3, 0, 0, 1, 2, 3], [3, 2]))])
+    case("scatter", torch.scatter, [T(x), P(0), T(idx), T(src)])
+    case("flip", torch.flip, [T(x), P([0, 1])])
+    case("flip", torch.flip, [T(x), P([-1])])
+    case("nonzero", torch.nonzero, [T(x)])
+    if d != "bool":
+        case("scatter_add", torch.scatter_add, [T(x), P(0), T(idx), T(src)])
+    for red in ["sum", "prod", "mean", "amax", "amin"]:
+        if d == "bool" and red == "mean":
+            continue
+        for inc in [True, False]:
+            case("scatter_reduce",
+                 lambda x, dim, i, s, r, include_self: torch.scatter_reduce(
+                     x, dim, i, s, r, include_self=include_self),
+                 [T(x), P(0), T(idx), T(src), P(red)], {"include_self": P(inc)})
+x = make("f32", [1, 2, 3, 4], [2, 2])
+case("gather", torch.gather, [T(x), P(0), T(make("i64", [2, 0], [1, 2]))])  # out of range
+case("gather", torch.gather, [T(x), P(0), T(make("i32", [1, 0], [1, 2]))])  # index dtype
+case("scatter_reduce", lambda x, dim, i, s, r, include_self: torch.scatter_reduce(
+    x, dim, i, s, r, include_self=include_self),
+    [T(x), P(0), T(make("i64", [1, 0], [1, 2])), T(x), P("max")], {"include_self": P(True)})
+case("flip", torch.flip, [T(x), P([0, 0])])
+case("nonzero", torch.nonzero, [T(make("f32", 0.0))])
+case("nonzero", torch.nonzero, [T(make("f32", [], [0, 3]))])
+
+for d in FLOATS + ["i32", "bool"]:
+    vals = [1, 0, 1, 1, 1, 0] if d == "bool" else [1.5, -2.0, 3.0, 0.0, 4.0, 0.5]
+    if d in INTS:
+        vals = [3, -2, 7, 0, 2**20, 5]
+    x = make(d, vals, [2, 3])
+    case("cumprod", torch.cumprod, [T(x), P(1)])
+    case("cumprod", torch.cumprod, [T(x), P(0)])
+    if d in FLOATS:
+        case("cumsum", torch.cumsum, [T(x), P(0)])
+for d in ["f32", "f64"]:
+    x = make(d, [2.0, INF, 0.0, NAN, -3.0, 1e30, 1e30, 1e-30, -0.0, 5.0], [2, 5])
+    case("cumprod", torch.cumprod, [T(x), P(1)])
+case("cumprod", lambda x, dim, dtype: torch.cumprod(x, dim, dtype=dtype),
+     [T(make("i32", [3, 4, 5])), P(0)], {"dtype": P("f64")})
+
+for d in ["f32", "i64", "bool"]:
+    x = make(d, [1, 0, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0] if d == "bool" else list(range(24)),
+             [3, 4] if d == "bool" else [2, 3, 4])
+    if d == "bool":
+        case("diagonal", torch.diagonal, [T(x), P(1), P(0), P(1)])
+        continue
+    for off, d1, d2 in [(0, 0, 1), (1, 1, 2), (-1, 2, 1), (5, 0, 2), (0, 0, 0)]:
+        case("diagonal", torch.diagonal, [T(x), P(off), P(d1), P(d2)])
+
+
+def mpwi(x, k, s, p, d, ceil):
+    return torch.ops.aten.max_pool2d_with_indices(x, k, s, p, d, ceil)
+
+
+for d in ["f32", "bf16"]:
+    case("max_pool2d_with_indices", mpwi, [T(rnd([1, 2, 5, 6], d, 990)), P([2, 3]), P([2, 2]),
+                                           P([1, 1]), P([1, 1]), P(True)])
+
+# Composite methods.
+for d in ["f32", "f16", "i32", "bool"]:
+    vals = [1, 0, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0] if d == "bool" else [
+        1, -2, 3, 0, 5, 6, 7, 8, 9, -10, 11, 12]
+    x = make(d, vals, [3, 4])
+    ii = make("i64", [2, 0, 2])
+    case("index_select", torch.index_select, [T(x), P(0), T(ii)])
+    case("index_select", torch.index_select, [T(x), P(1), T(make("i32", [3, 1]))])
+    m = make("bool", [True, False, False, True], [4])
+    fill = True if d == "bool" else -0.5
+    case("masked_fill", lambda x, m, v: x.masked_fill(m, v), [T(x), T(m), S(fill)])
+    case("masked_fill", lambda x, m, v: x.masked_fill(m, v), [T(x), T(make("bool", [True] * 4,
+                                                                            [1, 4])), S(NAN)])
+    for k in [0, 1, -1, 5]:
+        case("tril", torch.tril, [T(x), P(k)])
+        case("triu", torch.triu, [T(x), P(k)])
+    case("unflatten", torch.unflatten, [T(x), P(1), P([2, -1])])
+    case("split", lambda x, s, dim: torch.split(x, s, dim), [T(x), P(3), P(1)])
+    case("split_with_sizes", lambda x, s, dim: torch.split(x, s, dim), [T(x), P([1, 2]), P(0)])
+    case("split_with_sizes", lambda x, s, dim: torch.split(x, s, dim), [T(x), P([1, 1]), P(0)])
+    case("chunk", torch.chunk, [T(x), P(3), P(1)])
+    case("chunk", torch.chunk, [T(x), P(2), P(0)])
+    case("movedim", torch.movedim, [T(x.reshape(1, 3, 4)), P([0, 2]), P([2, 0])])
+    case("repeat", lambda x, r: x.repeat(r), [T(x), P([2, 1, 2])])
+    case("tile", torch.tile, [T(x), P([2])])
+    case("any", lambda x, dims, k: torch.any(x, dims, keepdim=k), [T(x), P([1]), P(False)])
+    case("all", lambda x, dims, k: torch.all(x, dims, keepdim=k), [T(x), P([0]), P(True)])
+    case("count_nonzero", torch.count_nonzero, [T(x), P([1])])
+    case("masked_select", torch.masked_select, [T(x), T(m)])
+    case("argwhere", torch.argwhere, [T(x)])
+    case("take", torch.take, [T(x), T(make("i64", [11, 0, 5, 5], [2, 2]))])
+    case("sum_dtype", lambda x, dims, k, dt: torch.sum(x, dims, k, dtype=dt),
+         [T(x), P([1]), P(False), P("f64")])
+    case("sum_dtype", lambda x, dims, k, dt: torch.sum(x, dims, k, dtype=dt),
+         [T(x), P([0]), P(True), P("i32")])
+    if d != "bool" and d not in INTS:
+        case("mean_dtype", lambda x, dims, k, dt: torch.mean(x, dims, k, dtype=dt),
+             [T(x), P([1]), P(False), P("f64")])
+    case("mean_dtype", lambda x, dims, k, dt: torch.mean(x, dims, k, dtype=dt),
+         [T(x), P([1]), P(False), P("f32")])
+    case("nansum", lambda x, dims, k: torch.nansum(x, dims, k), [T(x), P([1]), P(False)])
+    case("nansum_dtype", lambda x, dims, k, dt: torch.nansum(x, dims, k, dtype=dt),
+         [T(x), P([0]), P(True), P("f64")])
+xn = make("f32", [NAN, 1.0, -0.0, NAN, INF, -INF, 2.5, NAN, 0.0], [3, 3])
+case("nansum", lambda x, dims, k: torch.nansum(x, dims, k), [T(xn), P([1]), P(False)])
+case("nansum", lambda x, dims, k: torch.nansum(x, dims, k), [T(xn), P([]), P(False)])
+case("any", lambda x, dims, k: torch.any(x, dims, keepdim=k), [T(xn), P([1]), P(False)])
+case("all", lambda x, dims, k: torch.all(x, dims, keepdim=k), [T(xn), P([1]), P(False)])
+case("count_nonzero", torch.count_nonzero, [T(xn), P([0, 1])])
+case("masked_fill", lambda x, m, v: x.masked_fill(m, v),
+     [T(make("f16", [1, 2, 3])), T(make("bool", [True, False, True])), S(1e5)])
+case("take", torch.take, [T(xn), T(make("i64", [9]))])
+for n, m, d in [(3, 3, "f32"), (2, 4, "i64"), (4, 1, "bool"), (0, 2, "f16")]:
+    case("eye", lambda n, m, dtype: torch.eye(n, m, dtype=dtype), [P(n), P(m), P(d)])
+for a, b, n, d in [(0.0, 1.0, 7, "f32"), (-5.0, 5.0, 4, "i32"), (1.0, 0.0, 11, "f64"),
+                   (0.0, 1.0, 1, "f16"), (3.0, 3.0, 0, "f32"), (-1.0, 1e10, 6, "bf16")]:
+    case("linspace", lambda a, b, n, dtype: torch.linspace(a, b, n, dtype=dtype),
+         [P(a), P(b), P(n), P(d)])
+for a, b, n in [(-3.3, 7.1, 33), (0.1, 0.7, 100), (2.5, -7.25, 64)]:
+    for d in ["f32", "f64"]:
+        case("linspace", lambda a, b, n, dtype: torch.linspace(a, b, n, dtype=dtype),
+             [P(a), P(b), P(n), P(d)])
+for d in ["f32", "f16", "i64"]:
+    x = make(d, list(range(12)), [3, 4])
+    case("roll", torch.roll, [T(x), P([1, -5]), P([0, 1])])
+    case("roll", torch.roll, [T(x), P([2]), P([])])
+    case("norm", vnorm, [T(x), P(2.0), P([1]), P(False)])  # i64: an error in both
+x = rnd([3, 7], "f32", 991, 4.0)
+for p in [0.0, 1.0, INF, -INF, 2.5, -1.0]:
+    for d in ["f32", "f64"]:
+        case("norm", vnorm, [T(x.to(DT[d])), P(p), P([1]), P(False)])
+
+
+def index_put(x, idx, v, acc):
+    return torch.index_put(x, (idx,), v, acc)
+
+
+for d in ["f32", "f64", "i32"]:
+    x = make(d, list(range(12)), [4, 3])
+    i = make("i64", [3, 0, 3, -1])
+    v = make(d, [10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120], [4, 3])
+    for acc in [False, True]:
+        case("index_put", index_put, [T(x), T(i), T(v), P(acc)])
+    case("index_put", index_put, [T(x), T(make("i64", [1, 2])), T(make(d, [7, 8, 9])), P(True)])
+    case("index", lambda x, i: x[i], [T(x), T(make("i64", [0, -1, 2, 2], [2, 2]))])
+case("index_put", index_put, [T(make("f32", [1, 2, 3])), T(make("i64", [5])),
+                              T(make("f32", [0.0])), P(False)])
+
+# nn functions.
+for d in FLOATS:
+    w = rnd([6, 4], d, 992)
+    ids = make("i64", [0, 5, 2, 2, 2, 1], [2, 3])
+    case("embedding", F.embedding, [T(ids), T(w)])
+    case("embedding_padded", lambda i, w, p: F.embedding(i, w, padding_idx=p),
+         [T(ids), T(w), P(2)])
+    case("embedding_padded", lambda i, w, p: F.embedding(i, w, padding_idx=p),
+         [T(ids), T(w), P(-1)])
+case("embedding", F.embedding, [T(make("i64", [6])), T(rnd([6, 4], "f32", 992))])
+case("embedding", F.embedding, [T(make("i32", [0, 3])), T(rnd([6, 4], "f32", 992))])
+
+
+def nllw(x, t, w, ii, r):
+    return F.nll_loss(x, t, weight=w, ignore_index=ii, reduction=r)
+
+
+def xentw(x, t, w, ii, ls, r):
+    return F.cross_entropy(x, t, weight=w, ignore_index=ii, label_smoothing=ls, reduction=r)
+
+
+for d in FLOATS:
+    logits, t = rnd([5, 4], d, 993, 2.0), make("i64", [1, 0, 3, -100, 3])
+    wt = rnd([4], d, 994).abs() + 0.25
+    for r in ["mean", "sum", "none"]:
+        case("nll_loss_weighted", nllw, [T(logits), T(t), T(wt), P(-100), P(r)])
+        case("cross_entropy_weighted", xentw, [T(logits), T(t), T(wt), P(-100), P(0.0), P(r)])
+    case("cross_entropy_weighted", xentw, [T(logits), T(t), T(wt), P(-100), P(0.2), P("mean")])
+    case("nll_loss_weighted", nllw, [T(logits), T(t), T(rnd([3], d, 995)), P(-100), P("mean")])
+
+
+# ---- issue 32 item 4: gradients ------------------------------------------------------------------
+# A gradient case runs the op with the tensor arguments at the positions `wrt` as leaves (a tensor
+# list at such a position: each of its tensors), draws an upstream gradient for every output that
+# has a gradient ("up"; null for the others) and records the gradients of the leaves ("out";
+# unused leaves get zeros). tests/parity.rs replays it through TensorPlay's autograd.
+GSEED = [5000]
+
+
+def gcase(op, fn, args, wrt, kw=None):
+    kw = kw or {}
+    args = list(args)
+    leaves = []
+    for i in wrt:
+        py = args[i].py
+        if isinstance(py, list):
+            ls = [t.detach().clone().requires_grad_() for t in py]
+            leaves += ls
+            args[i] = Arg(args[i].js, ls)
+        else:
+            leaf = py.detach().clone().requires_grad_()
+            leaves.append(leaf)
+            args[i] = Arg(args[i].js, leaf)
+    try:
+        out = fn(*[a.py for a in args], **{k: a.py for k, a in kw.items()})
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        used, ups, up_js = [], [], []
+        for o in outs:
+            if o.requires_grad:
+                GSEED[0] += 1
+                g = rnd(list(o.shape), NAME[o.dtype], GSEED[0])
+                used.append(o)
+                ups.append(g)
+                up_js.append(T(g).js["t"])
+            else:
+                up_js.append(None)
+        grads = torch.autograd.grad(used, leaves, ups, allow_unused=True, materialize_grads=True)
+    except (RuntimeError, NotImplementedError) as e:
+        print(f"gradient case skipped: {op}: {str(e).splitlines()[0][:100]}", file=sys.stderr)
+        return
+    c = {"op": op, "args": [a.js for a in args], "grad": wrt, "up": up_js,
+         "out": [T(g).js["t"] for g in grads]}
+    if kw:
+        c["kw"] = {k: a.js for k, a in kw.items()}
+    CASES.append(c)
+
+
+def gx(shape, d, seed, kind="any"):
+    """Inputs inside an op's differentiable domain."""
+    x = rnd(shape, "f64", seed, 2.0)
+    if kind == "pos":
+        x = x.abs() + 0.1
+    elif kind == "gt1":
+        x = x.abs() + 1.1
+    elif kind == "unit":
+        x = torch.tanh(x) * 0.9
+    elif kind == "prob":
+        x = torch.sigmoid(x) * 0.9 + 0.05
+    elif kind == "gtm1":
+        x = x.abs() - 0.9
+    return x.to(DT[d])
+
+
+GSHAPES = [[3, 4], [5]]
+GRAD_UNARY = {
+    "neg": "any", "abs": "any", "sign": "any", "relu": "any", "exp": "any", "log": "pos",
+    "log1p": "gtm1", "expm1": "any", "sqrt": "pos", "rsqrt": "pos", "reciprocal": "pos",
+    "sin": "any", "cos": "any", "tanh": "any", "sigmoid": "any", "silu": "any", "erf": "any",
+    "floor": "any", "ceil": "any", "round": "any", "square": "any", "log2": "pos",
+    "log10": "pos", "exp2": "any", "tan": "unit", "asin": "unit", "acos": "unit", "atan": "any",
+    "sinh": "any", "cosh": "any", "asinh": "any", "acosh": "gt1", "atanh": "unit",
+    "sinc": "any", "trunc": "any", "frac": "any", "hardsigmoid": "any", "hardswish": "any",
+    "mish": "any",
+}
+UNARY["sinc"] = torch.sinc
+for name, kind in GRAD_UNARY.items():
+    for d in FLOATS:
+        for i, s in enumerate(GSHAPES):
+            if d in ("f16", "bf16") and i > 0:
+                continue
+            gcase(name, UNARY[name], [T(gx(s, d, 6000 + i, kind))], [0])
+# Zeros and the kinks where PyTorch picks a one-sided derivative.
+KINKS = [0.0, -0.0, 1.0, -1.0, -3.0, 3.0, 0.5, -2.5]
+for name in ["abs", "relu", "hardsigmoid", "hardswish", "sqrt", "sign", "square"]:
+    for d in ["f32", "f64"]:
+        gcase(name, UNARY[name], [T(make(d, KINKS))], [0])
+for d in FLOATS:
+    for i, s in enumerate(GSHAPES):
+        x = gx(s, d, 6100 + i)
+        for approx in ["none", "tanh"]:
+            gcase("gelu", lambda x, approximate: F.gelu(x, approximate=approximate), [T(x)], [0],
+                  {"approximate": P(approx)})
+        gcase("leaky_relu", F.leaky_relu, [T(x), S(0.2)], [0])
+        gcase("softplus", F.softplus, [T(x), S(2.0), S(1.0)], [0])
+        gcase("elu", F.elu, [T(x)], [0])
+        gcase("hardtanh", F.hardtanh, [T(x), S(-0.5), S(1.0)], [0])
+        gcase("nan_to_num", torch.nan_to_num, [T(x)], [0])
+        gcase("logit", torch.logit, [T(gx(s, d, 6110 + i, "prob"))], [0])
+        gcase("logit", torch.logit, [T(gx(s, d, 6120 + i, "prob")), P(0.2)], [0])
+        gcase("clamp", torch.clamp, [T(x), S(-0.5), S(1.0)], [0])
+        gcase("softmax", torch.softmax, [T(x), P(0)], [0])
+        gcase("log_softmax", torch.log_softmax, [T(x), P(-1)], [0])
+        gcase("cumsum", torch.cumsum, [T(x), P(0)], [0])
+        gcase("logsumexp", torch.logsumexp, [T(x), P([0]), P(False)], [0])
+        for p in [2.0, 1.0, INF, 3.0]:
+            gcase("norm", vnorm, [T(x), P(p), P([0]), P(False)], [0])
+for d in ["f32", "f64"]:
+    gcase("nan_to_num", torch.nan_to_num, [T(make(d, [1.0, NAN, INF, -INF, -2.0]))], [0])
+    gcase("hardtanh", F.hardtanh, [T(make(d, [-0.5, 1.0, 0.3, -2.0, 2.0]))], [0])
+    gcase("clamp", torch.clamp, [T(make(d, [-0.5, 1.0, 0.3, -2.0, 2.0])), S(-0.5), S(1.0)], [0])
+    gcase("norm", vnorm, [T(make(d, [0.0, 0.0, 0.0])), P(2.0), P([]), P(False)], [0])
+    gcase("cumprod", torch.cumprod, [T(make(d, [2.0, 0.0, 3.0, -1.5, 0.0, 4.0], [2, 3])), P(1)],
+          [0])
+    kx = make(d, [-0.5, 1.0, 0.3, -2.0, 2.0, 0.7])
+    klo = make(d, [-0.5, -0.5, -0.5, -0.5, -0.5, 0.7])
+    khi = make(d, [1.0, 1.0, 1.0, 1.0, 1.0, 0.7])
+    gcase("clamp_tensor", torch.clamp, [T(kx), T(klo), T(khi)], [0, 1, 2])
+
+# Binary ops: same shapes and a broadcast operand.
+GRAD_BINARY = {
+    "add": "any", "sub": "any", "mul": "any", "div": "pos", "pow": "pos", "maximum": "any",
+    "minimum": "any", "remainder": "pos", "atan2": "any", "hypot": "any", "copysign": "any",
+    "fmod": "pos", "fmax": "any", "fmin": "any",
+}
+for name, kind in GRAD_BINARY.items():
+    for d in FLOATS:
+        for i, (sa, sb) in enumerate([([3, 4], [3, 4]), ([3, 4], [4])]):
+            if d in ("f16", "bf16") and i > 0:
+                continue
+            a = gx(sa, d, 6200 + i, "pos" if name == "pow" else "any")
+            b = gx(sb, d, 6210 + i, kind)
+            gcase(name, BINARY[name], [T(a), T(b)], [0, 1])
+    for d in ["f32", "f64"]:  # ties, and NaN where the rules say where the gradient goes
+        a = make(d, [1.0, 2.0, NAN, -0.0, 3.0, NAN])
+        b = make(d, [1.0, -2.0, 1.0, 0.0, NAN, NAN])
+        if name in ("maximum", "minimum", "fmax", "fmin"):
+            gcase(name, BINARY[name], [T(a), T(b)], [0, 1])
+for d in FLOATS:
+    s, e, w = gx([3, 4], d, 6300), gx([3, 4], d, 6301), gx([3, 4], d, 6302, "prob")
+    gcase("lerp", torch.lerp, [T(s), T(e), T(w)], [0, 1, 2])
+    gcase("lerp", torch.lerp, [T(s), T(e), W(0.3)], [0, 1])
+    c = make("bool", [True, False, True, True], [4])
+    gcase("where", torch.where, [T(c), T(s), T(gx([4], d, 6303))], [1, 2])
+    lo, hi = gx([4], d, 6304) - 0.5, gx([3, 1], d, 6305).abs()
+    gcase("clamp_tensor", torch.clamp, [T(s), T(lo), T(hi)], [0, 1, 2])
+    gcase("mul", torch.mul, [T(s), W(2.5)], [0])
+
+# Reductions.
+for d in FLOATS:
+    for i, s in enumerate([[3, 4], [2, 3, 2]]):
+        x = gx(s, d, 6400 + i)
+        gcase("sum", torch.sum, [T(x), P([1])], [0])
+        gcase("mean", torch.mean, [T(x), P([0, 1])], [0])
+        gcase("prod", lambda t, dm: torch.prod(t, dm[0]), [T(x), P([1])], [0])
+        gcase("amax", torch.amax, [T(x), P([1])], [0])
+        gcase("amin", torch.amin, [T(x), P([0])], [0])
+        gcase("max", torch.max, [T(x)], [0])
+        gcase("min", torch.min, [T(x)], [0])
+        gcase("max_dim", torch.max, [T(x), P(1)], [0])
+        gcase("min_dim", torch.min, [T(x), P(0)], [0])
+        gcase("var", torch.var, [T(x), P([1])], [0])
+        gcase("std", torch.std, [T(x), P([1])], [0])
+        gcase("sort", torch.sort, [T(x), P(0)], [0])
+        gcase("cumprod", torch.cumprod, [T(x), P(1)], [0])
+for d in ["f32", "f64"]:
+    t = make(d, [1.0, 3.0, 3.0, -1.0, 0.0, 3.0, 2.0, 0.0, 0.0], [3, 3])  # ties and zeros
+    for name, fn, a in [("amax", torch.amax, [P([1])]), ("max", torch.max, []),
+                        ("min_dim", torch.min, [P(1)]), ("prod", lambda t, dm: torch.prod(
+                            t, dm[0]), [P([1])]), ("prod", lambda t, dm: torch.prod(t, dm[0]),
+                                                   [P([0])])]:
+        gcase(name, fn, [T(t)] + a, [0])
+
+# matmul and linear.
+for d in FLOATS:
+    for sa, sb in [([3, 4], [4, 2]), ([4], [4, 2]), ([2, 3, 4], [4, 5]), ([2, 3, 4], [2, 4, 2]),
+                   ([4], [4])]:
+        gcase("matmul", torch.matmul, [T(gx(sa, d, 6500)), T(gx(sb, d, 6501))], [0, 1])
+    x, w, b = gx([2, 3, 6], d, 6502), gx([5, 6], d, 6503), gx([5], d, 6504)
+    gcase("linear", linear, [T(x), T(w), T(b)], [0, 1, 2])
+    gcase("linear", linear, [T(gx([6], d, 6505)), T(w), P(None)], [0, 1])
+
+# Joins, indexing and shape composites.
+for d in FLOATS:
+    a, b = gx([2, 3], d, 6600), gx([1, 3], d, 6601)
+    gcase("cat", cat, [TL([a, b]), P(0)], [0])
+    gcase("stack", stack, [TL([a, a * 2]), P(2)], [0])
+    x = gx([3, 4], d, 6602)
+    idx = make("i64", [2, 0, 1, 2, 0, 0, 2, 1], [2, 4])
+    src = gx([2, 4], d, 6603)
+    gcase("gather", torch.gather, [T(x), P(0), T(idx)], [0])
+    gcase("scatter", torch.scatter, [T(x), P(0), T(idx), T(src)], [0, 3])
+    gcase("scatter_add", torch.scatter_add, [T(x), P(0), T(idx), T(src)], [0, 3])
+    for red in ["sum", "prod", "mean", "amax", "amin"]:
+        for inc in [True, False]:
+            gcase("scatter_reduce",
+                  lambda x, dim, i, s, r, include_self: torch.scatter_reduce(
+                      x, dim, i, s, r, include_self=include_self),
+                  [T(x), P(0), T(idx), T(src), P(red)], [0, 3], {"include_self": P(inc)})
+    gcase("flip", torch.flip, [T(x), P([0, 1])], [0])
+    gcase("diagonal", torch.diagonal, [T(gx([2, 3, 4], d, 6604)), P(1), P(1), P(2)], [0])
+    gcase("index_select", torch.index_select, [T(x), P(0), T(make("i64", [2, 0, 2]))], [0])
+    m = make("bool", [True, False, False, True], [4])
+    gcase("masked_fill", lambda x, m, v: x.masked_fill(m, v), [T(x), T(m), S(-0.5)], [0])
+    gcase("tril", torch.tril, [T(x), P(1)], [0])
+    gcase("triu", torch.triu, [T(x), P(-1)], [0])
+    gcase("unflatten", torch.unflatten, [T(x), P(1), P([2, -1])], [0])
+    gcase("split", lambda x, s, dim: torch.split(x, s, dim), [T(x), P(3), P(1)], [0])
+    gcase("split_with_sizes", lambda x, s, dim: torch.split(x, s, dim), [T(x), P([1, 2]), P(0)],
+          [0])
+    gcase("chunk", torch.chunk, [T(x), P(2), P(0)], [0])
+    gcase("movedim", torch.movedim, [T(x.reshape(1, 3, 4)), P([0, 2]), P([2, 0])], [0])
+    gcase("repeat", lambda x, r: x.repeat(r), [T(x), P([2, 1, 2])], [0])
+    gcase("tile", torch.tile, [T(x), P([2])], [0])
+    gcase("roll", torch.roll, [T(x), P([1, -5]), P([0, 1])], [0])
+    gcase("masked_select", torch.masked_select, [T(x), T(m)], [0])
+    gcase("take", torch.take, [T(x), T(make("i64", [11, 0, 5, 5], [2, 2]))], [0])
+    gcase("index", lambda x, i: x[i], [T(x), T(make("i64", [0, -1, 2, 2], [2, 2]))], [0])
+    gcase("index", lambda x, m: x[m], [T(x), T(make("bool", [True, False, True]))], [0])
+    gcase("index_put", index_put, [T(x), T(make("i64", [2, 0, 2])), T(gx([3, 4], d, 6605)),
+                                   P(True)], [0, 2])
+    gcase("index_put", index_put, [T(x), T(make("i64", [2, 0])), T(gx([4], d, 6606)), P(False)],
+          [0, 2])
+    gcase("sum_dtype", lambda x, dims, k, dt: torch.sum(x, dims, k, dtype=dt),
+          [T(x), P([1]), P(False), P("f64")], [0])
+    gcase("mean_dtype", lambda x, dims, k, dt: torch.mean(x, dims, k, dtype=dt),
+          [T(x), P([0]), P(True), P("f32")], [0])
+    xn = x.clone()
+    xn[1, 2] = NAN
+    gcase("nansum", lambda x, dims, k: torch.nansum(x, dims, k), [T(xn), P([1]), P(False)], [0])
+    gcase("nansum_dtype", lambda x, dims, k, dt: torch.nansum(x, dims, k, dtype=dt),
+          [T(xn), P([0]), P(False), P("f64")], [0])
+
+# nn functions.
+for d in FLOATS:
+    sd = "f32" if d in ("f16", "bf16") else d
+    ids = make("i64", [0, 5, 2, 2, 2, 1], [2, 3])
+    w = gx([6, 4], d, 6700)
+    gcase("embedding", F.embedding, [T(ids), T(w)], [1])
+    gcase("embedding_padded", lambda i, w, p: F.embedding(i, w, padding_idx=p),
+          [T(ids), T(w), P(2)], [1])
+    x = gx([2, 3, 8], d, 6701) + 3.0
+    gcase("layer_norm", layer_norm, [T(x), P([8]), T(gx([8], d, 6702)), T(gx([8], d, 6703)),
+                                     P(1e-5)], [0, 2, 3])
+    gcase("layer_norm", layer_norm, [T(x), P([3, 8]), P(None), P(None), P(1e-5)], [0])
+    gcase("rms_norm", rms_norm, [T(x), P([8]), T(gx([8], d, 6704)), P(None)], [0, 2])
+    logits, t = gx([5, 4], d, 6705), make("i64", [1, 0, 3, -100, 3])
+    wt = gx([4], d, 6706, "pos")
+    for r in ["mean", "sum", "none"]:
+        gcase("mse_loss", lambda a, b, r: F.mse_loss(a, b, reduction=r),
+              [T(logits), T(gx([5, 4], d, 6707)), P(r)], [0, 1])
+        gcase("nll_loss", nll, [T(logits), T(t), P(-100), P(r)], [0])
+        gcase("cross_entropy", xent, [T(logits), T(t), P(-100), P(0.1), P(r)], [0])
+        gcase("nll_loss_weighted", nllw, [T(logits), T(t), T(wt), P(-100), P(r)], [0])
+        gcase("cross_entropy_weighted", xentw, [T(logits), T(t), T(wt), P(-100), P(0.0), P(r)],
+              [0])
+    q, k, v = gx([2, 5, 8], d, 6710), gx([2, 6, 8], d, 6711), gx([2, 6, 4], d, 6712)
+    bm = gx([5, 6], "f64", 6713) > -1.0
+    gcase("scaled_dot_product_attention", sdpa, [T(q), T(k), T(v), P(None), P(False), P(None)],
+          [0, 1, 2])
+    gcase("scaled_dot_product_attention", sdpa, [T(q), T(k), T(v), T(bm), P(False), P(0.5)],
+          [0, 1, 2])
+    gcase("scaled_dot_product_attention", sdpa, [T(q), T(q), T(q), P(None), P(True), P(None)],
+          [0, 1, 2])
+    x4 = gx([2, 3, 6, 5], d, 6720)
+    gcase("conv2d", conv2d, [T(x4), T(gx([4, 3, 3, 2], d, 6721)), T(gx([4], d, 6722)), P([2, 1]),
+                             P([1, 0]), P([1, 2]), P(1)], [0, 1, 2])
+    gcase("conv1d", conv1d, [T(gx([2, 4, 9], d, 6723)), T(gx([6, 2, 3], d, 6724)),
+                             T(gx([6], d, 6725)), P(2), P(1), P(1), P(2)], [0, 1, 2])
+    gcase("max_pool2d", max_pool2d, [T(x4), P([2, 2]), P([]), P([1, 0]), P([1, 1]), P(True)],
+          [0])
+    gcase("max_pool2d_with_indices", mpwi, [T(x4), P([3, 2]), P([2, 1]), P([1, 1]), P([1, 1]),
+                                            P(False)], [0])
+    gcase("avg_pool2d", avg_pool2d, [T(x4), P([3, 2]), P([2, 1]), P([1, 1]), P(True), P(False),
+                                     P(None)], [0])
+    gcase("adaptive_avg_pool2d", F.adaptive_avg_pool2d, [T(x4), P([4, 3])], [0])
+    xb = gx([4, 3, 2, 2], d, 6730) * 2.0 + 1.0
+    rm, rv = gx([3], sd, 6731), gx([3], sd, 6732, "pos") + 0.5
+    bw, bb = gx([3], sd, 6733), gx([3], sd, 6734)
+    gcase("batch_norm", batch_norm, [T(xb), T(rm), T(rv), T(bw), T(bb), P(True), P(0.1),
+                                     P(1e-5)], [0, 3, 4])
+    gcase("batch_norm", batch_norm, [T(xb), T(rm), T(rv), T(bw), T(bb), P(False), P(0.1),
+                                     P(1e-5)], [0, 3, 4])
+    gcase("group_norm", F.group_norm, [T(gx([2, 6, 5], d, 6735)), P(3), T(gx([6], d, 6736)),
+                                       T(gx([6], d, 6737)), P(1e-5)], [0, 2, 3])
 
 json.dump({"torch": torch.__version__, "tensors": POOL, "cases": CASES}, sys.stdout, separators=(",", ":"))
 sys.stdout.write("\n")

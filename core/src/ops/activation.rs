@@ -434,14 +434,15 @@ fn hardswish_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     )
 }
 
-/// 0 below -3, grad (x / 3 + 0.5) on [-3, 3], grad above.
+/// 0 at and below -3, grad (x / 3 + 0.5) strictly inside (-3, 3), grad at and above 3 (and at
+/// NaN), as PyTorch's `x <= -3 ? 0 : (x < 3 ? x/3 + 0.5 : 1)`.
 fn hardswish_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let (x, g) = (c.args.tensor(0)?, c.grad(0)?);
     let z = Tensor::zeros(&[], g.dtype());
     let one = Tensor::ones(&[], g.dtype());
     let mid = x.div_scalar(3.0)?.add_scalar(0.5)?;
-    let slope = Tensor::where_cond(&x.le_scalar(3.0)?, &mid, &one)?;
-    let slope = Tensor::where_cond(&x.lt_scalar(-3.0)?, &z, &slope)?;
+    let slope = Tensor::where_cond(&x.lt_scalar(3.0)?, &mid, &one)?;
+    let slope = Tensor::where_cond(&x.le_scalar(-3.0)?, &z, &slope)?;
     Ok(vec![Some(g.mul(&slope)?)])
 }
 

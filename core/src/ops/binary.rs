@@ -287,9 +287,9 @@ binary_op! {
         let (x, y, g) = operands(c)?;
         let gx = if x.requires_grad() { grad_for(&g.div(y)?, x)? } else { None };
         let gy = if y.requires_grad() {
-            // d(x/y)/dy = -x / y^2 = -out / y
+            // d(x/y)/dy = -x / y^2 = -g·(out / y), in PyTorch's order (out / y first)
             let out = &c.outputs[0];
-            grad_for(&g.mul(out)?.div(y)?.neg()?, y)?
+            grad_for(&g.mul(&out.div(y)?)?.neg()?, y)?
         } else {
             None
         };

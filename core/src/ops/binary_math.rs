@@ -252,20 +252,24 @@ fn fextremum_expr(m: ScalarOp) -> E {
     )
 }
 
-/// Gradient of fmax (`larger`) or fmin: to `self` where it wins or ties or `other` is NaN,
-/// else to `other` (PyTorch's rule).
+/// Gradient of fmax (`larger`) or fmin: to `self` where it wins or `other` is NaN, half to
+/// each on a tie (`0.0` vs `-0.0` too), else to `other` (PyTorch's rule).
 fn fextremum_grad(c: &GradCtx, larger: bool) -> Result<Vec<Option<Tensor>>> {
     let (a, b, g) = operands(c)?;
-    let wins = if larger { a.ge(b)? } else { a.le(b)? };
+    let wins = if larger { a.gt(b)? } else { a.lt(b)? };
     let to_a = wins.logical_or(&b.isnan()?)?;
+    let tie = a.eq(b)?;
     let z = Tensor::zeros(&[], g.dtype());
+    let half = g.mul_scalar(0.5)?;
     let ga = if a.requires_grad() {
-        grad_for(&Tensor::where_cond(&to_a, &g, &z)?, a)?
+        let shared = Tensor::where_cond(&tie, &half, &z)?;
+        grad_for(&Tensor::where_cond(&to_a, &g, &shared)?, a)?
     } else {
         None
     };
     let gb = if b.requires_grad() {
-        grad_for(&Tensor::where_cond(&to_a, &z, &g)?, b)?
+        let rest = Tensor::where_cond(&tie, &half, &g)?;
+        grad_for(&Tensor::where_cond(&to_a, &z, &rest)?, b)?
     } else {
         None
     };

@@ -94,23 +94,40 @@ fn clamp_tensor_lowering(_: &[&Attr]) -> Result<ScalarExpr> {
     ))
 }
 
-/// The gradient goes to `self` where `lo <= x <= hi`, to `min` where `x < lo <= hi`, and to
-/// `max` everywhere else (above `hi`, or wherever `lo > hi` makes the result `hi`).
+/// The gradient (PyTorch 2.15's rule) goes to `max` wherever `lo > hi` makes the result `hi`;
+/// otherwise to `min` below it, to `max` above it, half to `self` and half to the bound that
+/// `x` equals when it equals only one, and to `self` everywhere else.
 fn clamp_tensor_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let (x, lo, hi) = (c.args.tensor(0)?, c.args.tensor(1)?, c.args.tensor(2)?);
     let g = c.grad(0)?;
     let z = Tensor::zeros(&[], g.dtype());
-    let to_x = x.ge(lo)?.logical_and(&x.le(hi)?)?;
-    let to_lo = x.lt(lo)?.logical_and(&lo.le(hi)?)?;
-    let to_hi = to_x.logical_or(&to_lo)?.logical_not()?;
-    let part = |m: &Tensor, t: &Tensor| -> Result<Option<Tensor>> {
-        if t.requires_grad() {
-            grad_for(&Tensor::where_cond(m, &g, &z)?, t)
-        } else {
-            Ok(None)
+    let half = g.mul_scalar(0.5)?;
+    // min > max: the result is max. Else below min: min; above max: max; equal to exactly one
+    // bound: half to self, half to that bound; otherwise (inside, equal to both, NaN): self.
+    let crossed = lo.gt(hi)?;
+    let kept = crossed.logical_not()?;
+    let to_lo = kept.logical_and(&x.lt(lo)?)?;
+    let to_hi = crossed.logical_or(&x.gt(hi)?)?;
+    let tie_lo = kept.logical_and(&x.eq(lo)?)?.logical_and(&x.ne(hi)?)?;
+    let tie_hi = kept.logical_and(&x.eq(hi)?)?.logical_and(&x.ne(lo)?)?;
+    let to_x = to_lo
+        .logical_or(&to_hi)?
+        .logical_or(&tie_lo)?
+        .logical_or(&tie_hi)?
+        .logical_not()?;
+    let part = |whole: &Tensor, tie: &Tensor, t: &Tensor| -> Result<Option<Tensor>> {
+        if !t.requires_grad() {
+            return Ok(None);
         }
+        let shared = Tensor::where_cond(tie, &half, &z)?;
+        grad_for(&Tensor::where_cond(whole, &g, &shared)?, t)
     };
-    Ok(vec![part(&to_x, x)?, part(&to_lo, lo)?, part(&to_hi, hi)?])
+    let ties = tie_lo.logical_or(&tie_hi)?;
+    Ok(vec![
+        part(&to_x, &ties, x)?,
+        part(&to_lo, &tie_lo, lo)?,
+        part(&to_hi, &tie_hi, hi)?,
+    ])
 }
 
 /// `clamp_tensor(Tensor self, Tensor min, Tensor max) -> Tensor`

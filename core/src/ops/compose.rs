@@ -731,9 +731,10 @@ impl Tensor {
         rows.eq(&cols)?.to_dtype(dtype)
     }
 
-    /// `steps` evenly spaced values from `start` to `end` inclusive (computed in f64 and
-    /// converted to `dtype` once; the second half counts back from `end`, as PyTorch does, so
-    /// both endpoints are exact).
+    /// `steps` evenly spaced values from `start` to `end` inclusive; the second half counts back
+    /// from `end`, as PyTorch does, so both endpoints are exact. f32 and f64 compute as
+    /// PyTorch's kernel: the step in the dtype, each value one fused multiply-add
+    /// (`start + i·step`, `end - (steps-1-i)·step`); other dtypes compute in f64 and convert once.
     ///
     /// ```
     /// use tensorplay_core::{DType, Tensor};
@@ -762,8 +763,30 @@ impl Tensor {
         if steps == 1 {
             return Tensor::from_vec(vec![start], &[1])?.to_dtype(dtype);
         }
-        let step = (end - start) / (steps.max(2) - 1) as f64;
         let half = steps / 2;
+        // f32 and f64 as PyTorch's kernel: start, end and the step in the dtype, each value
+        // one fused multiply-add from the nearer end.
+        if steps >= 2 && dtype == DType::F32 {
+            let (s, e) = (start as f32, end as f32);
+            let step = (e - s) / (steps - 1) as f32;
+            let v: Vec<f32> = (0..steps)
+                .map(|i| match i < half {
+                    true => step.mul_add(i as f32, s),
+                    false => (-step).mul_add((steps - 1 - i) as f32, e),
+                })
+                .collect();
+            return Tensor::from_vec(v, &[steps]);
+        }
+        let step = (end - start) / (steps.max(2) - 1) as f64;
+        if dtype == DType::F64 {
+            let v: Vec<f64> = (0..steps)
+                .map(|i| match i < half {
+                    true => step.mul_add(i as f64, start),
+                    false => (-step).mul_add((steps - 1 - i) as f64, end),
+                })
+                .collect();
+            return Tensor::from_vec(v, &[steps]);
+        }
         let v: Vec<f64> = (0..steps)
             .map(|i| {
                 if i < half {

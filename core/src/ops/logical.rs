@@ -300,7 +300,8 @@ fn clamp_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     }
 }
 
-/// The gradient passes where `min <= x <= max` (present bounds only) and is 0 elsewhere.
+/// The gradient passes where `min < x < max` (present bounds only; PyTorch 2.15: 0 at a bound)
+/// and is 0 elsewhere.
 fn clamp_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let x = c.args.tensor(0)?;
     if !x.requires_grad() {
@@ -309,9 +310,9 @@ fn clamp_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let (lo, hi) = (opt_scalar(c.args, 1)?, opt_scalar(c.args, 2)?);
     let g = c.grad(0)?;
     let mask = match (lo, hi) {
-        (Some(l), Some(h)) => x.ge_scalar(l)?.logical_and(&x.le_scalar(h)?)?,
-        (Some(l), None) => x.ge_scalar(l)?,
-        (None, Some(h)) => x.le_scalar(h)?,
+        (Some(l), Some(h)) => x.gt_scalar(l)?.logical_and(&x.lt_scalar(h)?)?,
+        (Some(l), None) => x.gt_scalar(l)?,
+        (None, Some(h)) => x.lt_scalar(h)?,
         (None, None) => {
             return Err(Error::argument(
                 "clamp",

@@ -405,8 +405,10 @@ unary_op! {
     /// `tanh(±inf) = ±1`.
     TANH, Tanh, "tanh", tanh, int = Promote, bool = AsInt,
     f32 = |x: f32| MathFn::Tanh.eval_f32(x), f64 = f64::tanh, int_fn = id,
-    // 1 - out^2
-    grad = Some(|c| grad_times_out(c, |o| o.mul(o)?.neg()?.add_scalar(1.0))), saved = Outputs,
+    // 1 - out^2 as (1 - out)(1 + out): no cancellation where |out| is near 1 (within an ulp
+    // or two of PyTorch's fused 1 - out·out, where out·out rounded first loses hundreds)
+    grad = Some(|c| grad_times_out(c, |o| o.neg()?.add_scalar(1.0)?.mul(&o.add_scalar(1.0)?))),
+    saved = Outputs,
     bulk = Tanh
 }
 
