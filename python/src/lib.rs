@@ -1,7 +1,8 @@
 //! `tensorplay._C`: the extension module behind the `tensorplay` Python package — tensors, the
-//! generic op call, autograd, vmap, compile and `tensorplay.library`'s registrations over the Rust
-//! runtime. The pure-Python package (`python/tensorplay/`) adds signatures, decorators and the op
-//! methods generated from the op table.
+//! generic op call, autograd, vmap, compile, `tensorplay.library`'s registrations and
+//! `tensorplay.optim`'s optimizers and schedulers over the Rust runtime. The pure-Python package
+//! (`python/tensorplay/`) adds signatures, decorators and the op methods generated from the op
+//! table.
 
 mod call;
 mod callbacks;
@@ -12,6 +13,7 @@ mod factory;
 mod library;
 mod methods;
 mod nn;
+mod optim;
 mod tensor;
 
 use pyo3::prelude::*;
@@ -28,6 +30,8 @@ fn tensorplay_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<library::PyLibrary>()?;
     m.add_class::<library::KernelEnabled>()?;
     m.add_class::<library::PyKernel>()?;
+    m.add_class::<optim::PyOptimizer>()?;
+    m.add_class::<optim::PyScheduler>()?;
     for d in [
         tensorplay::DType::F32,
         tensorplay::DType::F64,
