@@ -116,3 +116,14 @@ def test_quickstart_example_runs():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "compiled loss" in r.stdout and "dloss/dx has shape (4, 8)" in r.stdout
+
+
+def test_training_example_loss_falls():
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", "python", "train.py"), "--steps", "40",
+                        "--batch", "64", "--hidden", "16", "--lr", "0.03"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    losses = [float(line.split("loss ")[1].split()[0]) for line in r.stdout.splitlines() if line.startswith("step")]
+    assert len(losses) >= 2 and losses[-1] < 0.5 * losses[0], r.stdout
+    assert "median step time" in r.stdout
