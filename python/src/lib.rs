@@ -44,6 +44,7 @@ fn tensorplay_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add(convert::dtype_name(d), convert::PyDType { dtype: d })?;
     }
     m.add_function(wrap_pyfunction!(tensor::_from_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor::_from_array_interface, m)?)?;
     m.add_function(wrap_pyfunction!(factory::tensor, m)?)?;
     m.add_function(wrap_pyfunction!(factory::zeros, m)?)?;
     m.add_function(wrap_pyfunction!(factory::ones, m)?)?;
