@@ -30,6 +30,7 @@ fn tensorplay_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<library::PyLibrary>()?;
     m.add_class::<library::KernelEnabled>()?;
     m.add_class::<library::PyKernel>()?;
+    m.add_class::<library::PyFakeCtx>()?;
     m.add_class::<optim::PyOptimizer>()?;
     m.add_class::<optim::PyScheduler>()?;
     for d in [
@@ -72,6 +73,7 @@ fn tensorplay_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(library::_set_kernel_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(library::_get_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(library::_opcheck, m)?)?;
+    m.add_function(wrap_pyfunction!(library::_get_ctx, m)?)?;
     let nn_mod = PyModule::new(m.py(), "_nn")?;
     nn::register(&nn_mod)?;
     m.add_submodule(&nn_mod)?;
