@@ -127,6 +127,7 @@ mod tests {
         let dropped = Arc::new(AtomicBool::new(false));
         let mut owner = Box::new(Owner(vec![1.0, 2.0, 3.0, 4.0], dropped.clone()));
         let ptr = owner.0.as_mut_ptr().cast::<u8>();
+        // SAFETY: the 16 bytes live in the owner's Vec, which the storage keeps alive.
         let t = unsafe { Tensor::from_external(ptr, 16, &[2, 2], &[2, 1], 0, DType::F32, owner) }
             .unwrap();
         let view = t.t().unwrap();
@@ -144,6 +145,8 @@ mod tests {
     fn rejects_bad_layouts() {
         let mut v = vec![0.0f32; 4];
         let p = v.as_mut_ptr().cast::<u8>();
+        // SAFETY: `v` (16 bytes) outlives every tensor made here; only in-bounds layouts are
+        // accepted (what the test checks).
         let mk = |ptr: *mut u8, shape: &[usize], strides: &[isize], off| unsafe {
             Tensor::from_external(ptr, 16, shape, strides, off, DType::F32, Box::new(()))
         };
@@ -163,6 +166,7 @@ mod tests {
         let s = r.storage().clone();
         drop(r);
         assert!(s.is_unique() && s.is_external());
+        // SAFETY: nothing else uses `s` (checked just above); the call is refused anyway.
         assert!(unsafe { Tensor::from_recycled_storage(s, &[1], DType::F32) }.is_err());
     }
 }
