@@ -87,12 +87,14 @@ impl Slots {
     }
 
     /// The value `t` of slot `slot` is dead: its storage becomes the slot's (unless the slot
-    /// holds a larger one already). Fake and non-CPU storage is not kept.
+    /// holds a larger one already). Fake and non-CPU storage is not kept, nor memory of another
+    /// owner (a numpy array's, `Tensor::from_external`): a value that is a view of such an
+    /// input must never have its memory handed to a later intermediate.
     pub fn release(&mut self, slot: usize, t: Tensor) {
         let Some(entry) = self.0.get_mut(slot) else {
             return;
         };
-        if t.is_fake() || t.device() != tensorplay_ir::Device::Cpu {
+        if t.is_fake() || t.device() != tensorplay_ir::Device::Cpu || t.storage().is_external() {
             return;
         }
         let s = t.storage().clone();

@@ -1,7 +1,8 @@
 //! `tensorplay._C`: the extension module behind the `tensorplay` Python package — tensors, the
-//! generic op call, autograd, vmap, compile and `tensorplay.library`'s registrations over the Rust
-//! runtime. The pure-Python package (`python/tensorplay/`) adds signatures, decorators and the op
-//! methods generated from the op table.
+//! generic op call, autograd, vmap, compile, `tensorplay.library`'s registrations and
+//! `tensorplay.optim`'s optimizers and schedulers over the Rust runtime. The pure-Python package
+//! (`python/tensorplay/`) adds signatures, decorators and the op methods generated from the op
+//! table.
 
 mod call;
 mod callbacks;
@@ -12,6 +13,7 @@ mod factory;
 mod library;
 mod methods;
 mod nn;
+mod optim;
 mod tensor;
 
 use pyo3::prelude::*;
@@ -28,6 +30,9 @@ fn tensorplay_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<library::PyLibrary>()?;
     m.add_class::<library::KernelEnabled>()?;
     m.add_class::<library::PyKernel>()?;
+    m.add_class::<library::PyFakeCtx>()?;
+    m.add_class::<optim::PyOptimizer>()?;
+    m.add_class::<optim::PyScheduler>()?;
     for d in [
         tensorplay::DType::F32,
         tensorplay::DType::F64,
@@ -40,6 +45,7 @@ fn tensorplay_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add(convert::dtype_name(d), convert::PyDType { dtype: d })?;
     }
     m.add_function(wrap_pyfunction!(tensor::_from_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor::_from_array_interface, m)?)?;
     m.add_function(wrap_pyfunction!(factory::tensor, m)?)?;
     m.add_function(wrap_pyfunction!(factory::zeros, m)?)?;
     m.add_function(wrap_pyfunction!(factory::ones, m)?)?;
@@ -67,6 +73,7 @@ fn tensorplay_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(library::_set_kernel_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(library::_get_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(library::_opcheck, m)?)?;
+    m.add_function(wrap_pyfunction!(library::_get_ctx, m)?)?;
     let nn_mod = PyModule::new(m.py(), "_nn")?;
     nn::register(&nn_mod)?;
     m.add_submodule(&nn_mod)?;

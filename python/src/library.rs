@@ -381,3 +381,39 @@ pub fn _opcheck(
     })
     .py_err()
 }
+
+/// `tensorplay.library.get_ctx()`'s native half: the context of the fake kernel running on this
+/// thread (a `LookupError` outside one).
+#[pyclass(name = "_FakeCtx", module = "tensorplay._C", frozen)]
+pub struct PyFakeCtx {
+    ctx: lib::FakeCtx,
+}
+
+#[pymethods]
+impl PyFakeCtx {
+    /// A fresh data-dependent size in `min..=max` as `(id, min, max, hint)`: `hint` is the
+    /// concrete value fake shapes use (sizes are concrete in TensorPlay's shapes).
+    #[pyo3(signature = (min, max))]
+    fn new_dynamic_size(
+        &self,
+        min: usize,
+        max: Option<usize>,
+    ) -> PyResult<(u64, usize, Option<usize>, usize)> {
+        let s = self.ctx.new_dynamic_size(min, max).py_err()?;
+        Ok((s.id(), s.min(), s.max(), s.hint()))
+    }
+
+    /// The op whose fake kernel is running.
+    #[getter]
+    fn op(&self) -> String {
+        self.ctx.op().to_string()
+    }
+}
+
+/// The context of the fake kernel running on this thread.
+#[pyfunction]
+pub fn _get_ctx() -> PyResult<PyFakeCtx> {
+    Ok(PyFakeCtx {
+        ctx: lib::get_ctx().py_err()?,
+    })
+}

@@ -458,3 +458,87 @@ pub fn _from_bytes(
     }
     PyTensor::wrap(py, t)
 }
+
+/// The dtype of an array-interface `typestr` in native (little-endian) byte order.
+fn typestr_dtype(typestr: &str) -> Option<DType> {
+    let native = if cfg!(target_endian = "little") {
+        '<'
+    } else {
+        '>'
+    };
+    let (order, code) = typestr.split_at(1);
+    let order = order.chars().next()?;
+    if code != "b1" && order != native && order != '=' {
+        return None;
+    }
+    Some(match code {
+        "f4" => DType::F32,
+        "f8" => DType::F64,
+        "f2" => DType::F16,
+        "i4" => DType::I32,
+        "i8" => DType::I64,
+        "b1" => DType::Bool,
+        _ => return None,
+    })
+}
+
+/// `tensorplay._C._from_array_interface(obj)`: a CPU tensor sharing the memory of `obj` (a
+/// numpy array, or any object with numpy's `__array_interface__`), which it keeps alive until
+/// the last view goes; `None` when the memory cannot be shared and the caller must copy: a
+/// read-only array, a dtype or byte order the runtime does not have, strides that are not
+/// multiples of the element size, an address not aligned to it, or no elements.
+#[pyfunction]
+pub fn _from_array_interface(
+    py: Python<'_>,
+    obj: Bound<'_, PyAny>,
+) -> PyResult<Option<Py<PyTensor>>> {
+    let ai = obj.getattr("__array_interface__")?;
+    let ai = ai.cast::<PyDict>()?;
+    let item = |k: &str| -> PyResult<Bound<'_, PyAny>> {
+        ai.get_item(k)?.ok_or_else(|| {
+            PyValueError::new_err(format!("from_numpy: __array_interface__ has no {k:?}"))
+        })
+    };
+    let (addr, readonly): (usize, bool) = item("data")?.extract()?;
+    let shape: Vec<usize> = item("shape")?.extract()?;
+    let typestr: String = item("typestr")?.extract()?;
+    let Some(dtype) = typestr_dtype(&typestr) else {
+        return Ok(None);
+    };
+    let size = dtype.size();
+    let numel: usize = shape.iter().product();
+    if readonly || numel == 0 || !addr.is_multiple_of(size) {
+        return Ok(None);
+    }
+    let strides: Vec<isize> = match ai.get_item("strides")? {
+        Some(s) if !s.is_none() => {
+            let bytes: Vec<isize> = s.extract()?;
+            if bytes.iter().any(|b| b % size as isize != 0) {
+                return Ok(None);
+            }
+            bytes.iter().map(|b| b / size as isize).collect()
+        }
+        _ => tensorplay::ir::shape::contiguous_strides(&shape).to_vec(),
+    };
+    // The elements the layout reaches, relative to `addr`: the storage spans exactly them.
+    let (mut lo, mut hi) = (0isize, 0isize);
+    for (&n, &s) in shape.iter().zip(&strides) {
+        let reach = (n as isize - 1) * s;
+        if reach < 0 {
+            lo += reach;
+        } else {
+            hi += reach;
+        }
+    }
+    let base = addr.wrapping_add_signed(lo * size as isize) as *mut u8;
+    let bytes = (hi - lo + 1) as usize * size;
+    let owner: Box<dyn std::any::Any + Send + Sync> = Box::new(obj.clone().unbind());
+    // SAFETY: a writable array interface promises `bytes` bytes from `base` (the extent of
+    // its own layout) for as long as the object lives; the storage holds the object until its
+    // last view goes.
+    let t = unsafe {
+        Tensor::from_external(base, bytes, &shape, &strides, (-lo) as usize, dtype, owner)
+    }
+    .py_err()?;
+    Ok(Some(PyTensor::wrap(py, t)?))
+}

@@ -39,7 +39,7 @@ int = int32  # noqa: A001
 
 _ops.install(globals())
 
-from . import autograd, library, nn  # noqa: E402,F401
+from . import autograd, library, nn, optim  # noqa: E402,F401
 from ._compile import compile  # noqa: E402,F401
 from ._interop import from_dlpack, from_numpy, zeros_like, ones_like, empty_like, full_like, randn_like, rand_like  # noqa: E402,F401
 from ._vmap import vmap  # noqa: E402,F401
@@ -47,5 +47,5 @@ from ._vmap import vmap  # noqa: E402,F401
 __all__ = [
     "Tensor", "dtype", "device", "tensor", "zeros", "ones", "empty", "full", "arange", "randn",
     "rand", "manual_seed", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
-    "autocast", "compile", "vmap", "from_numpy", "from_dlpack", "library", "autograd", "nn",
+    "autocast", "compile", "vmap", "from_numpy", "from_dlpack", "library", "autograd", "nn", "optim",
 ]

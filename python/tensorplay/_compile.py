@@ -15,6 +15,9 @@ class CompiledFunction:
         self._fn = fn
         self._compiled = {}
         self._single = {}
+        # Fast path: number of arguments -> (compiled, key) for calls with tensors only and no
+        # kwargs, so such calls skip building the layout, constants and cache key.
+        self._all_tensors = {}
 
     def _entry(self, key, layout, consts, kwargs):
         if key not in self._compiled:
@@ -32,6 +35,17 @@ class CompiledFunction:
         return self._compiled[key]
 
     def __call__(self, *args, **kwargs):
+        if not kwargs:
+            hit = self._all_tensors.get(len(args))
+            if hit is not None:
+                tensor = _C.Tensor
+                for a in args:
+                    if type(a) is not tensor:
+                        break
+                else:
+                    compiled, key = hit
+                    outs = compiled(*args)
+                    return outs[0] if self._single.get(key) else outs
         layout = tuple(isinstance(a, _C.Tensor) for a in args)
         consts = tuple(None if t else a for t, a in zip(layout, args))
         try:
@@ -40,6 +54,8 @@ class CompiledFunction:
         except TypeError:
             key = (layout, repr(consts), repr(sorted(kwargs.items())))
         compiled = self._entry(key, layout, consts, kwargs)
+        if not kwargs and all(layout):
+            self._all_tensors[len(args)] = (compiled, key)
         outs = compiled(*[a for a in args if isinstance(a, _C.Tensor)])
         return outs[0] if self._single.get(key) else outs
 

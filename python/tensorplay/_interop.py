@@ -13,14 +13,26 @@ _NP_TO_DTYPE = {
 
 
 def from_numpy(a):
-    """A CPU tensor with a copy of the numpy array ``a``'s data (the Rust runtime owns its
-    memory, so unlike PyTorch this copies; ``Tensor.numpy()`` is the zero-copy direction)."""
+    """A CPU tensor over the numpy array ``a``'s memory, without a copy (as PyTorch's): writes
+    through either are seen by the other, and the tensor keeps ``a``'s memory alive after ``a``
+    itself is gone. Strided arrays are shared too, when their strides are multiples of the
+    element size (any numpy view: slices, transposes, negative steps).
+
+    The data is copied instead when it cannot be shared: a read-only array (``a.flags.writeable``
+    false: the runtime has no read-only tensors, so a write could not be refused), an array
+    whose address or strides are not aligned to its element size, a non-native byte order, or
+    an empty array. Supported dtypes: float32/64, float16, int32/64 and bool."""
     import numpy as np
 
-    dt = _NP_TO_DTYPE.get(str(a.dtype))
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"from_numpy: expected np.ndarray (got {type(a).__name__})")
+    dt = _NP_TO_DTYPE.get(a.dtype.name)
     if dt is None:
         raise TypeError(f"can't convert np.ndarray of type {a.dtype}; supported: {sorted(_NP_TO_DTYPE)}")
-    a = np.ascontiguousarray(a)
+    shared = _C._from_array_interface(a)
+    if shared is not None:
+        return shared
+    a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("="))
     return _C._from_bytes(a.tobytes(), list(a.shape), dt)
 
 
@@ -52,13 +64,20 @@ def full_like(t, fill_value, *, dtype=None, device=None, requires_grad=False):
 
 
 def from_dlpack(ext):
-    """A CPU tensor from any object with ``__dlpack__`` (a PyTorch or numpy CPU tensor/array).
-    The data is read through numpy's DLPack importer and copied: the Rust runtime owns tensor
-    memory and cannot adopt a foreign buffer."""
+    """A CPU tensor sharing the memory of any object with ``__dlpack__`` (a PyTorch CPU tensor,
+    a numpy array, ...), without a copy: writes through either are seen by the other, and the
+    producer's memory stays alive until the last view of the tensor goes (then its DLPack
+    deleter runs). The capsule is imported by numpy's DLPack importer (``numpy.from_dlpack``,
+    numpy >= 1.22), whose array is then shared as by ``from_numpy``; read-only exports are
+    copied. Device tensors (CUDA) and dtypes numpy lacks (bfloat16) are refused."""
     import numpy as np
 
     if isinstance(ext, _C.Tensor):
         return ext
+    if hasattr(ext, "__dlpack_device__"):
+        kind, _ = ext.__dlpack_device__()
+        if int(kind) not in (1, 3):  # kDLCPU, kDLCUDAHost
+            raise RuntimeError(f"from_dlpack: only CPU tensors can be imported (DLPack device type {int(kind)})")
     return from_numpy(np.from_dlpack(ext))
 
 

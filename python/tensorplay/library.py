@@ -13,7 +13,7 @@ from ._schema import infer_schema
 __all__ = [
     "custom_op", "triton_op", "wrap_triton", "CustomOpDef", "define", "impl", "impl_abstract",
     "register_kernel", "register_fake", "register_autograd", "register_autocast", "register_vmap",
-    "get_kernel", "infer_schema", "opcheck", "Library",
+    "get_kernel", "get_ctx", "infer_schema", "opcheck", "Library",
 ]
 
 _DEFAULT_TEST_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
@@ -256,6 +256,58 @@ def get_kernel(op, dispatch_key):
     """The kernel ``op`` would run for ``dispatch_key`` (``"cpu"``/``"cuda"``/``"default"`` or a
     composite spelling); ``LookupError`` when nothing usable is registered."""
     return _C._get_kernel(_opname(op), dispatch_key)
+
+
+class DynamicSize(int):
+    """A size known only when the op runs (PyTorch's unbacked ``SymInt``), from
+    ``get_ctx().new_dynamic_size()``. TensorPlay's shapes are concrete, so it is an ``int``
+    holding the hint fake shapes use (``min`` raised to 2, capped at ``max``), with the size's
+    identity and range alongside."""
+
+    def __new__(cls, id, min, max, hint):  # noqa: A002
+        self = super().__new__(cls, hint)
+        self.id, self.min, self.max = id, min, max
+        return self
+
+    def __repr__(self):
+        return f"u{self.id}"
+
+
+class FakeImplCtx:
+    """What a fake kernel may ask for beyond its inputs (``get_ctx()``)."""
+
+    def __init__(self, native):
+        self._native = native
+
+    @property
+    def op(self):
+        """The qualified name of the op whose fake kernel is running."""
+        return self._native.op
+
+    def new_dynamic_size(self, *, min=0, max=None):  # noqa: A002
+        """A fresh data-dependent size in ``[min, max]`` (``max=None``: unbounded), for output
+        dims that depend on input data (``nonzero``-like ops). ``ValueError`` when
+        ``max < min``."""
+        return DynamicSize(*self._native.new_dynamic_size(int(min), None if max is None else int(max)))
+
+
+def get_ctx():
+    """The context of the running fake kernel (call it inside a ``register_fake`` function);
+    ``LookupError`` outside one.
+
+    >>> import tensorplay as tp
+    >>> @tp.library.custom_op("doc_getctx::nonzero", mutates_args=())
+    ... def nonzero(x: tp.Tensor) -> tp.Tensor:
+    ...     idx = [i for i, v in enumerate(x.tolist()) if v != 0]
+    ...     return tp.tensor(idx, dtype=tp.int64).reshape(len(idx), 1)
+    >>> @nonzero.register_fake
+    ... def _(x):
+    ...     n = tp.library.get_ctx().new_dynamic_size(min=0, max=x.numel())
+    ...     return tp.empty(n, 1, dtype=tp.int64)
+    >>> nonzero(tp.tensor([0.0, 1.0, 2.0])).shape
+    (2, 1)
+    """
+    return FakeImplCtx(_C._get_ctx())
 
 
 def opcheck(op, args, kwargs=None, *, test_utils=_DEFAULT_TEST_UTILS, raise_exception=True, atol=None, rtol=None):

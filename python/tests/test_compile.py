@@ -116,3 +116,30 @@ def test_quickstart_example_runs():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "compiled loss" in r.stdout and "dloss/dx has shape (4, 8)" in r.stdout
+
+
+def test_training_example_loss_falls():
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", "python", "train.py"), "--steps", "40",
+                        "--batch", "64", "--hidden", "16", "--lr", "0.03"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    losses = [float(line.split("loss ")[1].split()[0]) for line in r.stdout.splitlines() if line.startswith("step")]
+    assert len(losses) >= 2 and losses[-1] < 0.5 * losses[0], r.stdout
+    assert "median step time" in r.stdout
+
+
+def test_compiled_fast_path_and_constant_arguments_agree():
+    # All-tensor calls take a fast path once seen; constants and kwargs still select their own
+    # compiled entries, and a single-output function returns a tensor on either path.
+    f = tp.compile(lambda x, y, scale=1.0: (x + y) * scale)
+    x, y = tp.ones(3), tp.full([3], 2.0)
+    assert f(x, y).tolist() == [3.0] * 3
+    assert f(x, y).tolist() == [3.0] * 3  # fast path
+    assert f(x, 5.0).tolist() == [6.0] * 3  # a constant: slow path, its own entry
+    assert f(x, y, scale=2.0).tolist() == [6.0] * 3  # kwargs: slow path
+    assert f(y, y).tolist() == [4.0] * 3  # fast path with other tensors
+    g = tp.compile(lambda x: (x * 2, x + 1))
+    a, b = g(x)
+    a2, b2 = g(x)
+    assert (a.tolist(), b.tolist()) == (a2.tolist(), b2.tolist()) == ([2.0] * 3, [2.0] * 3)

@@ -319,3 +319,42 @@ def test_keyword_only_tensor_parameters(ns):
 
     assert kwop.schema == f"{ns}::kwop(Tensor x, *, Tensor w) -> Tensor"
     assert kwop(x, w=y).tolist() == [4.0, 4.0]
+
+
+def test_get_ctx_dynamic_sizes_in_fake_kernels(ns):
+    @tp.library.custom_op(f"{ns}::nonzero", mutates_args=())
+    def nonzero(x: tp.Tensor) -> tp.Tensor:
+        idx = [i for i, v in enumerate(x.tolist()) if v != 0]
+        return tp.tensor(idx, dtype=tp.int64).reshape(len(idx), 1)
+
+    seen = []
+
+    @nonzero.register_fake
+    def _(x):
+        ctx = tp.library.get_ctx()
+        n = ctx.new_dynamic_size(max=x.numel())
+        m = ctx.new_dynamic_size(min=3)
+        seen.append((ctx.op, n, m))
+        assert n.id != m.id and (n.min, n.max) == (0, x.numel()) and m.max is None
+        assert repr(n) == f"u{n.id}"
+        with pytest.raises(ValueError, match="max"):
+            ctx.new_dynamic_size(min=4, max=2)
+        return tp.empty(n, 1, dtype=tp.int64, device=x.device)
+
+    with pytest.raises(LookupError, match="get_ctx"):
+        tp.library.get_ctx()
+    x = tp.tensor([0.0, 1.0, 2.0, 0.0, 3.0])
+    assert nonzero(x).tolist() == [[1], [2], [4]]
+    assert seen == []  # eager calls run the real kernel only
+    # A meta input runs the fake kernel: the dynamic size's hint is 2 (min raised to 2).
+    fake = nonzero(tp.empty(5, device="meta"))
+    assert fake.shape == (2, 1) and fake.device.type == "meta"
+    assert seen[0][0] == f"{ns}::nonzero" and int(seen[0][1]) == 2 and int(seen[0][2]) == 3
+    # Capped at max for a one-element input.
+    assert nonzero(tp.empty(1, device="meta")).shape == (1, 1)
+    # Sizes are concrete in the Rust compiler's graphs: a compiled graph checks the real
+    # kernel's shapes against the fake kernel's, so a data-dependent size that differs from the
+    # hint is a clear error there (until symbolic sizes land), not a wrong result.
+    f = tp.compile(lambda x: nonzero(x * 1.0))
+    with pytest.raises(ValueError, match="fake kernel"):
+        f(x)

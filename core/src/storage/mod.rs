@@ -1,8 +1,10 @@
-//! Reference-counted tensor storage: a host buffer, device memory on a CUDA device, or nothing
-//! (fake and meta tensors), plus the version counter that every in-place write bumps.
+//! Reference-counted tensor storage: a host buffer, host memory another owner allocated (a numpy
+//! array, a DLPack producer), device memory on a CUDA device, or nothing (fake and meta
+//! tensors), plus the version counter that every in-place write bumps.
 
 pub mod allocator;
 
+use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -35,7 +37,25 @@ enum Data {
     Host(Buffer),
     /// Memory of a CUDA device.
     Cuda(DeviceBuffer),
+    /// Host memory allocated by someone else, kept alive by its owner.
+    External(External),
 }
+
+/// Host memory this library did not allocate: its address and the object that keeps it alive.
+/// Dropping the owner (when the last view goes) releases the memory by the owner's own rules
+/// (a Python reference released, a DLPack deleter called); it never goes to the allocator's
+/// caches, and the compiler's buffer arena never recycles it ([`Storage::is_external`]).
+struct External {
+    ptr: *mut u8,
+    _owner: Box<dyn Any + Send + Sync>,
+}
+
+// SAFETY: the bytes behind `ptr` are shared mutable memory under the same rules as an allocator
+// buffer's (see `Storage`): nothing hands out references to them, kernels follow
+// `kernels::raw`. The owner is itself `Send + Sync`; `ptr` is only an address into its memory.
+unsafe impl Send for External {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for External {}
 
 impl Storage {
     /// Uninitialized storage of `bytes` bytes, or `None` when the allocation fails.
@@ -64,6 +84,21 @@ impl Storage {
         Storage::with_data(Data::Cuda(buffer), bytes)
     }
 
+    /// Storage over `bytes` bytes of host memory at `ptr` that `owner` keeps alive; `owner` is
+    /// dropped when the last tensor using the storage goes.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `bytes` bytes for as long as `owner` lives,
+    /// and nothing may access that memory through other paths while a kernel writes it (the
+    /// same rule as for any shared tensor storage).
+    pub(crate) unsafe fn external(
+        ptr: *mut u8,
+        bytes: usize,
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> Storage {
+        Storage::with_data(Data::External(External { ptr, _owner: owner }), bytes)
+    }
+
     fn with_data(data: Data, bytes: usize) -> Storage {
         Storage(Arc::new(StorageImpl {
             data,
@@ -76,6 +111,7 @@ impl Storage {
     pub(crate) fn ptr(&self) -> Option<*mut u8> {
         match &self.0.data {
             Data::Host(b) => Some(b.as_ptr()),
+            Data::External(e) => Some(e.ptr),
             Data::None | Data::Cuda(_) => None,
         }
     }
@@ -84,13 +120,19 @@ impl Storage {
     pub(crate) fn device_buffer(&self) -> Option<&DeviceBuffer> {
         match &self.0.data {
             Data::Cuda(b) => Some(b),
-            Data::None | Data::Host(_) => None,
+            Data::None | Data::Host(_) | Data::External(_) => None,
         }
     }
 
     /// True when this storage holds no data.
     pub fn is_fake(&self) -> bool {
         matches!(self.0.data, Data::None)
+    }
+
+    /// True when the memory belongs to another owner (`Tensor::from_external`): it must never
+    /// be recycled for another tensor, even when no tensor uses it any more.
+    pub fn is_external(&self) -> bool {
+        matches!(self.0.data, Data::External(_))
     }
 
     /// Size in bytes.

@@ -184,7 +184,11 @@ impl Tensor {
         dtype: DType,
     ) -> Result<Tensor> {
         let bytes = checked_nbytes("from_recycled_storage", shape, dtype)?;
-        if storage.is_fake() || storage.device_buffer().is_some() || storage.nbytes() < bytes {
+        if storage.is_fake()
+            || storage.device_buffer().is_some()
+            || storage.is_external()
+            || storage.nbytes() < bytes
+        {
             return Err(Error::argument(
                 "from_recycled_storage",
                 "storage",
@@ -196,6 +200,8 @@ impl Tensor {
                         " (fake)"
                     } else if storage.device_buffer().is_some() {
                         " (device memory)"
+                    } else if storage.is_external() {
+                        " (memory of another owner, never recycled)"
                     } else {
                         ""
                     }

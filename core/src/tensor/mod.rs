@@ -2,6 +2,7 @@
 //! metadata that links it into a backward graph.
 
 mod data;
+mod external;
 pub(crate) mod factory;
 mod fmt;
 mod ops_overload;
