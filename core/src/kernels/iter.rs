@@ -16,8 +16,11 @@ use crate::parallel;
 
 pub(crate) use super::raw::SendPtr;
 
-/// Below this many elements a loop runs on the calling thread.
-pub const PAR_MIN_ELEMS: usize = 1 << 16;
+/// Below this many elements a loop runs on the calling thread; larger loops split into chunks
+/// of at least half of it. Measured on the eager transformer step at 2 threads (PERFORMANCE.md,
+/// "Two threads"): 2^14 and 2^15 beat 2^16 by ~25 % (a split costs a deque push now that the
+/// calling thread is a pool worker, see `parallel.rs`).
+pub const PAR_MIN_ELEMS: usize = 1 << 14;
 
 /// A loop nest over `shape` for `N` operands, after dropping unit dims and merging dims.
 pub(crate) struct Nest<const N: usize> {

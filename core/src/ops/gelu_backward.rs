@@ -205,7 +205,7 @@ fn fill_f32(op: &str, out: &Tensor, g: &Tensor, x: &Tensor, kernels: Tiles) -> R
         let at = i * TILE;
         tile(o, &gs[at..at + o.len()], &xs[at..at + o.len()], kernels);
     };
-    if parallel::num_threads() > 1 && n >= 1 << 16 {
+    if parallel::num_threads() > 1 && n >= crate::kernels::iter::PAR_MIN_ELEMS {
         parallel::pool().install(|| o.par_chunks_mut(TILE).enumerate().for_each(run));
     } else {
         o.chunks_mut(TILE).enumerate().for_each(run);

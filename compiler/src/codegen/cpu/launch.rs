@@ -19,9 +19,10 @@ use crate::codegen::kernel::{KernelSpec, Lit, LoopKind, f32_to_bf16_bits, f32_to
 /// The op name errors of this module carry.
 const OP: &str = "compiled kernel";
 
-/// Below this much work (elements) a launch runs on the calling thread; it is also the smallest
-/// chunk handed to a pool thread.
-pub const MIN_CHUNK: usize = 1 << 16;
+/// Below twice this much work (elements × work weight) a launch runs on the calling thread; it
+/// is also the smallest chunk handed to a pool thread. Measured on the transformer step at 2
+/// threads (PERFORMANCE.md, "Two threads"): 2^13 and 2^14 beat 2^16 by 15–20 %.
+pub const MIN_CHUNK: usize = 1 << 13;
 
 /// Plans a launch of `spec` on these tensors. `iter_shape` overrides the iteration shape the
 /// planner would infer (pointwise and softmax: the output shape; reductions: the broadcast of the
@@ -120,7 +121,7 @@ impl CompiledKernel {
     /// Runs the kernel: `inputs` and `outputs` must match the spec's dtypes (and count), the
     /// outputs the iteration shape (pointwise, softmax) or its reduction, and the tensors must
     /// plan to this kernel's [`LoopLayout`] — any mismatch is an error, never undefined
-    /// behaviour. Inputs broadcast to the iteration shape. Work of 128K elements or more
+    /// behaviour. Inputs broadcast to the iteration shape. Work of 16K elements or more
     /// (fewer for compute-heavy kernels: elements × [`CompiledKernel::work_weight`]) is split
     /// across the shared pool (`TP_NUM_THREADS`). Outputs are written in place (their
     /// version counters are not bumped: they are meant to be fresh buffers). A pointwise
