@@ -9,6 +9,9 @@
 //! rates of every step, the total norms, the parameters at the checkpoints, and the step counts
 //! and state buffers after the last step, within 1e-6 relative (parameters and buffers also
 //! accept an absolute error of 1e-7, resp. 1e-6 of the buffer's largest element, near zero).
+//! After step 37 every replay restarts as from a checkpoint (a fresh optimizer and scheduler
+//! loaded from `state_dict()` / `state()`), and the rest must still follow PyTorch's
+//! uninterrupted run.
 
 use serde_json::Value as J;
 use tensorplay::optim::{
@@ -178,6 +181,9 @@ fn floats(v: &J) -> Vec<f64> {
 }
 
 /// Replays one case; returns the largest parameter error relative to the tolerance.
+/// The step after which [`replay`] restarts from a checkpoint (optimizer and scheduler states).
+const RESUME_AT: usize = 37;
+
 fn replay(case: &J, fused: bool, checkpoints: &[usize]) -> Result<f64> {
     let name = case["name"].as_str().unwrap();
     let mode = if fused { "fused" } else { "eager" };
@@ -240,6 +246,25 @@ fn replay(case: &J, fused: bool, checkpoints: &[usize]) -> Result<f64> {
         }
         if let Some(s) = sched.as_mut() {
             s.step(opt.as_mut())?;
+        }
+        if step == RESUME_AT {
+            // A restart from a checkpoint: a fresh optimizer and scheduler, built as at the
+            // start, loaded from the states; PyTorch's uninterrupted run must still be followed.
+            let saved = (opt.state_dict(), sched.as_ref().map(|s| s.state()));
+            opt = optimizer(case, &params)?;
+            sched = match case.get("scheduler") {
+                Some(s) => Some(scheduler(s, opt.as_mut())?),
+                None => None,
+            };
+            opt.load_state_dict(&saved.0)?;
+            if let (Some(s), Some(state)) = (sched.as_mut(), &saved.1) {
+                s.load_state(state)?;
+                assert_eq!(
+                    &s.state(),
+                    state,
+                    "{name} ({mode}): the loaded scheduler state"
+                );
+            }
         }
         if checkpoints.contains(&step) {
             let want = &result["checkpoints"][step.to_string()];

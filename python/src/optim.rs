@@ -10,8 +10,8 @@ use pyo3::prelude::*;
 use tensorplay::Tensor;
 use tensorplay::optim::{
     Adam, AdamOptions, AdamW, AnnealStrategy, ChainedScheduler, CosineAnnealingLR, LRScheduler,
-    LinearLR, OneCycleLR, OneCycleOptions, Optimizer, OptimizerState, SequentialLR, Sgd,
-    SgdOptions, StepLR,
+    LinearLR, OneCycleLR, OneCycleOptions, Optimizer, OptimizerState, SchedulerState, SequentialLR,
+    Sgd, SgdOptions, StepLR,
 };
 
 use crate::error::IntoPyResult;
@@ -23,6 +23,46 @@ type Options = HashMap<String, f64>;
 
 /// An optimizer state in flat names: `(tensors, numbers)`.
 type FlatState = (Vec<(String, Py<PyTensor>)>, Vec<(String, f64)>);
+
+/// One scheduler state of a pre-order walk: `(last_epoch, step_count, base_lrs, last_lr,
+/// number of nested states that follow)`; the Python side builds PyTorch's nested dicts.
+type StateNode = (i64, u64, Vec<f64>, Vec<f64>, usize);
+
+fn flatten_state(s: &SchedulerState, out: &mut Vec<StateNode>) {
+    out.push((
+        s.last_epoch,
+        s.step_count,
+        s.base_lrs.clone(),
+        s.last_lr.clone(),
+        s.nested.len(),
+    ));
+    for n in &s.nested {
+        flatten_state(n, out);
+    }
+}
+
+/// Rebuilds the state tree from [`flatten_state`]'s walk, starting at `nodes[*at]`.
+fn unflatten_state(nodes: &[StateNode], at: &mut usize, depth: usize) -> PyResult<SchedulerState> {
+    let bad = |why: &str| PyValueError::new_err(format!("lr_scheduler.load_state_dict: {why}"));
+    if depth > 64 {
+        return Err(bad("scheduler states nest deeper than 64 levels"));
+    }
+    let (last_epoch, step_count, base_lrs, last_lr, n) = nodes
+        .get(*at)
+        .cloned()
+        .ok_or_else(|| bad("the state list ends before its nested states do"))?;
+    *at += 1;
+    let nested = (0..n)
+        .map(|_| unflatten_state(nodes, at, depth + 1))
+        .collect::<PyResult<_>>()?;
+    Ok(SchedulerState {
+        last_epoch,
+        step_count,
+        base_lrs,
+        last_lr,
+        nested,
+    })
+}
 
 fn opt_value(o: &Options, name: &str, default: f64) -> f64 {
     o.get(name).copied().unwrap_or(default)
@@ -420,5 +460,28 @@ impl PyScheduler {
     /// Each group's `initial_lr` when the scheduler was built.
     fn base_lrs(&mut self) -> PyResult<Vec<f64>> {
         Ok(self.get()?.base_lrs())
+    }
+
+    /// The progress as a pre-order list of [`StateNode`]s (this scheduler first).
+    fn state(&mut self) -> PyResult<Vec<StateNode>> {
+        let mut out = Vec::new();
+        flatten_state(&self.get()?.state(), &mut out);
+        Ok(out)
+    }
+
+    /// Restores [`PyScheduler::state`]'s output; a state that does not fit (other group or
+    /// nested-scheduler counts) is a `ValueError` and changes nothing.
+    fn load_state(&mut self, nodes: Vec<StateNode>) -> PyResult<()> {
+        let mut at = 0;
+        let state = unflatten_state(&nodes, &mut at, 0)?;
+        if at != nodes.len() {
+            return Err(PyValueError::new_err(format!(
+                "lr_scheduler.load_state_dict: {} scheduler states left over after the tree",
+                nodes.len() - at
+            )));
+        }
+        self.get()?
+            .load_state(&state)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 }

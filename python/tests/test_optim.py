@@ -333,8 +333,82 @@ def test_compiled_training_step_with_adam():
 def test_docstring_examples_run():
     import doctest
 
-    from tensorplay.optim import adam, lr_scheduler, sgd
+    from tensorplay.optim import adam, lr_scheduler, optimizer, sgd
 
-    for m in (sgd, adam, lr_scheduler):
+    for m in (sgd, adam, lr_scheduler, optimizer):
         r = doctest.testmod(m)
         assert r.attempted > 0 and r.failed == 0, m.__name__
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_scheduler_state_dict_resumes_the_schedule(name):
+    # Five steps, then a restart: a fresh optimizer and scheduler loaded from the two state
+    # dicts continue exactly as the uninterrupted pair does.
+    S = tp.optim.lr_scheduler
+
+    def make():
+        opt = tp.optim.SGD([tp.zeros(1, requires_grad=True)], lr=0.3, momentum=0.9)
+        return opt, SCHEDULES[name](S, opt)
+
+    opt, sched = make()
+    for _ in range(5):
+        opt.step()
+        sched.step()
+    osd, ssd = opt.state_dict(), sched.state_dict()
+    assert ssd["last_epoch"] == 5 and len(ssd["_last_lr"]) == 1
+    assert ("_schedulers" in ssd) == (name in ("sequential", "chained"))
+    opt2, sched2 = make()
+    opt2.load_state_dict(osd)
+    sched2.load_state_dict(ssd)
+    assert sched2.state_dict() == ssd and sched2.last_epoch == 5
+    for _ in range(5):
+        for o, s in ((opt, sched), (opt2, sched2)):
+            o.step()
+            s.step()
+        assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+        assert sched2.get_last_lr() == sched.get_last_lr()
+
+
+def test_scheduler_load_state_dict_refuses_what_does_not_fit():
+    S = tp.optim.lr_scheduler
+    w = tp.zeros(1, requires_grad=True)
+    opt = tp.optim.SGD([w], lr=1.0)
+    a = S.StepLR(opt, step_size=2)
+    assert a.step_size == 2 and a.gamma == 0.1
+    for _ in range(3):
+        opt.step()
+        a.step()
+    sd = a.state_dict()
+    # Other hyper-parameters, another group count, another nesting, wrong types: refused,
+    # and the scheduler keeps its own progress.
+    b = S.StepLR(tp.optim.SGD([w], lr=1.0), step_size=3)
+    with pytest.raises(ValueError, match="step_size=2"):
+        b.load_state_dict(sd)
+    two = tp.optim.SGD([{"params": [w]}, {"params": [tp.zeros(1, requires_grad=True)]}], lr=1.0)
+    c = S.StepLR(two, step_size=2)
+    with pytest.raises(ValueError, match="one per parameter group"):
+        c.load_state_dict(sd)
+    assert c.last_epoch == 0 and b.last_epoch == 0
+    chained = S.ChainedScheduler([S.StepLR(tp.optim.SGD([w], lr=1.0), 2)])
+    with pytest.raises(ValueError, match="nested scheduler states"):
+        chained.load_state_dict(sd)
+    with pytest.raises(TypeError, match="must be a dict"):
+        a.load_state_dict([1, 2])
+    with pytest.raises(ValueError, match="last_epoch"):
+        a.load_state_dict({"base_lrs": [1.0], "_last_lr": [1.0]})
+    with pytest.raises(TypeError, match="wrong type"):
+        a.load_state_dict(dict(sd, base_lrs=["x"]))
+    assert a.state_dict() == sd
+
+
+def test_optimizer_state_is_keyed_by_parameter():
+    w, v = tp.zeros(2, requires_grad=True), tp.zeros(3, requires_grad=True)
+    opt = tp.optim.Adam([w, v], lr=0.1)
+    (w * 3.0).sum().backward()
+    opt.step()
+    assert list(opt.state) == [w]
+    assert opt.state[v] == {}
+    assert opt.state[w]["step"].item() == 1.0
+    # The buffers are the optimizer's own tensors, as in PyTorch.
+    opt.state[w]["exp_avg"].fill_(0.0)
+    assert opt.state_dict()["state"][0]["exp_avg"].tolist() == [0.0, 0.0]

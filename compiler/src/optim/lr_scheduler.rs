@@ -52,6 +52,101 @@ pub trait LRScheduler {
     /// Moves the step count back by one (and that of nested schedulers), undoing the first
     /// step a constructor took ([`SequentialLR`]'s `recursive_undo`).
     fn rewind(&mut self);
+    /// This scheduler's progress, to resume training from (see [`SchedulerState`]).
+    fn state(&self) -> SchedulerState;
+    /// Checks that [`LRScheduler::load_state`] would accept `state`: the same number of
+    /// groups, and nested states exactly where this scheduler runs others (as many).
+    fn check_state(&self, state: &SchedulerState) -> Result<()>;
+    /// Restores progress saved by [`LRScheduler::state`] of a scheduler of the same kind and
+    /// group count; a state of another shape is an error and changes nothing. The optimizer's
+    /// rates are left alone: they come back with the optimizer's own state (PyTorch's
+    /// `load_state_dict` of both, in either order).
+    ///
+    /// ```
+    /// use tensorplay_compiler::optim::{LRScheduler, Optimizer, Sgd, StepLR};
+    /// use tensorplay_runtime::{DType, Tensor};
+    /// let w = Tensor::ones(&[1], DType::F32).requires_grad_(true)?;
+    /// let mut opt = Sgd::new(vec![w], 1.0, 0.0)?;
+    /// let mut a = StepLR::new(&mut opt, 2, 0.5)?;
+    /// for _ in 0..3 {
+    ///     a.step(&mut opt)?;
+    /// }
+    /// // A fresh scheduler (after a restart) picks up where `a` was.
+    /// let mut b = StepLR::new(&mut opt, 2, 0.5)?;
+    /// b.load_state(&a.state())?;
+    /// assert_eq!(b.last_epoch(), 3);
+    /// a.step(&mut opt)?;
+    /// let after_a = opt.lr();
+    /// b.step(&mut opt)?; // the same decision as `a`'s 4th step: a decay at epoch 4
+    /// assert_eq!(opt.lr(), after_a * 0.5);
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    fn load_state(&mut self, state: &SchedulerState) -> Result<()> {
+        self.check_state(state)?;
+        self.apply_state(state);
+        Ok(())
+    }
+    /// Sets the progress from a state [`LRScheduler::check_state`] accepted.
+    fn apply_state(&mut self, state: &SchedulerState);
+}
+
+/// A scheduler's progress: what [`LRScheduler::state`] saves and [`LRScheduler::load_state`]
+/// restores. PyTorch's scheduler `state_dict()` without the hyper-parameters (the constructor
+/// sets those): `last_epoch`, `_step_count`, `base_lrs`, `_last_lr`, and the states of the
+/// schedulers a [`SequentialLR`] or [`ChainedScheduler`] runs (`_schedulers`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SchedulerState {
+    /// The step count (`last_epoch`).
+    pub last_epoch: i64,
+    /// Steps taken, the constructor's included (`_step_count`; 0 for the composite ones).
+    pub step_count: u64,
+    /// Each group's `initial_lr` when the scheduler was built.
+    pub base_lrs: Vec<f64>,
+    /// The rates the last step set, one per group.
+    pub last_lr: Vec<f64>,
+    /// The nested schedulers' states, in order (composite schedulers only).
+    pub nested: Vec<SchedulerState>,
+}
+
+/// The error of a state that does not fit a scheduler.
+fn state_mismatch(what: &str, expected: String, got: String) -> Error {
+    Error::argument("LRScheduler::load_state", what, expected, got)
+}
+
+/// Checks a state's per-group lists against `groups` groups.
+fn check_groups(state: &SchedulerState, groups: usize) -> Result<()> {
+    for (name, v) in [("base_lrs", &state.base_lrs), ("last_lr", &state.last_lr)] {
+        if v.len() != groups {
+            return Err(state_mismatch(
+                name,
+                format!("{groups} values (one per parameter group)"),
+                v.len().to_string(),
+            ));
+        }
+    }
+    if state.last_epoch < 0 {
+        return Err(state_mismatch(
+            "last_epoch",
+            "a step count >= 0".into(),
+            state.last_epoch.to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a composite scheduler's nested states against its `schedulers`.
+fn check_nested(state: &SchedulerState, schedulers: &[Box<dyn LRScheduler>]) -> Result<()> {
+    if state.nested.len() != schedulers.len() {
+        return Err(state_mismatch(
+            "nested",
+            format!("{} nested scheduler states", schedulers.len()),
+            state.nested.len().to_string(),
+        ));
+    }
+    for (s, n) in schedulers.iter().zip(&state.nested) {
+        s.check_state(n)?;
+    }
+    Ok(())
 }
 
 /// The counters every scheduler keeps (PyTorch's `base_lrs`, `last_epoch`, `_step_count`,
@@ -171,6 +266,34 @@ macro_rules! impl_scheduler {
             }
             fn rewind(&mut self) {
                 self.s.c.last_epoch -= 1;
+            }
+            fn state(&self) -> SchedulerState {
+                let c = &self.s.c;
+                SchedulerState {
+                    last_epoch: c.last_epoch,
+                    step_count: c.step_count,
+                    base_lrs: c.base_lrs.clone(),
+                    last_lr: c.last_lr.clone(),
+                    nested: Vec::new(),
+                }
+            }
+            fn check_state(&self, state: &SchedulerState) -> Result<()> {
+                check_groups(state, self.s.c.base_lrs.len())?;
+                if !state.nested.is_empty() {
+                    return Err(state_mismatch(
+                        "nested",
+                        "no nested scheduler states".into(),
+                        state.nested.len().to_string(),
+                    ));
+                }
+                Ok(())
+            }
+            fn apply_state(&mut self, state: &SchedulerState) {
+                let c = &mut self.s.c;
+                c.last_epoch = state.last_epoch;
+                c.step_count = state.step_count;
+                c.base_lrs = state.base_lrs.clone();
+                c.last_lr = state.last_lr.clone();
             }
         }
     };
@@ -741,6 +864,26 @@ impl LRScheduler for SequentialLR {
             s.rewind();
         }
     }
+    fn state(&self) -> SchedulerState {
+        SchedulerState {
+            last_epoch: self.last_epoch,
+            step_count: 0,
+            base_lrs: self.base_lrs(),
+            last_lr: self.last_lr.clone(),
+            nested: self.schedulers.iter().map(|s| s.state()).collect(),
+        }
+    }
+    fn check_state(&self, state: &SchedulerState) -> Result<()> {
+        check_groups(state, self.last_lr.len())?;
+        check_nested(state, &self.schedulers)
+    }
+    fn apply_state(&mut self, state: &SchedulerState) {
+        self.last_epoch = state.last_epoch;
+        self.last_lr = state.last_lr.clone();
+        for (s, n) in self.schedulers.iter_mut().zip(&state.nested) {
+            s.apply_state(n);
+        }
+    }
 }
 
 /// Steps several schedulers on the same optimizer at every step, each from the rates the one
@@ -810,6 +953,33 @@ impl LRScheduler for ChainedScheduler {
     fn rewind(&mut self) {
         for s in &mut self.schedulers {
             s.rewind();
+        }
+    }
+    fn state(&self) -> SchedulerState {
+        SchedulerState {
+            last_epoch: self.last_epoch(),
+            step_count: 0,
+            base_lrs: self.base_lrs(),
+            last_lr: self.last_lr.clone(),
+            nested: self.schedulers.iter().map(|s| s.state()).collect(),
+        }
+    }
+    fn check_state(&self, state: &SchedulerState) -> Result<()> {
+        check_nested(state, &self.schedulers)?;
+        let groups = self.last_lr.len();
+        if state.last_lr.len() != groups {
+            return Err(state_mismatch(
+                "last_lr",
+                format!("{groups} values (one per parameter group)"),
+                state.last_lr.len().to_string(),
+            ));
+        }
+        Ok(())
+    }
+    fn apply_state(&mut self, state: &SchedulerState) {
+        self.last_lr = state.last_lr.clone();
+        for (s, n) in self.schedulers.iter_mut().zip(&state.nested) {
+            s.apply_state(n);
         }
     }
 }

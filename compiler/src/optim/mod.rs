@@ -58,7 +58,7 @@ pub use clip::{clip_grad_norm_, clip_grad_norm_eager, clip_grad_value_};
 pub use groups::ParamGroup;
 pub use lr_scheduler::{
     AnnealStrategy, ChainedScheduler, CosineAnnealingLR, LRScheduler, LinearLR, OneCycleLR,
-    OneCycleOptions, SequentialLR, StepLR,
+    OneCycleOptions, SchedulerState, SequentialLR, StepLR,
 };
 pub use rmsprop::{RMSprop, RMSpropOptions};
 pub use sgd::{Sgd, SgdOptions};

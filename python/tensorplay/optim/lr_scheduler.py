@@ -23,17 +23,92 @@ from .optimizer import Optimizer
 
 
 class LRScheduler:
-    """Base class: a Rust scheduler driving ``optimizer``'s groups."""
+    """Base class: a Rust scheduler driving ``optimizer``'s groups.
+
+    ``state_dict()`` / ``load_state_dict()`` save and restore the progress to resume training,
+    with PyTorch's keys (``last_epoch``, ``_step_count``, ``base_lrs``, ``_last_lr``, the
+    constructor's hyper-parameters, and ``_schedulers`` for ``SequentialLR`` and
+    ``ChainedScheduler``). The hyper-parameters are the constructor's: a state saved with other
+    ones is refused (PyTorch would overwrite them silently).
+
+    >>> import tensorplay as tp
+    >>> w = tp.ones(1, requires_grad=True)
+    >>> opt = tp.optim.SGD([w], lr=1.0)
+    >>> sched = tp.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    >>> for _ in range(3):
+    ...     opt.step()
+    ...     sched.step()
+    >>> saved = sched.state_dict()
+    >>> saved["last_epoch"], saved["step_size"]
+    (3, 2)
+    >>> resumed = tp.optim.lr_scheduler.StepLR(tp.optim.SGD([w], lr=0.5), step_size=2, gamma=0.5)
+    >>> resumed.load_state_dict(saved)
+    >>> resumed.last_epoch
+    3
+    """
+
+    # The constructor's hyper-parameters by PyTorch's attribute names (set by each subclass).
+    _hyper = {}
 
     def __init__(self, optimizer, make):
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
         self.optimizer = optimizer
+        for k, v in self._hyper.items():
+            if not k.startswith("_"):
+                setattr(self, k, v)
         optimizer._push()
         try:
             self._native = make(optimizer._native)
         finally:
             optimizer._pull()
+
+    def state_dict(self):
+        """The progress (and the hyper-parameters) as a dict with PyTorch's keys."""
+        return self._state_tree(iter(self._native.state()))
+
+    def _state_tree(self, nodes):
+        last_epoch, step_count, base_lrs, last_lr, nested = next(nodes)
+        d = dict(self._hyper)
+        d.update(last_epoch=last_epoch, _step_count=step_count, base_lrs=list(base_lrs),
+                 _last_lr=list(last_lr))
+        if nested:
+            d["_schedulers"] = [s._state_tree(nodes) for s in self._schedulers]
+        return d
+
+    def load_state_dict(self, state_dict):
+        """Restores ``state_dict()``'s output from a scheduler of the same kind, hyper-parameters
+        and group count; anything else raises (``TypeError`` / ``ValueError``) and changes
+        nothing. The optimizer's rates come back with the optimizer's own ``load_state_dict``."""
+        nodes = []
+        self._collect(state_dict, nodes, "state_dict")
+        self._native.load_state(nodes)
+
+    def _collect(self, d, nodes, where):
+        name = type(self).__name__ + ".load_state_dict"
+        if not isinstance(d, dict):
+            raise TypeError(f"{name}: {where} must be a dict, got {type(d).__name__}")
+        for k, v in self._hyper.items():
+            if k in d and d[k] != v:
+                raise ValueError(f"{name}: {where} was saved with {k}={d[k]!r}, this scheduler has "
+                                 f"{k}={v!r}")
+        missing = [k for k in ("last_epoch", "base_lrs", "_last_lr") if k not in d]
+        if missing:
+            raise ValueError(f"{name}: {where} has no {', '.join(map(repr, missing))}")
+        subs = getattr(self, "_schedulers", [])
+        nested = d.get("_schedulers", [])
+        if not isinstance(nested, (list, tuple)) or len(nested) != len(subs):
+            got = len(nested) if isinstance(nested, (list, tuple)) else type(nested).__name__
+            raise ValueError(f"{name}: {where} holds {got} nested scheduler states, this "
+                             f"scheduler runs {len(subs)}")
+        try:
+            node = (int(d["last_epoch"]), int(d.get("_step_count", 0)),
+                    [float(v) for v in d["base_lrs"]], [float(v) for v in d["_last_lr"]], len(nested))
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{name}: {where} holds a value of the wrong type ({e})") from None
+        nodes.append(node)
+        for i, (s, sd) in enumerate(zip(subs, nested)):
+            s._collect(sd, nodes, f"{where}['_schedulers'][{i}]")
 
     def step(self, epoch=None):
         """Advances one epoch (or, deprecated as in PyTorch, jumps to ``epoch`` using the closed
@@ -74,6 +149,7 @@ class StepLR(LRScheduler):
 
     def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
         _no_last_epoch("StepLR", last_epoch)
+        self._hyper = {"step_size": int(step_size), "gamma": float(gamma)}
         super().__init__(optimizer, lambda o: _C._Scheduler.step_lr(o, int(step_size), float(gamma)))
 
 
@@ -83,6 +159,8 @@ class LinearLR(LRScheduler):
 
     def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5, last_epoch=-1):
         _no_last_epoch("LinearLR", last_epoch)
+        self._hyper = {"start_factor": float(start_factor), "end_factor": float(end_factor),
+                       "total_iters": int(total_iters)}
         super().__init__(optimizer, lambda o: _C._Scheduler.linear_lr(
             o, float(start_factor), float(end_factor), int(total_iters)))
 
@@ -92,6 +170,7 @@ class CosineAnnealingLR(LRScheduler):
 
     def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):  # noqa: N803
         _no_last_epoch("CosineAnnealingLR", last_epoch)
+        self._hyper = {"T_max": int(T_max), "eta_min": float(eta_min)}
         super().__init__(optimizer, lambda o: _C._Scheduler.cosine_annealing_lr(o, int(T_max), float(eta_min)))
 
 
@@ -110,6 +189,9 @@ class OneCycleLR(LRScheduler):
                 raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
             total_steps = int(epochs) * int(steps_per_epoch)
         lrs = [float(v) for v in max_lr] if isinstance(max_lr, (list, tuple)) else [float(max_lr)]
+        self._hyper = {"total_steps": int(total_steps), "_max_lrs": lrs, "_pct_start": float(pct_start),
+                       "_anneal_strategy": str(anneal_strategy), "cycle_momentum": bool(cycle_momentum),
+                       "_three_phase": bool(three_phase)}
         super().__init__(optimizer, lambda o: _C._Scheduler.one_cycle_lr(
             o, lrs, int(total_steps), float(pct_start), str(anneal_strategy), bool(cycle_momentum),
             float(base_momentum), float(max_momentum), float(div_factor), float(final_div_factor),
@@ -127,6 +209,7 @@ class SequentialLR(LRScheduler):
                 raise ValueError("SequentialLR expects all schedulers to belong to the same optimizer")
         natives = [s._native for s in schedulers]
         self._schedulers = list(schedulers)
+        self._hyper = {"_milestones": [int(m) for m in milestones]}
         super().__init__(optimizer, lambda o: _C._Scheduler.sequential_lr(o, natives, [int(m) for m in milestones]))
 
 

@@ -7,6 +7,8 @@ native call the changed numbers are pushed to the Rust groups, and after a sched
 Rust rates are read back into the dictionaries.
 """
 
+import collections
+
 from .. import _C
 from .._grad_mode import enable_grad
 
@@ -186,6 +188,28 @@ class Optimizer:
             start += len(g["params"])
             groups.append(d)
         return {"state": state, "param_groups": groups}
+
+    @property
+    def state(self):
+        """Per-parameter state keyed by the parameter, as PyTorch's ``optimizer.state[p]``:
+        ``{"step": tensor, "exp_avg": tensor, ...}`` for every parameter that has been updated
+        (a ``defaultdict``: other parameters give ``{}``). The buffers are the optimizer's own
+        tensors, as in PyTorch (editing one in place edits the optimizer's state); ``step`` is a
+        fresh 0-d tensor. Built on each access from ``state_dict()``.
+
+        >>> import tensorplay as tp
+        >>> w = tp.zeros(2, requires_grad=True)
+        >>> (w * 3.0).sum().backward()
+        >>> opt = tp.optim.Adam([w], lr=0.1)
+        >>> opt.step()
+        >>> sorted(opt.state[w]), opt.state[w]["step"].item()
+        (['exp_avg', 'exp_avg_sq', 'step'], 1.0)
+        """
+        params = [p for g in self.param_groups for p in g["params"]]
+        out = collections.defaultdict(dict)
+        for i, entries in self.state_dict()["state"].items():
+            out[params[i]] = entries
+        return out
 
     def load_state_dict(self, state_dict):
         """Restores ``state_dict()``'s output (copying its tensors) into an optimizer of the same
