@@ -412,3 +412,14 @@ def test_optimizer_state_is_keyed_by_parameter():
     # The buffers are the optimizer's own tensors, as in PyTorch.
     opt.state[w]["exp_avg"].fill_(0.0)
     assert opt.state_dict()["state"][0]["exp_avg"].tolist() == [0.0, 0.0]
+
+
+def test_one_cycle_state_dict_names_every_hyper_parameter():
+    S = tp.optim.lr_scheduler
+    opt = tp.optim.SGD([tp.zeros(1, requires_grad=True)], lr=0.1, momentum=0.9)
+    sd = S.OneCycleLR(opt, max_lr=1.0, total_steps=10, div_factor=10.0).state_dict()
+    assert sd["total_steps"] == 10 and sd["_div_factor"] == 10.0 and sd["_max_lrs"] == [1.0]
+    other = S.OneCycleLR(tp.optim.SGD([tp.zeros(1, requires_grad=True)], lr=0.1, momentum=0.9),
+                         max_lr=1.0, total_steps=10)
+    with pytest.raises(ValueError, match="_div_factor=10.0"):
+        other.load_state_dict(sd)

@@ -191,6 +191,8 @@ class OneCycleLR(LRScheduler):
         lrs = [float(v) for v in max_lr] if isinstance(max_lr, (list, tuple)) else [float(max_lr)]
         self._hyper = {"total_steps": int(total_steps), "_max_lrs": lrs, "_pct_start": float(pct_start),
                        "_anneal_strategy": str(anneal_strategy), "cycle_momentum": bool(cycle_momentum),
+                       "_base_momentum": float(base_momentum), "_max_momentum": float(max_momentum),
+                       "_div_factor": float(div_factor), "_final_div_factor": float(final_div_factor),
                        "_three_phase": bool(three_phase)}
         super().__init__(optimizer, lambda o: _C._Scheduler.one_cycle_lr(
             o, lrs, int(total_steps), float(pct_start), str(anneal_strategy), bool(cycle_momentum),
