@@ -47,42 +47,12 @@ use tensorplay::{DType, Result, Tensor};
 
 #[path = "common/workloads.rs"]
 mod workloads;
-use workloads::{w1, w2};
+use workloads::{w1, w2, w3, w4, w5, w6};
 
 /// Columns of the 2-d workloads (W3, W5).
 const COLS: usize = 1024;
 /// log2 of the sizes every workload runs at.
 const SIZES: [u32; 3] = [16, 20, 24];
-
-// ---------------------------------------------------------------------------------------------
-// The workloads as TensorPlay closures (eager and compiled run the same function).
-
-/// W3: `relu(x + bias) + r`, bias broadcast over rows.
-fn w3(xs: &[Tensor]) -> Result<Vec<Tensor>> {
-    Ok(vec![xs[0].add(&xs[1])?.relu()?.add(&xs[2])?])
-}
-
-/// W4: `(x*w).sum()`.
-fn w4(xs: &[Tensor]) -> Result<Vec<Tensor>> {
-    Ok(vec![xs[0].mul(&xs[1])?.sum_all()?])
-}
-
-/// W5: softmax over the last dim.
-fn w5(xs: &[Tensor]) -> Result<Vec<Tensor>> {
-    Ok(vec![xs[0].softmax(-1)?])
-}
-
-/// W6: `sqrt(abs((((x*1.1+0.3)*x-0.7)/(x*x+1))+x))` (10 ops).
-fn w6(xs: &[Tensor]) -> Result<Vec<Tensor>> {
-    let x = &xs[0];
-    let num = x
-        .mul_scalar(1.1)?
-        .add_scalar(0.3)?
-        .mul(x)?
-        .sub_scalar(0.7)?;
-    let den = x.mul(x)?.add_scalar(1.0)?;
-    Ok(vec![num.div(&den)?.add(x)?.abs()?.sqrt()?])
-}
 
 // ---------------------------------------------------------------------------------------------
 // The hand-fused loops.

@@ -2,7 +2,7 @@
 //! way `python/bench/overhead.py` times them from Python (median over alternating rounds of
 //! ~0.1 s batches), so the two can run side by side: the Rust half of issue 34 item 9's "W1–W6
 //! compiled from Python within 5 % of the same kernels driven from Rust". The closures are the
-//! ones of `benches/fusion.rs` (W1 and W2 shared through `benches/common/workloads.rs`).
+//! ones of `benches/fusion.rs` (shared through `benches/common/workloads.rs`).
 //!
 //! Run: `cargo run --release --example workloads_timing [rounds]`.
 
@@ -14,36 +14,9 @@ use tensorplay::{DType, Result, Tensor};
 
 #[path = "../benches/common/workloads.rs"]
 mod workloads;
-use workloads::{w1, w2};
+use workloads::{w1, w2, w3, w4, w5, w6};
 
 const COLS: usize = 1024;
-
-/// W3: `relu(x + bias) + r`, bias broadcast over rows.
-fn w3(xs: &[Tensor]) -> Result<Vec<Tensor>> {
-    Ok(vec![xs[0].add(&xs[1])?.relu()?.add(&xs[2])?])
-}
-
-/// W4: `(x*w).sum()`.
-fn w4(xs: &[Tensor]) -> Result<Vec<Tensor>> {
-    Ok(vec![xs[0].mul(&xs[1])?.sum_all()?])
-}
-
-/// W5: softmax over the last dim.
-fn w5(xs: &[Tensor]) -> Result<Vec<Tensor>> {
-    Ok(vec![xs[0].softmax(-1)?])
-}
-
-/// W6: `sqrt(abs((((x*1.1+0.3)*x-0.7)/(x*x+1))+x))` (10 ops).
-fn w6(xs: &[Tensor]) -> Result<Vec<Tensor>> {
-    let x = &xs[0];
-    let num = x
-        .mul_scalar(1.1)?
-        .add_scalar(0.3)?
-        .mul(x)?
-        .sub_scalar(0.7)?;
-    let den = x.mul(x)?.add_scalar(1.0)?;
-    Ok(vec![num.div(&den)?.add(x)?.abs()?.sqrt()?])
-}
 
 type Workload = fn(&[Tensor]) -> Result<Vec<Tensor>>;
 
