@@ -197,3 +197,42 @@ fn an_unused_integer_remainder_by_zero_still_fails_like_eager() -> Result<()> {
     let _ = x;
     Ok(())
 }
+
+#[test]
+fn a_half_tensor_times_a_computed_0d_f32_keeps_the_factor_in_f32() -> Result<()> {
+    // Found by the fuzzer: eager (like PyTorch) multiplies an f16 tensor by a 0-d f32 operand's
+    // f32 value; the compiled kernel rounded the operand to f16 first. `x / 70000` as f16 is
+    // `x / inf` if the divisor is rounded.
+    let f = compile(|xs: &[Tensor]| {
+        let s = xs[1].relu()?.neg()?;
+        let s = s.mul(&s)?;
+        Ok(vec![
+            xs[0].mul(&s)?,
+            xs[0].div(&xs[2])?,
+            xs[0].floor_divide(&xs[2])?,
+            xs[0].floor_divide_scalar(0.3)?,
+        ])
+    });
+    let x = Tensor::from_vec(vec![-1.0f32, -1988.0 / 1024.0, 3.5, 60000.0], &[4])?
+        .to_dtype(DType::F16)?;
+    let s = Tensor::from_vec(vec![0.661_837_1f32], &[])?;
+    let big = Tensor::from_vec(vec![70000.0f32], &[])?;
+    for dtype in [DType::F16, DType::BF16] {
+        let x = x.to_dtype(dtype)?;
+        let got = f.call(&[x.clone(), s.clone(), big.clone()])?;
+        let t = s.relu()?.neg()?;
+        let t = t.mul(&t)?;
+        let want = [
+            x.mul(&t)?,
+            x.div(&big)?,
+            x.floor_divide(&big)?,
+            x.floor_divide_scalar(0.3)?,
+        ];
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.dtype(), dtype);
+            let (g, w) = (g.to_dtype(DType::F32)?, w.to_dtype(DType::F32)?);
+            assert_eq!(g.to_vec::<f32>()?, w.to_vec::<f32>()?, "{dtype}");
+        }
+    }
+    Ok(())
+}

@@ -232,10 +232,15 @@ fn lower_expression(
     meta_dtype: DType,
 ) -> Result<ValueId> {
     let widen = |d: DType| if d.is_half() { DType::F32 } else { d };
+    let f32_scalar = keeps_f32_scalar(l, name, args, compute);
     let ids: Vec<ValueId> = args
         .iter()
         .zip(operand_dtypes)
-        .map(|(&a, &d)| {
+        .enumerate()
+        .map(|(i, (&a, &d))| {
+            if f32_scalar && i == 1 {
+                return l.coerce(a, DType::F32);
+            }
             let v = l.coerce(a, d);
             l.coerce(Operand::Value(v), widen(d))
         })
@@ -248,6 +253,17 @@ fn lower_expression(
         v
     };
     check_out(l, name, v, meta_dtype)
+}
+
+/// A half tensor times, divided or floor-divided by a Rust scalar or a 0-d tensor (the second
+/// operand): that operand stays in f32 instead of being rounded to the half type first, as
+/// eager's `half_opmath_scalar` does (PyTorch's rule), so `x / 70000.0` is not `x / inf`.
+fn keeps_f32_scalar(l: &Lowerer, name: &str, args: &[Operand], compute: DType) -> bool {
+    matches!(name, "tp::mul" | "tp::div" | "tp::floor_divide")
+        && compute.is_half()
+        && args.len() == 2
+        && (matches!(args[1], Operand::Scalar(..)) || l.zero_dim.get(1).copied().unwrap_or(false))
+        && l.operand_dtype(args[0]) == compute
 }
 
 /// An op whose lowering is exactly one scalar op over its operands.
@@ -271,13 +287,7 @@ fn lower_single(
     {
         return check_out(l, name, v, meta_dtype);
     }
-    if matches!(op, ScalarOp::Mul | ScalarOp::Div)
-        && compute.is_half()
-        && matches!(args[1], Operand::Scalar(..))
-        && l.operand_dtype(args[0]) == compute
-    {
-        // A half tensor times/divided by a Rust scalar: the scalar stays in f32 instead of being
-        // rounded to the half type first (eager's `half_opmath_scalar`, as PyTorch).
+    if keeps_f32_scalar(l, name, args, compute) {
         let x = l.coerce(args[0], DType::F32);
         let s = l.coerce(args[1], DType::F32);
         let v = l.push(Inst::Op {
