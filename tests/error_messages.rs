@@ -140,3 +140,24 @@ fn compile_errors_carry_a_matchable_kind() {
     assert_eq!(err.compile_kind(), Some(CompileKind::Capture));
     assert_eq!(Error::shape("add", "x").compile_kind(), None);
 }
+
+#[test]
+fn an_integer_divisor_that_is_zero_in_the_result_dtype_is_an_error_not_a_panic() -> Result<()> {
+    // Found by the fuzzer: an i64 0-d divisor 2^32 of an i32 tensor is 0 once converted to i32;
+    // the zero check ran on the i64 value and the kernel panicked.
+    let x = Tensor::from_vec(vec![7i32, -9], &[2])?;
+    let y = Tensor::from_vec(vec![1i64 << 32], &[])?;
+    assert_eq!(x.add(&y)?.dtype(), DType::I32);
+    for (name, r) in [
+        ("fmod", x.fmod(&y)),
+        ("remainder", x.remainder(&y)),
+        ("floor_divide", x.floor_divide(&y)),
+    ] {
+        let err = r.unwrap_err();
+        assert!(matches!(err, Error::Argument { .. }), "{err:?}");
+        assert_mentions(&err, &[name, "other", "zero"]);
+    }
+    let ok = Tensor::from_vec(vec![(1i64 << 32) + 2], &[])?;
+    assert_eq!(x.fmod(&ok)?.to_vec::<i32>()?, vec![1, -1]);
+    Ok(())
+}

@@ -570,19 +570,28 @@ impl BinaryMath for Remainder {
     }
 }
 
+/// Integer division of any kind by zero is an error (as in PyTorch); floats follow IEEE. The
+/// divisor is checked as the op uses it, converted to the result dtype (an i64 `2^32` divisor of
+/// an i32 tensor is 0 in i32).
+pub(crate) fn no_int_zero_divisor(a: Args, out: DType, name: &str, what: &str) -> Result<()> {
+    if out.is_float() {
+        return Ok(());
+    }
+    let y = as_dtype(&as_dtype(a.tensor(1)?, out)?, DType::I64)?;
+    if y.to_vec::<i64>()?.contains(&0) {
+        return Err(Error::argument(
+            name,
+            "other",
+            format!("no zero divisor (integer {what} by zero)"),
+            "a zero element",
+        ));
+    }
+    Ok(())
+}
+
 /// Integer remainder by zero is an error (as in PyTorch); floats give NaN.
 fn remainder_fill(a: Args, outs: &[Tensor]) -> Result<()> {
-    if !outs[0].dtype().is_float() {
-        let y = as_dtype(a.tensor(1)?, DType::I64)?;
-        if y.to_vec::<i64>()?.contains(&0) {
-            return Err(Error::argument(
-                "remainder",
-                "other",
-                "no zero divisor (integer remainder by zero)",
-                "a zero element",
-            ));
-        }
-    }
+    no_int_zero_divisor(a, outs[0].dtype(), "remainder", "remainder")?;
     binary_fill::<Remainder>(a, outs)
 }
 

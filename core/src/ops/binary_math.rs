@@ -14,7 +14,7 @@ use tensorplay_ir::{DType, Error, LibmFn2, OpClass, Result, ScalarExpr, ScalarOp
 
 use super::binary::{
     BinaryMath, BinaryOut, as_dtype, binary_dtype_rule, binary_fill, binary_meta, grad_for,
-    result_type,
+    no_int_zero_divisor, result_type,
 };
 use super::binary_decl::binary_decl;
 use super::{
@@ -87,22 +87,6 @@ fn float_binary_meta<M: BinaryMath>(a: Args) -> Result<Vec<OutSpec>> {
         ));
     }
     Ok(spec)
-}
-
-/// Integer division by zero is an error (as in PyTorch); floats follow IEEE.
-fn no_int_zero_divisor(a: Args, out: DType, name: &str) -> Result<()> {
-    if !out.is_float() {
-        let y = as_dtype(a.tensor(1)?, DType::I64)?;
-        if y.to_vec::<i64>()?.contains(&0) {
-            return Err(Error::argument(
-                name,
-                "other",
-                "no zero divisor (integer division by zero)",
-                "a zero element",
-            ));
-        }
-    }
-    Ok(())
 }
 
 binary_math_op! {
@@ -213,7 +197,7 @@ binary_math_op! {
     f32 = |a: f32, b: f32| a % b, f64 = |a: f64, b: f64| a % b, int = int_fmod, bool = no_bool,
     meta = binary_meta::<Fmod>,
     fill = |a, outs| {
-        no_int_zero_divisor(a, outs[0].dtype(), "fmod")?;
+        no_int_zero_divisor(a, outs[0].dtype(), "fmod", "division")?;
         binary_fill::<Fmod>(a, outs)
     },
     lower = |_: &[&Attr]| Ok(libm2(LibmFn2::Fmod)),
@@ -420,7 +404,7 @@ binary_math_op! {
     f64 = |a: f64, b: f64| floor_div_body!(a, b, f64), int = int_floor_div, bool = no_bool,
     meta = binary_meta::<FloorDivide>,
     fill = |a, outs| {
-        no_int_zero_divisor(a, outs[0].dtype(), "floor_divide")?;
+        no_int_zero_divisor(a, outs[0].dtype(), "floor_divide", "division")?;
         binary_fill::<FloorDivide>(a, outs)
     },
     lower = floor_divide_lowering,
