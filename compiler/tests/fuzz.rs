@@ -280,16 +280,11 @@ fn finish(
         return;
     }
     let (mut ep, es) = if d.is_half() {
-        let es = if total == 0.0 {
-            0.0
-        } else {
-            total + ulp(r_fin, d)
-        };
-        let slack = if representable {
-            0.0
-        } else {
-            0.5 * ulp(r_fin, d)
-        };
+        // The compiled value may lie up to `total` farther from 0, in the next binade, where
+        // rounding it to the low dtype costs more.
+        let u = ulp(r_fin.abs() + total, d);
+        let es = if total == 0.0 { 0.0 } else { total + u };
+        let slack = if representable { 0.0 } else { 0.5 * u };
         ((total + slack).max(es), es)
     } else {
         (total, total)
@@ -423,6 +418,9 @@ fn model_binary(b: Bin, x: &Model, y: &Model, r: &Tensor) -> Result<Model> {
                 Bin::Mul => c.abs() * ea + a.abs() * ec + ea * ec,
                 Bin::Div if c.abs() > ec => (ea + (a / c).abs() * ec) / (c.abs() - ec),
                 Bin::Maximum | Bin::Minimum | Bin::Fmax | Bin::Fmin => ea.max(ec),
+                // atan2 jumps by 2π across its branch cut (y = 0, x < 0): an uncertain `y`
+                // there may land on either side.
+                Bin::Atan2 if a.abs() <= ea && c - ec < 0.0 => INF,
                 // |grad atan2| = 1 / hypot; hypot is 1-Lipschitz in each operand.
                 Bin::Atan2 if a.hypot(c) > ea + ec => (ea + ec) / (a.hypot(c) - ea - ec),
                 Bin::Hypot => ea + ec,
