@@ -161,3 +161,57 @@ fn an_integer_divisor_that_is_zero_in_the_result_dtype_is_an_error_not_a_panic()
     assert_eq!(x.fmod(&ok)?.to_vec::<i32>()?, vec![1, -1]);
     Ok(())
 }
+
+#[test]
+fn pad_and_interpolate_refuse_bad_sizes_with_errors_naming_the_argument() -> Result<()> {
+    use tensorplay::nn::{self, InterpolateMode, PadMode};
+    let x = Tensor::zeros(&[1, 2, 4], DType::F32);
+    for (pad, mode, arg) in [
+        (vec![1, 2, 3], PadMode::Constant, "pad"),
+        (vec![i64::MAX, 1], PadMode::Constant, "pad"),
+        (vec![i64::MIN, 0], PadMode::Constant, "pad"),
+        (vec![-3, -2], PadMode::Constant, "pad"),
+        (vec![4, 0], PadMode::Reflect, "pad"),
+        (vec![5, 0], PadMode::Circular, "pad"),
+        (vec![1 << 62, 0], PadMode::Replicate, "pad"),
+        (vec![1, 1, 1, 1, 1, 1], PadMode::Reflect, "pad"),
+    ] {
+        let err = nn::pad(&x, &pad, mode, 0.0).unwrap_err();
+        assert!(matches!(err, Error::Argument { .. }), "{pad:?}: {err:?}");
+        assert_mentions(&err, &["pad", arg]);
+    }
+    let err = nn::pad(&x.to_dtype(DType::F16)?, &[1, 1], PadMode::Constant, 1e6).unwrap_err();
+    assert_mentions(&err, &["pad", "value", "f16"]);
+    let resize = |size: Option<&[usize]>, scale: Option<&[f64]>, mode, corners| {
+        nn::interpolate(&x, size, scale, mode, corners, None).unwrap_err()
+    };
+    use InterpolateMode::*;
+    for (err, arg) in [
+        (
+            resize(Some(&[3]), Some(&[2.0]), Nearest, None),
+            "scale_factor",
+        ),
+        (resize(None, None, Nearest, None), "size"),
+        (resize(Some(&[3, 3]), None, Nearest, None), "size"),
+        (resize(Some(&[0]), None, Linear, None), "size"),
+        (resize(None, Some(&[1e300]), Linear, None), "scale_factor"),
+        (
+            resize(None, Some(&[f64::NAN]), Linear, None),
+            "scale_factor",
+        ),
+        (resize(Some(&[usize::MAX / 2]), None, Nearest, None), "size"),
+        (
+            resize(Some(&[8]), None, Nearest, Some(true)),
+            "align_corners",
+        ),
+        (resize(Some(&[8, 8]), None, Bilinear, None), "input"),
+    ] {
+        assert!(matches!(err, Error::Argument { .. }), "{err:?}");
+        assert_mentions(&err, &["interpolate", arg]);
+    }
+    assert!(InterpolateMode::parse("bicubic").is_err());
+    let ints = Tensor::zeros(&[1, 2, 4], DType::I64);
+    let err = nn::interpolate(&ints, Some(&[8]), None, Linear, None, None).unwrap_err();
+    assert_mentions(&err, &["interpolate", "floating"]);
+    Ok(())
+}

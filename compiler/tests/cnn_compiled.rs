@@ -103,3 +103,47 @@ fn batch_norm_training_under_compile_updates_the_running_stats_like_eager() -> R
     );
     Ok(())
 }
+
+/// pad (reflect, then constant with a crop) → bilinear upsample → replicate pad → nearest
+/// downsample → area resize: index tables built from the sizes, captured as constants.
+fn resize_program(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    use nn::{InterpolateMode as I, PadMode as P};
+    let y = nn::pad(&xs[0], &[1, 2, 2, 1], P::Reflect, 0.0)?; // [2, 3, 9, 11]
+    let y = nn::pad(&y, &[-1, 1], P::Constant, 0.25)?;
+    let y = nn::interpolate(&y, None, Some(&[1.5, 0.75]), I::Bilinear, Some(false), None)?;
+    let y = nn::pad(&y, &[2, 0, 0, 3], P::Replicate, 0.0)?.mul(&xs[1])?;
+    let y = nn::interpolate(&y, Some(&[7, 5]), None, I::Nearest, None, None)?;
+    let y = nn::interpolate(&y, Some(&[3]), None, I::Area, None, None)?;
+    Ok(vec![y.mul(&y)?.sum_all()?, y])
+}
+
+#[test]
+fn pad_and_interpolate_compile_like_eager_with_gradients() -> Result<()> {
+    let x = Tensor::randn_seeded(&[2, 3, 6, 8], DType::F64, 11)?.requires_grad_(true)?;
+    let s = Tensor::randn_seeded(&[1, 3, 1, 1], DType::F64, 12)?.requires_grad_(true)?;
+    let xs = [x, s];
+    let want = resize_program(&xs)?;
+    assert_eq!(want[1].shape(), &[2, 3, 3, 3]);
+    let grads = autograd::grad(&want[..1], &xs, &[None], false)?;
+    let f = compile(resize_program);
+    let got = f.call(&xs)?;
+    assert!(
+        close(&got[1], &want[1], 1e-12)?,
+        "{:?} vs {:?}",
+        got[1],
+        want[1]
+    );
+    let cgrads = autograd::grad(&got[..1], &xs, &[None], false)?;
+    for (i, (c, e)) in cgrads.iter().zip(&grads).enumerate() {
+        let (c, e) = (c.as_ref().unwrap(), e.as_ref().unwrap());
+        assert!(close(c, e, 1e-10)?, "gradient {i}");
+    }
+    // Another input size recompiles (the index tables follow the sizes) and still agrees.
+    let x2 = Tensor::randn_seeded(&[1, 3, 5, 7], DType::F64, 13)?;
+    let (w, g) = (
+        resize_program(&[x2.clone(), xs[1].clone()])?,
+        f.call(&[x2, xs[1].clone()])?,
+    );
+    assert!(close(&g[1], &w[1], 1e-12)?);
+    Ok(())
+}

@@ -25,6 +25,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
+import resize_cases
+
 torch.set_num_threads(1)
 
 DT = {
@@ -125,7 +127,7 @@ def S(v):
 
 
 def P(v):
-    """A plain argument: int, float, bool, string, int list, dtype name, None."""
+    """A plain argument: int, float, bool, string, int or float list, dtype name, None."""
     if v is None:
         return Arg({"none": True}, None)
     if isinstance(v, bool):
@@ -138,6 +140,8 @@ def P(v):
         return Arg({"dtype": v}, DT[v])
     if isinstance(v, str):
         return Arg({"str": v}, v)
+    if isinstance(v, list) and any(isinstance(x, float) for x in v):
+        return Arg({"floats": [struct.pack(">d", x).hex() for x in v]}, v)
     if isinstance(v, list):
         return Arg({"ints": v}, v)
     raise TypeError(v)
@@ -1212,6 +1216,8 @@ for d in FLOATS:
                                      P(1e-5)], [0, 3, 4])
     gcase("group_norm", F.group_norm, [T(gx([2, 6, 5], d, 6735)), P(3), T(gx([6], d, 6736)),
                                        T(gx([6], d, 6737)), P(1e-5)], [0, 2, 3])
+
+resize_cases.record(case, gcase, T, P, rnd, gx)
 
 json.dump({"torch": torch.__version__, "tensors": POOL, "cases": CASES}, sys.stdout, separators=(",", ":"))
 sys.stdout.write("\n")

@@ -92,6 +92,7 @@ pub(crate) enum Arg {
     Bool(bool),
     Str(String),
     Ints(Vec<i64>),
+    Floats(Vec<f64>),
     DType(DType),
     /// A `Tensor[]` argument.
     Tensors(Vec<Tensor>),
@@ -109,6 +110,7 @@ impl Arg {
             Arg::Bool(b) => (*b).into(),
             Arg::Str(s) => s.as_str().into(),
             Arg::Ints(v) => v.clone().into(),
+            Arg::Floats(v) => Value::FloatList(v.clone()),
             Arg::DType(d) => (*d).into(),
             Arg::Tensors(ts) => Value::TensorList(ts.clone()),
             Arg::None => Value::None,
@@ -182,6 +184,25 @@ impl Arg {
         match self {
             Arg::Ints(v) => v,
             _ => panic!("expected an int list argument"),
+        }
+    }
+    pub(crate) fn opt_floats(&self) -> Option<&[f64]> {
+        match self {
+            Arg::None => None,
+            Arg::Floats(v) => Some(v),
+            _ => panic!("expected a float list argument"),
+        }
+    }
+    pub(crate) fn opt_usizes(&self) -> Option<Vec<usize>> {
+        match self {
+            Arg::None => None,
+            a => Some(a.usizes()),
+        }
+    }
+    pub(crate) fn opt_bool(&self) -> Option<bool> {
+        match self {
+            Arg::None => None,
+            a => Some(a.bool()),
         }
     }
     pub(crate) fn usizes(&self) -> Vec<usize> {
@@ -298,6 +319,13 @@ pub(crate) fn decode_arg(j: &J, pool: &[Tensor]) -> Arg {
                 .map(|d| d.as_i64().unwrap())
                 .collect(),
         ),
+        "floats" => Arg::Floats(
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|h| f64::from_bits(u64::from_str_radix(h.as_str().unwrap(), 16).unwrap()))
+                .collect(),
+        ),
         "dtype" => Arg::DType(v.as_str().unwrap().parse().unwrap()),
         "ts" => Arg::Tensors(
             v.as_array()
@@ -333,6 +361,7 @@ pub(crate) fn describe(c: &Case) -> String {
             Arg::Bool(b) => b.to_string(),
             Arg::Str(s) => format!("{s:?}"),
             Arg::Ints(v) => format!("{v:?}"),
+            Arg::Floats(v) => format!("{v:?}"),
             Arg::DType(d) => d.to_string(),
             Arg::Tensors(ts) => format!("[{} tensors]", ts.len()),
             Arg::None => "None".into(),

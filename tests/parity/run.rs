@@ -155,6 +155,20 @@ pub(crate) fn run_composite(op: &str, a: &[Arg]) -> Result<Option<Vec<Tensor>>> 
             },
         )?,
         "adaptive_avg_pool2d" => nn::adaptive_avg_pool2d(a[0].tensor(), &a[1].usizes())?,
+        "pad" => nn::pad(
+            a[0].tensor(),
+            a[1].ints(),
+            nn::PadMode::parse(a[2].str())?,
+            a[3].opt_float().unwrap_or(0.0),
+        )?,
+        "interpolate" => nn::interpolate(
+            a[0].tensor(),
+            a[1].opt_usizes().as_deref(),
+            a[2].opt_floats(),
+            nn::InterpolateMode::parse(a[3].str())?,
+            a[4].opt_bool(),
+            a[5].opt_bool(),
+        )?,
         "batch_norm" => return batch_norm(a).map(Some),
         "group_norm" => nn::group_norm(
             a[0].tensor(),

@@ -3,7 +3,8 @@
 //! `cross_entropy` (and their class-`weight` forms `nll_loss_weighted`,
 //! `cross_entropy_weighted`), `scaled_dot_product_attention`, and the CNN functions of the
 //! submodules, re-exported here: `conv1d`/`conv2d` (`conv`), `max_pool2d`(`_with_indices`),
-//! `avg_pool2d`, `adaptive_avg_pool2d` (`pool`), `batch_norm`, `group_norm` (`norm`).
+//! `avg_pool2d`, `adaptive_avg_pool2d` (`pool`), `batch_norm`, `group_norm` (`norm`), `pad`
+//! (`pad`) and `interpolate` (`interpolate`).
 //!
 //! Each is a composite of op-table ops, as PyTorch decomposes them: there is no kernel here, so
 //! autograd differentiates the ops they are made of, vmap batches them, and the compiler fuses
@@ -11,11 +12,15 @@
 //! the reductions, matmuls and gathers. Argument errors name the function.
 
 mod conv;
+mod interpolate;
 mod norm;
+mod pad;
 mod pool;
 
 pub use conv::{ConvPadding, conv1d, conv2d};
+pub use interpolate::{InterpolateMode, interpolate};
 pub use norm::{batch_norm, group_norm};
+pub use pad::{PadMode, pad};
 pub use pool::{adaptive_avg_pool2d, avg_pool2d, max_pool2d, max_pool2d_with_indices};
 
 use tensorplay_ir::shape::fmt_shape;
