@@ -13,6 +13,7 @@ mod factory;
 mod library;
 mod methods;
 mod nn;
+mod nn_cnn;
 mod optim;
 mod tensor;
 

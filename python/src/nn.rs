@@ -1,5 +1,6 @@
 //! `tensorplay.nn.functional`'s composite functions over `tensorplay::nn` (linear, layer_norm,
-//! rms_norm, dropout, embedding, the losses and attention), with PyTorch's parameter names.
+//! rms_norm, dropout, embedding, the losses and attention), with PyTorch's parameter names; the
+//! CNN functions (convolutions, pooling, batch and group norm) are in `nn_cnn`.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -9,14 +10,17 @@ use tensorplay::{Result, Tensor};
 use crate::error::IntoPyResult;
 use crate::tensor::PyTensor;
 
-type T<'a> = PyRef<'a, PyTensor>;
+pub(crate) type T<'a> = PyRef<'a, PyTensor>;
 
-fn run(py: Python<'_>, f: impl FnOnce() -> Result<Tensor> + Send) -> PyResult<Py<PyTensor>> {
+pub(crate) fn run(
+    py: Python<'_>,
+    f: impl FnOnce() -> Result<Tensor> + Send,
+) -> PyResult<Py<PyTensor>> {
     let out = py.detach(f).py_err()?;
     PyTensor::wrap(py, out)
 }
 
-fn opt(t: &Option<T<'_>>) -> Option<Tensor> {
+pub(crate) fn opt(t: &Option<T<'_>>) -> Option<Tensor> {
     t.as_ref().map(|t| t.t.clone())
 }
 
@@ -214,5 +218,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(nll_loss, m)?)?;
     m.add_function(wrap_pyfunction!(cross_entropy, m)?)?;
     m.add_function(wrap_pyfunction!(scaled_dot_product_attention, m)?)?;
-    Ok(())
+    crate::nn_cnn::register(m)
 }

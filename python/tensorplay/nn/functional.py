@@ -13,6 +13,13 @@ mse_loss = _nn.mse_loss
 nll_loss = _nn.nll_loss
 cross_entropy = _nn.cross_entropy
 scaled_dot_product_attention = _nn.scaled_dot_product_attention
+conv1d = _nn.conv1d
+conv2d = _nn.conv2d
+max_pool2d = _nn.max_pool2d
+avg_pool2d = _nn.avg_pool2d
+adaptive_avg_pool2d = _nn.adaptive_avg_pool2d
+batch_norm = _nn.batch_norm
+group_norm = _nn.group_norm
 
 
 def _op(name):
