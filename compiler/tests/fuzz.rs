@@ -349,6 +349,12 @@ fn model_unary(u: Un, x: &Model, r: &Tensor) -> Result<Model> {
             Un::Frac if !step(f64::trunc) => INF,
             Un::Frac => ei,
             Un::Floor | Un::Ceil | Un::Round | Un::Sign | Un::Trunc => 0.0,
+            // `(x + 3) / 6` rounds `x + 3` where it is larger than the result: with a perturbed
+            // `x`, eager and compiled code may round it to neighbouring values.
+            Un::Hardsigmoid | Un::Hardswish if perturbed => {
+                let inner = ulp(xi.abs() + 3.0 + ei, internal(out.dtype));
+                unary_spread(u, xi, ei) + inner * (xi.abs() + ei).max(1.0) / 6.0
+            }
             _ if perturbed => unary_spread(u, xi, ei),
             _ => 0.0,
         };

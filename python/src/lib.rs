@@ -14,6 +14,7 @@ mod library;
 mod methods;
 mod nn;
 mod nn_cnn;
+mod nn_resize;
 mod optim;
 mod tensor;
 

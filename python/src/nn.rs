@@ -1,6 +1,7 @@
 //! `tensorplay.nn.functional`'s composite functions over `tensorplay::nn` (linear, layer_norm,
 //! rms_norm, dropout, embedding, the losses and attention), with PyTorch's parameter names; the
-//! CNN functions (convolutions, pooling, batch and group norm) are in `nn_cnn`.
+//! CNN functions (convolutions, pooling, batch and group norm) are in `nn_cnn`, `pad` and
+//! `interpolate` in `nn_resize`.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -218,5 +219,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(nll_loss, m)?)?;
     m.add_function(wrap_pyfunction!(cross_entropy, m)?)?;
     m.add_function(wrap_pyfunction!(scaled_dot_product_attention, m)?)?;
-    crate::nn_cnn::register(m)
+    crate::nn_cnn::register(m)?;
+    crate::nn_resize::register(m)
 }

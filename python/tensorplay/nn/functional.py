@@ -18,6 +18,8 @@ conv2d = _nn.conv2d
 max_pool2d = _nn.max_pool2d
 avg_pool2d = _nn.avg_pool2d
 adaptive_avg_pool2d = _nn.adaptive_avg_pool2d
+pad = _nn.pad
+interpolate = _nn.interpolate
 batch_norm = _nn.batch_norm
 group_norm = _nn.group_norm
 
