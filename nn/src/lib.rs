@@ -96,6 +96,9 @@ pub use layers::{
     ConvOptions, Dropout, Embedding, Flatten, GELU, GroupNorm, LayerNorm, Linear, MaxPool2d,
     MultiheadAttention, RMSNorm, ReLU, Sequential, SiLU, Sigmoid, Tanh,
 };
+pub use layers::{
+    CircularPad2d, ConstantPad2d, ReflectionPad2d, ReplicationPad2d, Upsample, ZeroPad2d,
+};
 pub use module::{
     Forward, Layer, Module, TensorKind, Visit, VisitMut, combine_modes, functional_call,
     functional_call_with_buffers, join_name,

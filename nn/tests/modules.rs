@@ -492,3 +492,30 @@ fn attention_masks_follow_pytorchs_module_convention() -> Result<()> {
     assert!(!close(&mha.forward(&x)?, &causal)?);
     Ok(())
 }
+
+#[test]
+fn padding_and_upsampling_layers_hold_no_tensors_and_match_the_functions() -> Result<()> {
+    use tensorplay_nn::{ReflectionPad2d, Upsample, ZeroPad2d};
+    use tensorplay_runtime::nn::{self, InterpolateMode, PadMode};
+    let net = Sequential::new()
+        .append(ReflectionPad2d::new(&[1, 2, 0, 1])?)
+        .append(Upsample::scale(&[2.0, 1.5], InterpolateMode::Bilinear))
+        .append(ZeroPad2d::new(&[-1])?);
+    assert!(keys(&net).is_empty());
+    let x = Tensor::randn_seeded(&[2, 3, 4, 5], DType::F32, 3)?;
+    let want = nn::pad(&x, &[1, 2, 0, 1], PadMode::Reflect, 0.0)?;
+    let want = nn::interpolate(
+        &want,
+        None,
+        Some(&[2.0, 1.5]),
+        InterpolateMode::Bilinear,
+        None,
+        None,
+    )?;
+    let want = nn::pad(&want, &[-1; 4], PadMode::Constant, 0.0)?;
+    let got = net.forward(&x)?;
+    assert_eq!(got.shape(), &[2, 3, 8, 10]);
+    assert_eq!(got.to_vec::<f32>()?, want.to_vec::<f32>()?);
+    assert!(ReflectionPad2d::new(&[1, 2]).is_err());
+    Ok(())
+}

@@ -12,6 +12,7 @@ mod group_norm;
 mod layer_norm;
 mod linear;
 mod pool;
+mod resize;
 mod rms_norm;
 mod sequential;
 
@@ -25,5 +26,8 @@ pub use group_norm::GroupNorm;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d};
+pub use resize::{
+    CircularPad2d, ConstantPad2d, ReflectionPad2d, ReplicationPad2d, Upsample, ZeroPad2d,
+};
 pub use rms_norm::RMSNorm;
 pub use sequential::Sequential;
