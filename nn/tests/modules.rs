@@ -517,5 +517,14 @@ fn padding_and_upsampling_layers_hold_no_tensors_and_match_the_functions() -> Re
     assert_eq!(got.shape(), &[2, 3, 8, 10]);
     assert_eq!(got.to_vec::<f32>()?, want.to_vec::<f32>()?);
     assert!(ReflectionPad2d::new(&[1, 2]).is_err());
+    // As PyTorch's, a pad that adds nothing (or only crops) still returns a new tensor.
+    for (p, mode) in [
+        (vec![0, 0], PadMode::Constant),
+        (vec![-1, 0], PadMode::Constant),
+        (vec![0, 0, 0, 0], PadMode::Reflect),
+    ] {
+        nn::pad(&x, &p, mode, 0.0)?.fill_(7.0)?;
+    }
+    assert!(x.to_vec::<f32>()?.iter().all(|&v| v != 7.0));
     Ok(())
 }

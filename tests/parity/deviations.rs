@@ -80,9 +80,16 @@ pub(crate) static DEVIATIONS: &[Deviation] = &[
         op: "interpolate",
         gradient: false,
         what: "linear modes: f32/f64 results within 8 ulps of 1 (absolute); f16/bf16 results",
-        applies: |c, m| match c.dtype() {
-            Some(DType::F16 | DType::BF16) => m.index.is_some(),
-            _ => within_eps(c, m, 8.0),
+        applies: |c, m| {
+            let linear = matches!(
+                c.args.get(3),
+                Some(Arg::Str(s)) if matches!(s.as_str(), "linear" | "bilinear" | "trilinear")
+            );
+            linear
+                && match c.dtype() {
+                    Some(DType::F16 | DType::BF16) => m.index.is_some(),
+                    _ => within_eps(c, m, 8.0),
+                }
         },
         reason: "each separable pass (one per spatial dim) computes `x0 * w0 + x1 * w1` as \
                  two rounded products and a sum (PyTorch's kernel may contract them into fused \

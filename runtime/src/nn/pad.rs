@@ -127,6 +127,8 @@ pub fn pad(input: &Tensor, pad: &[i64], mode: PadMode, value: f64) -> Result<Ten
         ));
     }
     let mut x = input.clone();
+    // Whether `x` is a new tensor yet (not the input or a view of it).
+    let mut copied = false;
     for (i, side) in pad.chunks(2).enumerate() {
         let d = rank - 1 - i;
         let (l, r) = (side[0], side[1]);
@@ -150,6 +152,7 @@ pub fn pad(input: &Tensor, pad: &[i64], mode: PadMode, value: f64) -> Result<Ten
                 )
             })?;
         check_side(mode, d, n, l, r, &shape)?;
+        copied |= mode != PadMode::Constant || l > 0 || r > 0;
         x = match mode {
             PadMode::Constant => pad_constant(&x, d, l, r, value)?,
             _ => {
@@ -160,7 +163,8 @@ pub fn pad(input: &Tensor, pad: &[i64], mode: PadMode, value: f64) -> Result<Ten
             }
         };
     }
-    Ok(x)
+    // As PyTorch, the result never aliases the input (padding by zeros or only cropping copies).
+    if copied { Ok(x) } else { x.clone_tensor() }
 }
 
 /// An empty vector with room for `len` entries of an index or weight table, or an error naming
