@@ -13,6 +13,7 @@ mod factory;
 mod library;
 mod methods;
 mod nn;
+mod nn_args;
 mod nn_cnn;
 mod nn_resize;
 mod optim;

@@ -6,24 +6,9 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use tensorplay::nn::{self, Reduction};
-use tensorplay::{Result, Tensor};
 
-use crate::error::IntoPyResult;
+use crate::nn_args::{T, opt, run};
 use crate::tensor::PyTensor;
-
-pub(crate) type T<'a> = PyRef<'a, PyTensor>;
-
-pub(crate) fn run(
-    py: Python<'_>,
-    f: impl FnOnce() -> Result<Tensor> + Send,
-) -> PyResult<Py<PyTensor>> {
-    let out = py.detach(f).py_err()?;
-    PyTensor::wrap(py, out)
-}
-
-pub(crate) fn opt(t: &Option<T<'_>>) -> Option<Tensor> {
-    t.as_ref().map(|t| t.t.clone())
-}
 
 fn reduction(r: &str) -> PyResult<Reduction> {
     match r {

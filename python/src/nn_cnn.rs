@@ -13,7 +13,7 @@ use tensorplay::Error;
 use tensorplay::nn::{self, ConvPadding};
 
 use crate::error::to_py;
-use crate::nn::{T, opt, run};
+use crate::nn_args::{T, opt, run};
 use crate::tensor::PyTensor;
 
 /// A size argument as Python gave it: an `int`, or a tuple or list of `int`s (and `None`s,

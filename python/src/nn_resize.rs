@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use tensorplay::nn::{self, InterpolateMode, PadMode};
 
 use crate::error::IntoPyResult;
-use crate::nn::{T, run};
+use crate::nn_args::{T, run};
 use crate::tensor::PyTensor;
 
 fn arg_error(op: &str, arg: &str, expected: &str, got: &Bound<'_, PyAny>) -> PyErr {
