@@ -252,12 +252,18 @@ fn output_sizes(
 }
 
 /// `in / out`, or `1 / scale` when a positive scale was given (PyTorch's
-/// `compute_scales_value`), in f32.
-fn scale_f32(n: usize, m: usize, scale: Option<f64>) -> f32 {
+/// `compute_scales_value`), each operation rounded by `round` to the compute type (exact for
+/// `/` done in f64 and rounded to f32).
+fn source_scale(n: usize, m: usize, scale: Option<f64>, round: impl Fn(f64) -> f64) -> f64 {
     match scale {
-        Some(s) if s > 0.0 => (1.0 / s) as f32,
-        _ => n as f32 / m as f32,
+        Some(s) if s > 0.0 => round(1.0 / s),
+        _ => round(round(n as f64) / round(m as f64)),
     }
+}
+
+/// `v` rounded to f32 (kept as f64).
+fn to_f32(v: f64) -> f64 {
+    v as f32 as f64
 }
 
 /// The source element of each output position, computed in f32 as PyTorch's CPU kernels do.
@@ -268,7 +274,7 @@ fn nearest_index(
     scale: Option<f64>,
 ) -> Result<Vec<i64>> {
     let last = n as i64 - 1;
-    let s = scale_f32(n, m, scale);
+    let s = source_scale(n, m, scale, to_f32) as f32;
     let mut index = table(OP, "size", m)?;
     index.extend((0..m).map(|j| match mode {
         InterpolateMode::Nearest if m == n => j as i64,
@@ -323,12 +329,11 @@ fn linear_taps(
     corners: bool,
     f64_input: bool,
 ) -> Result<Taps> {
-    let r = |v: f64| if f64_input { v } else { v as f32 as f64 };
-    let step = match (corners, scale) {
-        (true, _) if m > 1 => r((n - 1) as f64 / (m - 1) as f64),
-        (true, _) => 0.0,
-        (false, Some(s)) if s > 0.0 => r(1.0 / s),
-        (false, _) => r(r(n as f64) / r(m as f64)),
+    let r = |v: f64| if f64_input { v } else { to_f32(v) };
+    let step = match corners {
+        true if m > 1 => r((n - 1) as f64 / (m - 1) as f64),
+        true => 0.0,
+        false => source_scale(n, m, scale, r),
     };
     let last = n as i64 - 1;
     let mut taps = Taps {
