@@ -12,119 +12,12 @@ use std::time::{Duration, Instant};
 
 use tensorplay::compiler::compile;
 use tensorplay::compiler::optim::Adam;
-use tensorplay::nn::{self, Reduction};
-use tensorplay::{DType, Result, Tensor};
+use tensorplay::{Result, Tensor};
 
-/// The training text: a few sentences, repeated by the batch sampler.
-const TEXT: &str = "the quick brown fox jumps over the lazy dog. \
-    a small model learns the text one character at a time. \
-    attention looks back at what came before, never ahead. \
-    the loss goes down as the model remembers the words. ";
+#[path = "common/gpt.rs"]
+mod gpt;
 
-/// Model sizes.
-#[derive(Clone, Copy)]
-struct Config {
-    vocab: usize,
-    context: usize,
-    dim: usize,
-    heads: usize,
-    layers: usize,
-}
-
-/// Parameters per block, in the order `block` reads them.
-const PER_BLOCK: usize = 10;
-
-/// All parameters: token and position embeddings, `layers` blocks, the final norm and the
-/// output projection.
-fn params(c: Config) -> Result<Vec<Tensor>> {
-    let mut seed = 0u64;
-    let mut p = |shape: &[usize], scale: f64| -> Result<Tensor> {
-        seed += 1;
-        Tensor::randn_seeded(shape, DType::F32, seed)?
-            .mul_scalar(scale)?
-            .requires_grad_(true)
-    };
-    let ones = |n: usize| Tensor::ones(&[n], DType::F32).requires_grad_(true);
-    let zeros = |n: usize| Tensor::zeros(&[n], DType::F32).requires_grad_(true);
-    let d = c.dim;
-    let s = (1.0 / d as f64).sqrt();
-    let mut v = vec![p(&[c.vocab, d], 0.1)?, p(&[c.context, d], 0.1)?];
-    for _ in 0..c.layers {
-        v.extend([
-            ones(d)?,
-            zeros(d)?,
-            p(&[3 * d, d], s)?,
-            p(&[d, d], s / (2.0 * c.layers as f64).sqrt())?,
-            ones(d)?,
-            zeros(d)?,
-            p(&[4 * d, d], s)?,
-            zeros(4 * d)?,
-            p(&[d, 4 * d], 0.5 * s / (2.0 * c.layers as f64).sqrt())?,
-            zeros(d)?,
-        ]);
-    }
-    v.extend([ones(d)?, zeros(d)?, p(&[c.vocab, d], s)?]);
-    Ok(v)
-}
-
-/// One pre-norm block: `x + attn(ln(x))`, then `x + mlp(ln(x))`.
-fn block(x: &Tensor, p: &[Tensor], c: Config) -> Result<Tensor> {
-    let (b, t, d) = (x.shape()[0], x.shape()[1], c.dim);
-    let (h, hd) = (c.heads, c.dim / c.heads);
-    let a = nn::layer_norm(x, &[d], Some(&p[0]), Some(&p[1]), 1e-5)?;
-    let qkv = nn::linear(&a, &p[2], None)?.chunk(3, -1)?;
-    let heads = |t_: &Tensor| t_.reshape(&[b, t, h, hd])?.transpose(1, 2);
-    let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
-    let y = nn::scaled_dot_product_attention(&q, &k, &v, None, true, None)?;
-    let y = y.transpose(1, 2)?.reshape(&[b, t, d])?;
-    let x = x.add(&nn::linear(&y, &p[3], None)?)?;
-    let m = nn::layer_norm(&x, &[d], Some(&p[4]), Some(&p[5]), 1e-5)?;
-    let m = nn::linear(&m, &p[6], Some(&p[7]))?.gelu("tanh")?;
-    x.add(&nn::linear(&m, &p[8], Some(&p[9]))?)
-}
-
-/// Mean next-character cross-entropy; inputs: token ids `[B, T]`, targets `[B, T]`, then the
-/// parameters.
-fn loss(xs: &[Tensor], c: Config) -> Result<Vec<Tensor>> {
-    let (ids, targets, p) = (&xs[0], &xs[1], &xs[2..]);
-    let (b, t) = (ids.shape()[0], ids.shape()[1]);
-    let pos = p[1].narrow(0, 0, t)?;
-    let mut x = nn::embedding(ids, &p[0])?.add(&pos)?;
-    for l in 0..c.layers {
-        x = block(&x, &p[2 + l * PER_BLOCK..2 + (l + 1) * PER_BLOCK], c)?;
-    }
-    let f = 2 + c.layers * PER_BLOCK;
-    let x = nn::layer_norm(&x, &[c.dim], Some(&p[f]), Some(&p[f + 1]), 1e-5)?;
-    let logits = nn::linear(&x, &p[f + 2], None)?;
-    let l = nn::cross_entropy(
-        &logits.reshape(&[b * t, c.vocab])?,
-        &targets.reshape(&[b * t])?,
-        -100,
-        0.0,
-        Reduction::Mean,
-    )?;
-    Ok(vec![l])
-}
-
-/// `batch` windows of `context + 1` characters from deterministic offsets of step `step`.
-fn batch(data: &[i64], step: usize, batch: usize, context: usize) -> Result<(Tensor, Tensor)> {
-    let mut ids = Vec::with_capacity(batch * context);
-    let mut targets = Vec::with_capacity(batch * context);
-    for i in 0..batch {
-        // A fixed pseudo-random walk over start positions (a 64-bit LCG).
-        let r = (step * batch + i) as u64;
-        let r = r
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let start = (r >> 33) as usize % (data.len() - context - 1);
-        ids.extend_from_slice(&data[start..start + context]);
-        targets.extend_from_slice(&data[start + 1..start + context + 1]);
-    }
-    Ok((
-        Tensor::from_vec(ids, &[batch, context])?,
-        Tensor::from_vec(targets, &[batch, context])?,
-    ))
-}
+use gpt::{Config, batch, loss, params, setup, steps_from_env};
 
 /// Trains `steps` steps; returns the losses and the median step time (after a warm-up step).
 fn train(compiled: bool, data: &[i64], c: Config, steps: usize) -> Result<(Vec<f32>, Duration)> {
@@ -169,25 +62,8 @@ fn train(compiled: bool, data: &[i64], c: Config, steps: usize) -> Result<(Vec<f
 }
 
 fn main() -> Result<()> {
-    let mut chars: Vec<char> = TEXT.chars().collect();
-    chars.sort_unstable();
-    chars.dedup();
-    let data: Vec<i64> = TEXT
-        .chars()
-        .map(|ch| chars.binary_search(&ch).map(|i| i as i64).unwrap_or(0))
-        .collect();
-    let c = Config {
-        vocab: chars.len(),
-        context: 32,
-        dim: 64,
-        heads: 4,
-        layers: 2,
-    };
-    let steps: usize = std::env::var("STEPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300)
-        .max(2);
+    let (data, c) = setup();
+    let steps = steps_from_env(300);
     println!(
         "decoder-only transformer: vocab {}, context {}, dim {}, {} heads, {} layers; {steps} \
          steps of batch 16",

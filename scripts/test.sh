@@ -8,6 +8,20 @@ cd "$(dirname "$0")/.."
 echo "== cargo test --workspace --release $*"
 cargo test --workspace --release "$@"
 
+# tensorplay::distributed's multi-process tests (mpirun -np 2 and 3, and the timeout and
+# failing-rank scenarios) need an MPI installation to build and run: OpenMPI's
+# `openmpi-bin libopenmpi-dev` and `libclang-dev` (.ci/run installs them). `--workspace` keeps the
+# feature set of the command above, so only the distributed crate and its test are built.
+if command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1; then
+  echo "== distributed: multi-process tests under mpirun"
+  cargo test --workspace --release --features tensorplay-distributed/mpi --test mpi
+elif [ -n "${TP_REQUIRE_MPI:-}" ]; then
+  echo "TP_REQUIRE_MPI is set but mpirun/mpicc are missing" >&2
+  exit 1
+else
+  echo "== distributed: multi-process tests skipped (no MPI installation; see docs/guide/distributed.md)"
+fi
+
 venv=target/pyenv
 python=${PYTHON:-python3}
 if [ ! -x "$venv/bin/python" ]; then

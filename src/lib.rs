@@ -86,6 +86,13 @@ pub mod cuda {
     pub fn init() {}
 }
 
+/// Training beyond one process on MPI (the `tensorplay-distributed` crate; feature
+/// `distributed`): process groups, collectives, `DistributedDataParallel`. See
+/// `docs/guide/distributed.md`.
+#[cfg(feature = "distributed")]
+#[doc(inline)]
+pub use tensorplay_distributed as distributed;
+
 /// The IR: dtypes, shapes, schemas and graphs (the `tensorplay-ir` crate).
 ///
 /// ```

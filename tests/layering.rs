@@ -23,6 +23,7 @@ const CRATES: &[&str] = &[
     "compiler/src",
     "macros/src",
     "nn/src",
+    "distributed/src",
     "python/src",
     "src",
 ];

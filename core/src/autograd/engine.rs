@@ -1,6 +1,7 @@
 //! The backward pass: walks the recorded graph from the roots in dependency order, summing the
 //! gradients that reach each node and handing them to its backward function.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -46,16 +47,100 @@ fn run(
         targets,
         create_graph,
         captured: vec![None; targets.map_or(0, |t| t.len())],
+        pending: HashMap::new(),
     };
     let mut walk = Walk::default();
     let leaf_grads = walk.seed(roots, root_grads)?;
     walk.reach_all();
     let mut deps = walk.dependencies();
+    let frame = targets.is_none().then(CallbackFrame::push);
+    if targets.is_none() {
+        sink.count_hooked_leaves(&walk.nodes, leaf_grads.iter().map(|(l, _)| l));
+    }
     for (leaf, g) in leaf_grads {
         sink.leaf(&leaf, g)?;
+        sink.leaf_done(&leaf)?;
     }
     walk.backward(&mut deps, &mut sink)?;
+    if let Some(frame) = frame {
+        frame.run()?;
+    }
     Ok(sink.captured)
+}
+
+thread_local! {
+    /// Callbacks queued by the `backward()` passes running on this thread, innermost last.
+    static CALLBACKS: RefCell<Vec<Vec<Callback>>> = const { RefCell::new(Vec::new()) };
+}
+
+type Callback = Box<dyn FnOnce() -> Result<()>>;
+
+/// The callback list of one running `backward()` pass (popped when the pass ends, run or not).
+struct CallbackFrame;
+
+impl CallbackFrame {
+    fn push() -> CallbackFrame {
+        CALLBACKS.with(|c| c.borrow_mut().push(Vec::new()));
+        CallbackFrame
+    }
+
+    /// Runs the frame's callbacks in the order queued (a callback may queue more).
+    fn run(self) -> Result<()> {
+        loop {
+            let next = CALLBACKS.with(|c| {
+                let mut c = c.borrow_mut();
+                let frame = c.last_mut()?;
+                (!frame.is_empty()).then(|| frame.remove(0))
+            });
+            match next {
+                Some(f) => f()?,
+                None => return Ok(()),
+            }
+        }
+    }
+}
+
+impl Drop for CallbackFrame {
+    fn drop(&mut self) {
+        CALLBACKS.with(|c| c.borrow_mut().pop());
+    }
+}
+
+/// Queues `f` to run when the `backward()` pass running on this thread has delivered every
+/// gradient (after the last post-accumulate hook), before `backward()` returns; an error from
+/// `f` is the pass's error. PyTorch's `Variable._execution_engine.queue_callback`: how a hook
+/// that starts work for a group of gradients makes the pass wait for it. Only callable from
+/// inside a pass (a hook); elsewhere an error.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tensorplay_core::{DType, Tensor, autograd};
+/// let w = Tensor::ones(&[2], DType::F32).requires_grad_(true)?;
+/// let _h = w.register_post_accumulate_grad_hook(Arc::new(|leaf: &Tensor| {
+///     let leaf = leaf.clone();
+///     autograd::queue_callback(Box::new(move || {
+///         // Runs after the pass: scale the gradient in place.
+///         leaf.grad().unwrap().mul_(&Tensor::scalar(0.5f32))?;
+///         Ok(())
+///     }))
+/// }))?;
+/// (&w * 4.0)?.sum_all()?.backward()?;
+/// assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![2.0, 2.0]);
+/// assert!(autograd::queue_callback(Box::new(|| Ok(()))).is_err());
+/// # Ok::<(), tensorplay_core::Error>(())
+/// ```
+pub fn queue_callback(f: Box<dyn FnOnce() -> Result<()>>) -> Result<()> {
+    CALLBACKS.with(|c| match c.borrow_mut().last_mut() {
+        Some(frame) => {
+            frame.push(f);
+            Ok(())
+        }
+        None => Err(Error::Autograd(
+            "queue_callback: no backward() pass is running on this thread (call it from a \
+             post-accumulate-grad hook)"
+                .into(),
+        )),
+    })
 }
 
 /// The recorded graph one backward pass walks: the nodes reached from the roots (in the order
@@ -161,6 +246,7 @@ impl Walk {
                         if let Some(g) = g {
                             sink.leaf(leaf, g)?;
                         }
+                        sink.leaf_done(leaf)?;
                     }
                     None => {}
                 }
@@ -176,9 +262,46 @@ struct Sink<'a> {
     targets: Option<&'a [Target]>,
     create_graph: bool,
     captured: Vec<Option<Tensor>>,
+    /// Leaves with post-accumulate hooks: the edges (and roots) still to deliver to each.
+    pending: HashMap<usize, (Tensor, usize)>,
 }
 
 impl Sink<'_> {
+    /// Counts, for each hooked leaf, the edges of the reached nodes (and the roots) leading to it.
+    fn count_hooked_leaves<'t>(
+        &mut self,
+        nodes: &'t [Arc<Node>],
+        root_leaves: impl Iterator<Item = &'t Tensor>,
+    ) {
+        let edges = nodes.iter().flat_map(|n| n.next.iter().flatten());
+        let leaves = edges.filter_map(|e| match e {
+            Edge::Leaf(l) => Some(l),
+            Edge::Node(_) => None,
+        });
+        for leaf in leaves.chain(root_leaves) {
+            if leaf.has_post_accumulate_grad_hooks() {
+                self.pending
+                    .entry(leaf.identity())
+                    .or_insert_with(|| (leaf.clone(), 0))
+                    .1 += 1;
+            }
+        }
+    }
+
+    /// One edge (or root) leading to `leaf` has delivered; runs its hooks after the last one.
+    fn leaf_done(&mut self, leaf: &Tensor) -> Result<()> {
+        let id = leaf.identity();
+        let Some((_, left)) = self.pending.get_mut(&id) else {
+            return Ok(());
+        };
+        *left -= 1;
+        if *left == 0 {
+            let (leaf, _) = self.pending.remove(&id).expect("present");
+            leaf.run_post_accumulate_grad_hooks()?;
+        }
+        Ok(())
+    }
+
     /// Delivers a leaf's gradient (cast to its dtype).
     fn leaf(&mut self, leaf: &Tensor, g: Tensor) -> Result<()> {
         let g = if g.dtype() != leaf.dtype() {

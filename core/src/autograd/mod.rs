@@ -9,7 +9,7 @@ pub mod gradcheck;
 pub mod mode;
 pub mod node;
 
-pub use engine::{backward, grad};
+pub use engine::{backward, grad, queue_callback};
 pub use gradcheck::{GradcheckOptions, gradcheck};
 pub use mode::{GradModeGuard, enable_grad, is_grad_enabled, no_grad};
 pub use node::{BackwardFn, attach_backward};

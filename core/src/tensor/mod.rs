@@ -59,6 +59,30 @@ pub(crate) struct AutogradMeta {
     pub(crate) grad: Mutex<Option<Tensor>>,
     /// The node that produced this tensor and which of its outputs it is; `None` for leaves.
     pub(crate) grad_fn: Option<GradEdge>,
+    /// Hooks run after a backward pass has delivered all of this leaf's gradient (by id).
+    pub(crate) post_accumulate_hooks: Mutex<Vec<(u64, GradHook)>>,
+}
+
+/// A hook run on a leaf after `backward()` has accumulated this pass's gradient into its `.grad`
+/// (see [`Tensor::register_post_accumulate_grad_hook`]).
+pub type GradHook = Arc<dyn Fn(&Tensor) -> Result<()> + Send + Sync>;
+
+/// Removes a hook registered by [`Tensor::register_post_accumulate_grad_hook`].
+pub struct HookHandle {
+    tensor: std::sync::Weak<TensorImpl>,
+    id: u64,
+}
+
+impl HookHandle {
+    /// Unregisters the hook (a no-op when the tensor is gone or the hook was removed).
+    pub fn remove(self) {
+        if let Some(t) = self.tensor.upgrade() {
+            t.autograd
+                .post_accumulate_hooks
+                .lock()
+                .retain(|(id, _)| *id != self.id);
+        }
+    }
 }
 
 impl TensorImpl {
@@ -383,6 +407,36 @@ impl Tensor {
         self.0.autograd.grad.lock().clone()
     }
 
+    /// Replaces the accumulated gradient (PyTorch's `p.grad = g`): `g` must have this tensor's
+    /// shape, dtype and device.
+    ///
+    /// ```
+    /// use tensorplay_core::{DType, Tensor};
+    /// let w = Tensor::zeros(&[2], DType::F32).requires_grad_(true)?;
+    /// w.set_grad(Some(Tensor::ones(&[2], DType::F32)))?;
+    /// assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![1.0, 1.0]);
+    /// assert!(w.set_grad(Some(Tensor::ones(&[3], DType::F32))).is_err());
+    /// w.set_grad(None)?;
+    /// assert!(w.grad().is_none());
+    /// # Ok::<(), tensorplay_core::Error>(())
+    /// ```
+    pub fn set_grad(&self, g: Option<Tensor>) -> Result<()> {
+        if let Some(g) = &g
+            && (g.shape() != self.shape()
+                || g.dtype() != self.dtype()
+                || g.device() != self.device())
+        {
+            return Err(Error::argument(
+                "set_grad",
+                "grad",
+                format!("a tensor like {}", self.meta()),
+                format!("{}", g.meta()),
+            ));
+        }
+        *self.0.autograd.grad.lock() = g;
+        Ok(())
+    }
+
     /// Clears the accumulated gradient.
     pub fn zero_grad(&self) {
         *self.0.autograd.grad.lock() = None;
@@ -421,6 +475,82 @@ impl Tensor {
         };
         *slot = Some(new);
         Ok(())
+    }
+
+    /// Registers `hook` to run after each `backward()` pass has delivered all of its gradient
+    /// contributions into this leaf's `.grad` (PyTorch's `register_post_accumulate_grad_hook`):
+    /// once per pass that reaches the leaf, on the thread running the pass, with the leaf as
+    /// argument. An error from a hook fails the `backward()` call. `autograd::grad` does not run
+    /// hooks (it writes no `.grad`).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use tensorplay_core::{DType, Tensor};
+    /// let w = Tensor::ones(&[2], DType::F32).requires_grad_(true)?;
+    /// let seen = Arc::new(AtomicUsize::new(0));
+    /// let s = seen.clone();
+    /// let handle = w.register_post_accumulate_grad_hook(Arc::new(move |leaf: &Tensor| {
+    ///     assert!(leaf.grad().is_some());
+    ///     s.fetch_add(1, Ordering::SeqCst);
+    ///     Ok(())
+    /// }))?;
+    /// // `w` is used twice: the hook runs once, after both contributions.
+    /// (&w * &w)?.add(&w)?.sum_all()?.backward()?;
+    /// assert_eq!(seen.load(Ordering::SeqCst), 1);
+    /// handle.remove();
+    /// # Ok::<(), tensorplay_core::Error>(())
+    /// ```
+    pub fn register_post_accumulate_grad_hook(&self, hook: GradHook) -> Result<HookHandle> {
+        if !self.is_leaf() || !self.requires_grad() {
+            return Err(Error::argument(
+                "register_post_accumulate_grad_hook",
+                "self",
+                "a leaf tensor that requires grad",
+                if self.is_leaf() {
+                    "a tensor that does not require grad".to_string()
+                } else {
+                    format!(
+                        "a non-leaf tensor (produced by {})",
+                        self.grad_fn_name().unwrap_or("?")
+                    )
+                },
+            ));
+        }
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        self.0
+            .autograd
+            .post_accumulate_hooks
+            .lock()
+            .push((id, hook));
+        Ok(HookHandle {
+            tensor: Arc::downgrade(&self.0),
+            id,
+        })
+    }
+
+    /// Runs the post-accumulate hooks of this leaf (the backward engine calls it once a pass has
+    /// delivered all the leaf's gradient).
+    pub(crate) fn run_post_accumulate_grad_hooks(&self) -> Result<()> {
+        // Cloned out of the lock: a hook may register or remove hooks.
+        let hooks: Vec<GradHook> = self
+            .0
+            .autograd
+            .post_accumulate_hooks
+            .lock()
+            .iter()
+            .map(|(_, h)| h.clone())
+            .collect();
+        for h in hooks {
+            h(self)?;
+        }
+        Ok(())
+    }
+
+    /// True when hooks are registered (the engine skips leaf bookkeeping otherwise).
+    pub(crate) fn has_post_accumulate_grad_hooks(&self) -> bool {
+        !self.0.autograd.post_accumulate_hooks.lock().is_empty()
     }
 
     /// A new handle to the same data with no autograd history (a leaf that does not require grad).
