@@ -29,7 +29,7 @@ fn hooks_run_once_per_pass_after_the_last_contribution() -> Result<()> {
     // `grad()` writes no `.grad` and runs no hooks.
     autograd::grad(
         &[w.mul_scalar(2.0)?.sum_all()?],
-        &[w.clone()],
+        std::slice::from_ref(&w),
         &[None],
         false,
     )?;
