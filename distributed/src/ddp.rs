@@ -38,6 +38,9 @@ struct Pass {
     /// Launched buckets: the flat buffer being reduced and its handle.
     launched: Vec<(usize, Tensor, Work)>,
     callback_queued: bool,
+    /// Alive while the queued end-of-pass callback is: a pass that failed drops its callbacks
+    /// unrun, and the next pass finds this dead and starts afresh.
+    callback_alive: Weak<()>,
 }
 
 struct Reducer {
@@ -247,13 +250,23 @@ impl Reducer {
             return Ok(());
         }
         let mut pass = self.pass.lock();
+        if pass.callback_queued && pass.callback_alive.upgrade().is_none() {
+            // The previous pass failed before its end: its launched buckets finish as their
+            // handles drop (they wait), and nothing of it is written back.
+            *pass = Pass::default();
+        }
         if !pass.callback_queued {
             pass.callback_queued = true;
             pass.ready = vec![0; self.buckets.len()];
             let weak = Arc::downgrade(self);
-            autograd::queue_callback(Box::new(move || match weak.upgrade() {
-                Some(r) => r.end_of_pass(),
-                None => Ok(()),
+            let alive = Arc::new(());
+            pass.callback_alive = Arc::downgrade(&alive);
+            autograd::queue_callback(Box::new(move || {
+                let _alive = alive;
+                match weak.upgrade() {
+                    Some(r) => r.end_of_pass(),
+                    None => Ok(()),
+                }
             }))?;
         }
         pass.ready[self.bucket_of[param]] += 1;

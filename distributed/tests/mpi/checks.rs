@@ -50,6 +50,10 @@ fn checks(rank: usize, size: usize) -> i32 {
             crate::ddp::ddp_matches_single_process,
         ),
         ("DDP no_sync accumulation", crate::ddp::ddp_no_sync),
+        (
+            "DDP after a failed backward",
+            crate::ddp::ddp_recovers_from_a_failed_backward,
+        ),
     ];
     let mut failures = 0;
     for (name, check) in all {

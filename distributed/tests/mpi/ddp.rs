@@ -6,6 +6,10 @@ use tensorplay_compiler::optim::Adam;
 use tensorplay_distributed::{self as dist, DistributedDataParallel, ReduceOp, functional};
 use tensorplay_runtime::{DType, Result, Tensor};
 
+use tensorplay_ir::OpClass;
+use tensorplay_ir::graph::Graph;
+use tensorplay_runtime::library::registry;
+
 use crate::checks::ensure;
 
 /// `examples/train_mlp`'s model: mean squared error of `gelu(x w1 + b1) w2 + b2` against `y`.
@@ -101,6 +105,35 @@ pub fn ddp_matches_single_process(rank: usize, size: usize) -> Result<()> {
     Ok(())
 }
 
+/// A backward pass that fails after DDP launched buckets leaves DDP usable: the next pass
+/// averages normally.
+pub fn ddp_recovers_from_a_failed_backward(rank: usize, size: usize) -> Result<()> {
+    let a = Tensor::zeros(&[2], DType::F32).requires_grad_(true)?;
+    let b = Tensor::zeros(&[2], DType::F32).requires_grad_(true)?;
+    // One bucket per parameter, so `b`'s bucket launches before the failing hook on `a` runs.
+    let ddp = DistributedDataParallel::with_bucket_cap(vec![a.clone(), b.clone()], 8, None)?;
+    let fail = a.register_post_accumulate_grad_hook(std::sync::Arc::new(|_: &Tensor| {
+        Err(tensorplay_runtime::Error::Autograd("injected".into()))
+    }))?;
+    let loss = |k: f64| -> Result<Tensor> { b.mul_scalar(k)?.add(&a.mul_scalar(k)?)?.sum_all() };
+    ensure(loss(1.0)?.backward().is_err(), || {
+        "the injected error".into()
+    })?;
+    fail.remove();
+    a.zero_grad();
+    b.zero_grad();
+    loss(rank as f64 + 1.0)?.backward()?;
+    let avg = (1..=size).sum::<usize>() as f64 / size as f64;
+    for t in [&a, &b] {
+        let g = t.grad().expect("grad").to_vec::<f32>()?;
+        ensure(g.iter().all(|&v| (v as f64 - avg).abs() < 1e-6), || {
+            format!("{g:?} vs {avg}")
+        })?;
+    }
+    drop(ddp);
+    Ok(())
+}
+
 /// Two micro-batches under `no_sync` then one synchronised: the gradients equal the average over
 /// ranks of the local sums.
 pub fn ddp_no_sync(rank: usize, size: usize) -> Result<()> {
@@ -152,6 +185,17 @@ pub fn compiled_all_reduce(rank: usize, size: usize) -> Result<()> {
         text.contains("tp_dist::all_reduce") && text.contains("tp_dist::all_reduce_"),
         || format!("explain() does not show the collectives:\n{text}"),
     )?;
+    // The collectives are opaque (barrier) nodes, and the `.tpir` text round-trips them.
+    let class_of = |name: &str| registry().find(name).map(|op| op.class());
+    ensure(
+        class_of("tp_dist::all_reduce") == Some(OpClass::Opaque),
+        || format!("class {:?}", class_of("tp_dist::all_reduce")),
+    )?;
+    let printed = g.graph().to_string();
+    let parsed = Graph::parse(&printed, class_of)?;
+    ensure(parsed.to_string() == printed, || {
+        format!("the .tpir text does not round-trip:\n{printed}")
+    })?;
     let _ = size;
     Ok(())
 }
