@@ -204,14 +204,11 @@ fn weighted_sum_walkthrough() -> Result<()> {
     );
     assert!(fallback_calls() > before); // no batching rule: one call per row, then a stack
 
-    weighted_sum.register_vmap(
-        |info: &VmapInfo, in_dims: &[Option<usize>], args: &[Value]| {
-            let (Value::Tensor(x), Value::Tensor(weight)) = (&args[0], &args[1]) else {
-                return Err(Error::unsupported(
-                    "weighted_sum vmap rule",
-                    "expected two tensors",
-                ));
-            };
+    // The arguments as a typed tuple, their batch dims as a tuple of Option<usize>.
+    weighted_sum.register_vmap_typed(
+        |info: &VmapInfo,
+         (x, weight): (Tensor, Tensor),
+         (x_dim, weight_dim): (Option<usize>, Option<usize>)| {
             // Move each batch dim to the front; an unbatched operand broadcasts from the right.
             let batch_first = |t: &Tensor, dim: Option<usize>| -> Result<Tensor> {
                 let Some(d) = dim else { return Ok(t.clone()) };
@@ -219,11 +216,11 @@ fn weighted_sum_walkthrough() -> Result<()> {
                 order.insert(0, d as i64);
                 t.permute(&order)
             };
-            let prod = batch_first(x, in_dims[0])?.mul(&batch_first(weight, in_dims[1])?)?;
+            let prod = batch_first(&x, x_dim)?.mul(&batch_first(&weight, weight_dim)?)?;
             let sums = prod
                 .reshape_infer(&[info.batch_size as i64, -1])?
                 .sum(&[1], false)?;
-            Ok((vec![sums], vec![Some(0)]))
+            Ok((sums, Some(0))) // the output and its batch dim
         },
     )?;
     let before = fallback_calls();

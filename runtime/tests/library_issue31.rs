@@ -362,3 +362,46 @@ fn item6_custom_op_with_an_explicit_schema_and_typed_autograd_are_checked() -> R
     );
     Ok(())
 }
+
+// 7: typed vmap rules ---------------------------------------------------------------------------
+
+#[test]
+fn item7_typed_vmap_rules_check_types_and_return_several_outputs() -> Result<()> {
+    use tensorplay_runtime::library::VmapInfo;
+    use tensorplay_runtime::vmap::{fallback_calls, vmap};
+    // Two outputs: x + 1 and x * w.
+    let op = library::custom_op("li31_7_two::op")
+        .arg_names(&["x", "w"])
+        .build(|x: &Tensor, w: f64| -> Result<(Tensor, Tensor)> {
+            Ok((x.add_scalar(1.0)?, x.mul_scalar(w)?))
+        })?;
+    // Types that do not match the schema are refused when registering, naming the method.
+    let Err(err) = op.register_vmap_typed(
+        |_: &VmapInfo, (x, _w): (Tensor, Tensor), (d, _): (Option<usize>, Option<usize>)| {
+            Ok((x, d))
+        },
+    ) else {
+        panic!("a (Tensor, Tensor) rule for a (Tensor, float) op must be refused");
+    };
+    assert!(err.to_string().contains("register_vmap_typed"), "{err}");
+    op.register_vmap_typed(
+        |_: &VmapInfo, (x, w): (Tensor, f64), (d, _): (Option<usize>, Option<usize>)| {
+            Ok(((x.add_scalar(1.0)?, x.mul_scalar(w)?), (d, d)))
+        },
+    )?;
+    let f = vmap(
+        |xs: &[Tensor]| {
+            let (a, b) = op.call((&xs[0], 2.0))?;
+            Ok(vec![a, b])
+        },
+        vec![Some(1)],
+        vec![0, 0],
+    );
+    let before = fallback_calls();
+    let out = f(&[Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2])?])?;
+    assert_eq!(fallback_calls(), before, "the rule ran for the whole batch");
+    // Batched along dim 1 of [[1, 2], [3, 4]]: examples are the columns [1, 3] and [2, 4].
+    assert_eq!(vals(&out[0]), vec![2.0, 4.0, 3.0, 5.0]);
+    assert_eq!(vals(&out[1]), vec![2.0, 6.0, 4.0, 8.0]);
+    Ok(())
+}

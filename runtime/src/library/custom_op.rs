@@ -291,6 +291,30 @@ impl CustomOpDef {
         Ok(self)
     }
 
+    /// Registers a batching rule over typed arguments ([`vmap_typed`](super::vmap_typed)): the
+    /// op's arguments as a tuple (types checked against the schema now), their batch dims as a
+    /// tuple of `Option<usize>`, and `(output, out_dim)` (or tuples of them) back.
+    pub fn register_vmap_typed<A, Dims, R>(
+        &self,
+        rule: impl Fn(&VmapInfo, A, Dims) -> Result<R> + Send + Sync + 'static,
+    ) -> Result<&Self>
+    where
+        A: FromArgs,
+        Dims: super::vmap_typed::FromDims,
+        R: super::vmap_typed::IntoBatched,
+    {
+        let op = self.operator();
+        super::signature::check_params(
+            op.qualname(),
+            "register_vmap_typed",
+            &A::schema_types(),
+            op.schema(),
+        )?;
+        let rule = super::vmap_typed::typed_rule(op.qualname(), rule);
+        register::register_vmap(&op, rule, Owner::Process)?;
+        Ok(self)
+    }
+
     /// Enables or disables the kernel slot of a concrete device type (`"cpu"`/`"cuda"`, a
     /// [`Device`](tensorplay_ir::Device) or [`Slot`]); a disabled slot falls back to the default
     /// kernel. A slot with no kernel is a warning ([`KernelEnabledGuard::warning`]), and a kernel

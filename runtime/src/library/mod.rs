@@ -28,6 +28,7 @@ pub mod typed;
 pub mod typed_call;
 pub(crate) mod validate;
 pub mod vmap_rule;
+pub mod vmap_typed;
 
 use std::sync::Arc;
 
@@ -54,6 +55,7 @@ pub use triton::{
 pub use typed::{ArgType, IntoKernel, KernelArg, ReturnElem, ReturnType};
 pub use typed_call::{PassAs, TypedArgs, Untyped};
 pub use vmap_rule::{VmapInfo, VmapRule};
+pub use vmap_typed::{FromDims, IntoBatched};
 
 use tensorplay_core::tensor::Tensor;
 use tensorplay_core::value::Value;
