@@ -116,11 +116,8 @@ fn weighted_sum_walkthrough() -> Result<()> {
 
     // -- guide: register_autograd_typed --
     weighted_sum.register_autograd_typed(
-        // setup: the arguments as a tuple (types checked against the schema now);
-        // what it returns is the saved state.
-        |(x, weight): (Tensor, Tensor), _outputs| Ok((x, weight)),
-        // backward: the saved state and the output gradients.
-        |(x, weight), grads| {
+        // backward: the saved state (its type named) and the output gradients.
+        |(x, weight): &(Tensor, Tensor), grads| {
             let g = grads.grad(0).expect("the output was used");
             let gx = if grads.needs_input_grad(0) {
                 Some(weight.mul(g)?)
@@ -134,6 +131,9 @@ fn weighted_sum_walkthrough() -> Result<()> {
             };
             Ok((gx, gw))
         },
+        // setup_context: the arguments as a tuple (types checked against the schema now);
+        // what it returns is the saved state.
+        |(x, weight): (Tensor, Tensor), _outputs| Ok((x, weight)),
     )?;
     xg.zero_grad();
     weighted_sum.call((&xg, &w))?.backward()?;

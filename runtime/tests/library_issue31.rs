@@ -351,8 +351,8 @@ fn item6_custom_op_with_an_explicit_schema_and_typed_autograd_are_checked() -> R
         .build(|x: &Tensor, k: f64| -> Result<Tensor> { x.mul_scalar(k) })?;
     let err = op
         .register_autograd_typed(
-            |(x, _k): (Tensor, Tensor), _outs| Ok((x,)),
             |(_x,): &(Tensor,), _g| Ok((None::<Tensor>, None::<Tensor>)),
+            |(x, _k): (Tensor, Tensor), _outs| Ok((x,)),
         )
         .unwrap_err();
     let msg = registration_message(err);

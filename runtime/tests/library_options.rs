@@ -248,11 +248,11 @@ fn typed_mul(ns: &str) -> library::CustomOp<Tensor, (Tensor, Tensor, f64)> {
 fn typed_autograd_passes_gradcheck() {
     let op = typed_mul("lopt_ag1");
     op.register_autograd_typed(
-        |(x, y, s): (Tensor, Tensor, f64), _outs| Ok((x, y, s)),
-        |(x, y, s), g| {
+        |(x, y, s): &(Tensor, Tensor, f64), g| {
             let g = g.grad(0).expect("one output").mul_scalar(*s)?;
             Ok((Some(g.mul(y)?), Some(g.mul(x)?), None))
         },
+        |(x, y, s): (Tensor, Tensor, f64), _outs| Ok((x, y, s)),
     )
     .unwrap();
     let x = f64s(&[0.5, -1.25, 2.0]).requires_grad_(true).unwrap();
@@ -269,8 +269,7 @@ fn typed_autograd_passes_gradcheck() {
 fn typed_autograd_honours_needs_input_grad_and_per_input_grads() {
     let op = typed_mul("lopt_ag2");
     op.register_autograd_typed(
-        |(x, y, s): (Tensor, Tensor, f64), _outs| Ok((x, y, s)),
-        |(x, y, s), g| {
+        |(x, y, s): &(Tensor, Tensor, f64), g| {
             let grad = g.grad(0).expect("one output").mul_scalar(*s)?;
             // One gradient per tensor input passed (x, y), skipping what is not needed.
             let gx = if g.needs_input_grad(0) {
@@ -286,6 +285,7 @@ fn typed_autograd_honours_needs_input_grad_and_per_input_grads() {
             assert!(!g.needs_input_grad(2), "a float never needs a gradient");
             Ok(vec![gx, gy])
         },
+        |(x, y, s): (Tensor, Tensor, f64), _outs| Ok((x, y, s)),
     )
     .unwrap();
     let x = f64s(&[2.0, 3.0]).requires_grad_(true).unwrap();
@@ -317,7 +317,6 @@ fn typed_pow(ns: &str) -> library::CustomOp<Tensor, (Tensor, i64)> {
         .build(|x: &Tensor, n: i64| x.pow_scalar(n as f64))
         .unwrap();
     op.register_autograd_typed(
-        |(x, n): (Tensor, i64), _outs| Ok(Saved { x, power: n }),
         |s: &Saved, g| {
             let g = g.grad(0).expect("one output");
             let d =
@@ -325,6 +324,7 @@ fn typed_pow(ns: &str) -> library::CustomOp<Tensor, (Tensor, i64)> {
                     .mul_scalar(s.power as f64)?;
             Ok((Some(g.mul(&d)?), None))
         },
+        |(x, n): (Tensor, i64), _outs| Ok(Saved { x, power: n }),
     )
     .unwrap();
     op
@@ -355,16 +355,16 @@ fn typed_saved_tensors_are_checked_for_in_place_modification() {
 fn typed_setup_types_are_checked_against_the_schema_at_registration() {
     let op = typed_mul("lopt_ag5");
     let err = message(op.register_autograd_typed(
-        |(x, y, s): (Tensor, Tensor, i64), _outs| Ok((x, y, s)),
         |_: &(Tensor, Tensor, i64), _g| Ok(vec![None::<Tensor>, None, None]),
+        |(x, y, s): (Tensor, Tensor, i64), _outs| Ok((x, y, s)),
     ));
     assert!(
         err.contains("lopt_ag5::mul") && err.contains("`scale`") && err.contains("float"),
         "{err}"
     );
     let err = message(op.register_autograd_typed(
-        |(x,): (Tensor,), _outs| Ok(x),
         |_: &Tensor, _g| Ok(vec![None::<Tensor>]),
+        |(x,): (Tensor,), _outs| Ok(x),
     ));
     assert!(
         err.contains("takes 1 parameters") && err.contains("has 3"),
@@ -389,12 +389,12 @@ fn typed_autograd_scoped_to_a_library_is_removed_with_it() {
         let lib = Library::new("lopt_ag6", Kind::Fragment).unwrap();
         library::register_autograd_typed(
             &op,
-            |(x, y, s): (Tensor, Tensor, f64), _outs: &[Tensor]| Ok((x, y, s)),
             |(_, y, s): &(Tensor, Tensor, f64), g: &library::BackwardArgs<'_>| {
                 // Deliberately 10x the true gradient, so the test sees which formula ran.
                 let g = g.grad(0).expect("one output").mul_scalar(*s * 10.0)?;
                 Ok((Some(g.mul(y)?), None::<Tensor>, None::<Tensor>))
             },
+            |(x, y, s): (Tensor, Tensor, f64), _outs: &[Tensor]| Ok((x, y, s)),
             Some(&lib),
         )
         .unwrap();

@@ -214,10 +214,13 @@ impl CustomOpDef {
         Ok(self)
     }
 
-    /// Registers an autograd formula with typed closures: `setup(args, outputs)` receives the
-    /// op's arguments as a tuple (one element per schema parameter, types checked against the
-    /// schema now) and returns the state backward needs; `backward(&state, &grads)` returns the
-    /// input gradients — a tuple or `Vec` with one entry per parameter, or per tensor input passed.
+    /// Registers an autograd formula with typed closures, in the seed's order
+    /// (`register_autograd(backward, setup_context=…)`): `backward(&state, &grads)` returns the
+    /// input gradients — a tuple or `Vec` with one entry per parameter, or per tensor input
+    /// passed; `setup(args, outputs)` receives the op's arguments as a tuple (one element per
+    /// schema parameter, types checked against the schema now) and returns the state backward
+    /// needs. Backward comes first, so its state parameter names its type (`|(x, y): &(Tensor,
+    /// Tensor), grads|`).
     ///
     /// ```
     /// use tensorplay_runtime::{Tensor, DType, library::custom_op};
@@ -225,11 +228,11 @@ impl CustomOpDef {
     ///     .arg_names(&["x", "y"])
     ///     .build(|x: &Tensor, y: &Tensor| x.mul(y))?;
     /// mul.register_autograd_typed(
-    ///     |(x, y): (Tensor, Tensor), _outs| Ok((x, y)),
-    ///     |(x, y), g| {
+    ///     |(x, y): &(Tensor, Tensor), g| {
     ///         let g = g.grad(0).expect("one output");
     ///         Ok((Some(g.mul(y)?), Some(g.mul(x)?)))
     ///     },
+    ///     |(x, y): (Tensor, Tensor), _outs| Ok((x, y)),
     /// )?;
     /// let x = Tensor::from_vec(vec![2.0f32], &[1])?.requires_grad_(true)?;
     /// let y = Tensor::from_vec(vec![5.0f32], &[1])?;
@@ -239,8 +242,8 @@ impl CustomOpDef {
     /// ```
     pub fn register_autograd_typed<A, S, G>(
         &self,
-        setup: impl Fn(A, &[Tensor]) -> Result<S> + Send + Sync + 'static,
         backward: impl Fn(&S, &BackwardArgs<'_>) -> Result<G> + Send + Sync + 'static,
+        setup: impl Fn(A, &[Tensor]) -> Result<S> + Send + Sync + 'static,
     ) -> Result<&Self>
     where
         A: FromArgs,

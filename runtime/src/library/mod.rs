@@ -305,7 +305,7 @@ pub fn register_autograd<G: IntoGrads>(
     Ok(())
 }
 
-/// Registers an autograd formula with typed closures (see
+/// Registers an autograd formula with typed closures, `backward` first as in the seed (see
 /// [`CustomOpDef::register_autograd_typed`]); `lib` scopes it to a [`Library`].
 ///
 /// ```
@@ -315,8 +315,8 @@ pub fn register_autograd<G: IntoGrads>(
 ///     .build(|x: &Tensor, w: f64| -> Result<Tensor> { x.mul_scalar(w) })?;
 /// library::register_autograd_typed(
 ///     &scale,
+///     |w: &f64, g| Ok((Some(g.grad(0).expect("one output").mul_scalar(*w)?), None::<Tensor>)),
 ///     |(_x, w): (Tensor, f64), _outs| Ok(w), // the state backward needs
-///     |w, g| Ok((Some(g.grad(0).expect("one output").mul_scalar(*w)?), None::<Tensor>)),
 ///     None,
 /// )?;
 /// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?.requires_grad_(true)?;
@@ -326,8 +326,8 @@ pub fn register_autograd<G: IntoGrads>(
 /// ```
 pub fn register_autograd_typed<A, S, G>(
     op: impl OpLike,
-    setup: impl Fn(A, &[Tensor]) -> Result<S> + Send + Sync + 'static,
     backward: impl Fn(&S, &BackwardArgs<'_>) -> Result<G> + Send + Sync + 'static,
+    setup: impl Fn(A, &[Tensor]) -> Result<S> + Send + Sync + 'static,
     lib: Option<&Library>,
 ) -> Result<()>
 where
