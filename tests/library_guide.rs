@@ -6,7 +6,7 @@ use tensorplay::autocast::autocast;
 use tensorplay::autograd::{GradcheckOptions, gradcheck};
 use tensorplay::library::{
     self, AutogradCtx, CpuLauncher, DefineOptions, ImplOptions, Kind, LaunchArg, Library,
-    ProgramArg, Slot, Tag, VmapInfo, wrap_triton,
+    ProgramArg, Tag, VmapInfo, wrap_triton,
 };
 use tensorplay::vmap::{fallback_calls, vmap};
 use tensorplay::{DType, Device, Error, Result, Tensor, Value, ops};
@@ -237,13 +237,17 @@ fn weighted_sum_walkthrough() -> Result<()> {
 fn library_handles() -> Result<()> {
     // -- guide: library --
     let lib = Library::new("mylib_ext", Kind::Def)?; // or the seed's "DEF"
-    lib.define("scale(Tensor x, float alpha=2.0) -> Tensor", "", &[])?;
-    lib.r#impl(
+    // Typed options: the schema's tags, the device type an implementation is for.
+    let opts = DefineOptions {
+        tags: vec![Tag::Pointwise],
+        ..DefineOptions::default()
+    };
+    lib.define_with("scale(Tensor x, float alpha=2.0) -> Tensor", opts)?;
+    let any_device = ImplOptions::default(); // CompositeExplicitAutograd
+    lib.impl_with(
         "scale",
         |x: Tensor, alpha: f64| -> Result<Tensor> { x.mul_scalar(alpha) },
-        "CompositeExplicitAutograd",
-        "",
-        true,
+        any_device,
     )?;
     let y = ops::call("mylib_ext::scale", &[Tensor::ones(&[2], DType::F32).into()])?;
     assert_eq!(y[0].to_vec::<f32>()?, vec![2.0, 2.0]);
@@ -253,22 +257,17 @@ fn library_handles() -> Result<()> {
         &[("alpha", 3.0.into())],
     )?;
     assert_eq!(y[0].to_vec::<f32>()?, vec![3.0, 3.0]);
-
-    // The typed forms of define's and impl's options.
-    let opts = DefineOptions {
-        tags: vec![Tag::Pointwise],
-        ..DefineOptions::default()
-    };
-    lib.define_with("shift(Tensor x) -> Tensor", opts)?;
-    let cpu_only = ImplOptions {
-        device_type: Slot::Cpu,
-        ..ImplOptions::default()
-    };
-    lib.impl_with("shift", |x: &Tensor| x.add_scalar(1.0), cpu_only)?;
     assert_eq!(
-        library::op_handle("mylib_ext::shift")?.tags(),
+        library::op_handle("mylib_ext::scale")?.tags(),
         vec![Tag::Pointwise]
     );
+
+    // The seed's positional forms: alias analysis and tags, then device type, dispatch key and
+    // allow_override.
+    lib.define("shift(Tensor x) -> Tensor", "", &[])?;
+    lib.r#impl("shift", |x: &Tensor| x.add_scalar(1.0), "cpu", "", false)?;
+    let y = ops::call("mylib_ext::shift", &[Tensor::ones(&[2], DType::F32).into()])?;
+    assert_eq!(y[0].to_vec::<f32>()?, vec![2.0, 2.0]);
 
     drop(lib); // removes the op and everything the library registered
     assert!(ops::call("mylib_ext::scale", &[Tensor::ones(&[2], DType::F32).into()]).is_err());
