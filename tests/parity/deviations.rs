@@ -236,28 +236,6 @@ pub(crate) static DEVIATIONS: &[Deviation] = &[
                  ~1e-8 of either sign, and elsewhere a few ulps off",
     },
     Deviation {
-        op: "gather",
-        gradient: false,
-        what: "an int32 index",
-        applies: |c, m| {
-            m.index.is_none()
-                && matches!(c.args.get(2), Some(Arg::Tensor(t)) if t.dtype() == DType::I32)
-        },
-        reason: "index tensors of gather/scatter are int64 (an argument error names `index`); \
-                 PyTorch 2.15 also takes int32",
-    },
-    Deviation {
-        op: "scatter_reduce",
-        gradient: false,
-        what: "reduce = \"max\" or \"min\"",
-        applies: |c, m| {
-            m.index.is_none()
-                && matches!(c.args.get(4), Some(Arg::Str(s)) if s == "max" || s == "min")
-        },
-        reason: "an argument error listing the five documented reductions; PyTorch 2.15 takes \
-                 the undocumented aliases of amax/amin",
-    },
-    Deviation {
         op: "cross_entropy_weighted",
         gradient: false,
         what: "f16/bf16 results within 4 ulps of 1 (absolute)",

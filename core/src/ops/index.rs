@@ -157,13 +157,14 @@ fn for_each_index(shape: &[usize], mut f: impl FnMut(usize, &[usize]) -> Result<
     Ok(())
 }
 
-/// The `index` argument: an `i64` tensor of the same rank as `self`.
+/// The `index` argument: an `i64` (or, as PyTorch 2.15 takes, `i32`) tensor of the same rank as
+/// `self`.
 fn check_index(op: &str, x: &Tensor, index: &Tensor) -> Result<()> {
-    if index.dtype() != DType::I64 {
+    if !matches!(index.dtype(), DType::I64 | DType::I32) {
         return Err(Error::argument(
             op,
             "index",
-            "an int64 tensor",
+            "an int64 or int32 tensor",
             format!("dtype {}", index.dtype()),
         ));
     }
@@ -212,8 +213,11 @@ fn check_fits(
 
 /// The index values (row-major), each checked against `size` (the length of the indexed dim).
 fn index_values(op: &str, index: &Tensor, dim: usize, size: usize) -> Result<Vec<usize>> {
-    index
-        .to_vec::<i64>()?
+    let values: Vec<i64> = match index.dtype() {
+        DType::I32 => index.to_vec::<i32>()?.into_iter().map(i64::from).collect(),
+        _ => index.to_vec::<i64>()?,
+    };
+    values
         .into_iter()
         .map(|i| {
             usize::try_from(i)
@@ -459,8 +463,9 @@ fn reduce_arg(a: Args, x: &Tensor) -> Result<Reduce> {
         "sum" => Reduce::Sum,
         "prod" => Reduce::Prod,
         "mean" => Reduce::Mean,
-        "amax" => Reduce::Amax,
-        "amin" => Reduce::Amin,
+        // "max"/"min": PyTorch's (undocumented) spellings of amax/amin.
+        "amax" | "max" => Reduce::Amax,
+        "amin" | "min" => Reduce::Amin,
         _ => {
             return Err(Error::argument(
                 a.op,
