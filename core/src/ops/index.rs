@@ -793,7 +793,7 @@ impl Tensor {
 
     /// A copy of `self` with every `src` value combined into the position `index` names along
     /// `dim` by `reduce`: `"sum"`, `"prod"`, `"mean"` (integers floor), `"amax"` or `"amin"`
-    /// (a NaN wins). With `include_self = false`, a position's old value takes no part when some
+    /// (a NaN wins; `"max"`/`"min"` are PyTorch's aliases of these). With `include_self = false`, a position's old value takes no part when some
     /// index reaches it. Differentiable for every reduce (`"prod"` handles zeros exactly).
     ///
     /// ```
@@ -805,7 +805,7 @@ impl Tensor {
     /// assert_eq!(y.to_vec::<f32>()?, vec![5.0, 20.0, 2.0]);
     /// let m = x.scatter_reduce(0, &i, &src, "mean", true)?;
     /// assert_eq!(m.to_vec::<f32>()?, vec![16.0 / 3.0, 20.0, 16.0]);
-    /// assert!(x.scatter_reduce(0, &i, &src, "max", true).is_err()); // unknown reduce
+    /// assert!(x.scatter_reduce(0, &i, &src, "maximum", true).is_err()); // unknown reduce
     /// # Ok::<(), tensorplay_core::Error>(())
     /// ```
     pub fn scatter_reduce(
