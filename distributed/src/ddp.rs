@@ -37,9 +37,8 @@ struct Pass {
     next: usize,
     /// Launched buckets: the flat buffer being reduced and its handle.
     launched: Vec<(usize, Tensor, Work)>,
-    callback_queued: bool,
-    /// Alive while the queued end-of-pass callback is: a pass that failed drops its callbacks
-    /// unrun, and the next pass finds this dead and starts afresh.
+    /// Alive while this pass's end-of-pass callback is queued (dead before the pass's first
+    /// gradient, and after a failed pass, which drops its callbacks unrun).
     callback_alive: Weak<()>,
 }
 
@@ -250,13 +249,10 @@ impl Reducer {
             return Ok(());
         }
         let mut pass = self.pass.lock();
-        if pass.callback_queued && pass.callback_alive.upgrade().is_none() {
-            // The previous pass failed before its end: its launched buckets finish as their
-            // handles drop (they wait), and nothing of it is written back.
+        if pass.callback_alive.upgrade().is_none() {
+            // The first gradient of a pass. What a failed previous pass left (its launched
+            // buckets finish as their handles drop; nothing of it is written back) goes.
             *pass = Pass::default();
-        }
-        if !pass.callback_queued {
-            pass.callback_queued = true;
             pass.ready = vec![0; self.buckets.len()];
             let weak = Arc::downgrade(self);
             let alive = Arc::new(());
