@@ -201,6 +201,38 @@ fn custom_ops_opaque_with_formula_and_traced_through() -> Result<()> {
     Ok(())
 }
 
+/// A transcendental value the forward stores anyway (it feeds a matrix product) is saved, not
+/// evaluated again in the backward; a cheap one (a square, whose backward keeps its operand
+/// anyway) is still recomputed there.
+#[test]
+fn a_stored_transcendental_value_is_saved_and_a_cheap_one_recomputed() -> Result<()> {
+    let recomputed = |act: fn(&Tensor) -> Result<Tensor>| -> Result<String> {
+        let f = compile(move |xs: &[Tensor]| {
+            let h = act(&xs[0].matmul(&xs[1])?)?;
+            Ok(vec![h.matmul(&xs[2])?.sum_all()?])
+        });
+        let inputs = [leaf(&[4, 3], 43)?, leaf(&[3, 5], 44)?, leaf(&[5, 2], 45)?];
+        f.call(&inputs)?[0].backward()?;
+        let body = move |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+            let h = act(&xs[0].matmul(&xs[1])?)?;
+            Ok(vec![h.matmul(&xs[2])?])
+        };
+        let g = compile(body);
+        compiled_agrees_with_eager(&g, &body, &inputs)?;
+        let text = f.latest_training().unwrap().explain();
+        let n = text
+            .split(" elementwise value(s) recomputed")
+            .next()
+            .and_then(|head| head.rsplit(' ').next())
+            .unwrap_or("?")
+            .to_string();
+        Ok(n)
+    };
+    assert_eq!(recomputed(|x| x.gelu("tanh"))?, "0");
+    assert_eq!(recomputed(|x| x.mul(x))?, "1");
+    Ok(())
+}
+
 #[test]
 fn explain_shows_both_halves_and_what_is_saved() -> Result<()> {
     let f = compile(|xs: &[Tensor]| {

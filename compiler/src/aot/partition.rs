@@ -10,7 +10,11 @@
 //!
 //! Save vs recompute: an elementwise forward value whose operands are all saved anyway (or are
 //! primal inputs or constants) is recomputed in the backward instead of saved — one buffer less
-//! to keep alive between the passes, and the recomputation fuses into the backward's kernels.
+//! to keep alive between the passes, and the recomputation fuses into the backward's kernels —
+//! unless it calls a transcendental function (`tanh`, `exp`, `erf`, `pow`, …) and the forward
+//! writes it to memory anyway (a forward output, or an operand of a matrix product or another
+//! non-elementwise op): saving it then costs no extra traffic, while recomputing it would
+//! evaluate the function again (the transformer's `gelu(tanh)` before its down projection).
 //!
 //! Sizes: both halves keep the joint graph's symbols, so a size the backward computes with (a
 //! view back to `[s0, s1]`, a mean's divisor) means what it meant in the joint. A symbol that
@@ -23,10 +27,18 @@
 
 use std::collections::{HashMap, HashSet};
 
-use tensorplay_ir::graph::{Arg, BuilderArg, GraphBuilder, NodeKind, SizeGuard};
+use tensorplay_kernel::lowering::pointwise;
+use tensorplay_runtime::ops::table::OpTable;
+
+use tensorplay_ir::graph::{Arg, BuilderArg, GraphBuilder, NodeKind, OpCall, SizeGuard};
 use tensorplay_ir::{
     CompileKind, Dim, Error, Graph, NodeId, OpClass, Result, TensorMeta, ValueRef,
 };
+
+/// The [`ScalarExpr::cost`](tensorplay_ir::ScalarExpr::cost) of one call of a transcendental
+/// function (`exp`, `tanh`, `erf`, …): an expression costing this much or more is not recomputed
+/// in the backward when the forward stores it anyway.
+const TRANSCENDENTAL_COST: usize = 8;
 
 /// The two halves of a joint graph.
 pub(crate) struct Partition {
@@ -302,7 +314,10 @@ impl<'g> Joint<'g> {
                 let Some(NodeKind::Op(call)) = joint.node(v.node).map(|x| &x.kind) else {
                     continue;
                 };
-                if call.class != OpClass::Elementwise || !halves.in_forward.contains(&v.node) {
+                if call.class != OpClass::Elementwise
+                    || !halves.in_forward.contains(&v.node)
+                    || self.too_costly_to_recompute(v, call, halves)?
+                {
                     continue;
                 }
                 let args = joint.args_of(v.node)?;
@@ -328,6 +343,27 @@ impl<'g> Joint<'g> {
             }
         }
         Ok(recompute)
+    }
+
+    /// Whether `v` (an elementwise forward value) calls a transcendental function and is written
+    /// to memory by the forward anyway: a forward output, or read by a forward op that is not
+    /// elementwise (so no fusion region keeps it in registers).
+    fn too_costly_to_recompute(&self, v: ValueRef, call: &OpCall, halves: &Halves) -> Result<bool> {
+        let costly =
+            pointwise(&OpTable, call)?.is_some_and(|(expr, _)| expr.cost() >= TRANSCENDENTAL_COST);
+        if !costly {
+            return Ok(false);
+        }
+        if self.forward_outputs().contains(&v) {
+            return Ok(true);
+        }
+        Ok(self.graph.users(v.node).into_iter().any(|u| {
+            halves.in_forward.contains(&u)
+                && matches!(
+                    self.graph.node(u).map(|x| &x.kind),
+                    Some(NodeKind::Op(c)) if c.class != OpClass::Elementwise
+                )
+        }))
     }
 
     /// The forward graph (without its symbolic guards): the primals as inputs, the forward
