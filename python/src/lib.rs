@@ -10,6 +10,7 @@ mod compile;
 mod convert;
 mod error;
 mod factory;
+mod inflight;
 mod library;
 mod methods;
 mod nn;
@@ -29,6 +30,7 @@ fn tensorplay_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<convert::PyDevice>()?;
     m.add_class::<call::GradMode>()?;
     m.add_class::<call::Autocast>()?;
+    m.add_class::<call::CustomOpCall>()?;
     m.add_class::<compile::Compiled>()?;
     m.add_class::<library::PyLibrary>()?;
     m.add_class::<library::KernelEnabled>()?;
