@@ -6,6 +6,7 @@
 
 mod call;
 mod callbacks;
+mod checkpoint;
 mod compile;
 mod convert;
 mod error;
@@ -62,6 +63,8 @@ fn tensorplay_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(factory::manual_seed, m)?)?;
     m.add_function(wrap_pyfunction!(factory::_like, m)?)?;
     m.add_function(wrap_pyfunction!(call::_call, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint::save_file, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint::load_file, m)?)?;
     m.add_function(wrap_pyfunction!(call::_op_table, m)?)?;
     m.add_function(wrap_pyfunction!(call::_schema, m)?)?;
     m.add_function(wrap_pyfunction!(call::is_grad_enabled, m)?)?;

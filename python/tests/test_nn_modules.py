@@ -208,3 +208,32 @@ def test_embedding_and_maxpool_against_torch():
     got = nn.MaxPool2d(2, stride=1, padding=1)(x)
     want = torch.nn.MaxPool2d(2, stride=1, padding=1)(torch.tensor(x.tolist()))
     _close(got, want)
+
+
+def test_save_file_load_file_round_trip(tmp_path):
+    net = Net()
+    path = str(tmp_path / "net.safetensors")
+    tp.save_file(net.state_dict(), path)
+    back = tp.load_file(path)
+    assert sorted(back) == sorted(TORCH_KEYS)  # sorted by name: the format keeps no order
+    other = Net()
+    other.load_state_dict(back)
+    for k, v in net.state_dict().items():
+        assert other.state_dict()[k].tolist() == v.tolist(), k
+    assert back["bn.num_batches_tracked"].dtype == tp.int64
+    with pytest.raises(TypeError, match=r"tensors\['x'\] must be a Tensor"):
+        tp.save_file({"x": 1.0}, path)
+    with pytest.raises(Exception, match="load_safetensors"):
+        tp.load_file(str(tmp_path / "missing.safetensors"))
+
+
+def test_load_file_reads_pytorch_safetensors(tmp_path):
+    torch = pytest.importorskip("torch")
+    st = pytest.importorskip("safetensors.torch")
+    lin = torch.nn.Linear(3, 2)
+    path = str(tmp_path / "lin.safetensors")
+    st.save_file(lin.state_dict(), path)
+    ours = nn.Linear(3, 2)
+    ours.load_state_dict(tp.load_file(path))
+    x = tp.randn(4, 3)
+    _close(ours(x), lin(torch.tensor(x.tolist())))
