@@ -71,7 +71,7 @@ impl CustomOpCall {
 /// op's call opens an `inflight` frame (its Python kernel gets the caller's tensor objects, the
 /// caller the kernel's); `keep_gil` runs it without releasing the GIL (for ops whose kernels are
 /// Python functions); otherwise the GIL is released while the runtime works.
-fn call_op(
+pub(crate) fn call_op(
     py: Python<'_>,
     qualname: &str,
     args: &Bound<'_, PyTuple>,

@@ -18,6 +18,7 @@ mod nn;
 mod nn_args;
 mod nn_cnn;
 mod nn_resize;
+mod operators;
 mod optim;
 mod tensor;
 
