@@ -71,6 +71,11 @@ impl CustomOpCall {
 /// op's call opens an `inflight` frame (its Python kernel gets the caller's tensor objects, the
 /// caller the kernel's); `keep_gil` runs it without releasing the GIL (for ops whose kernels are
 /// Python functions); otherwise the GIL is released while the runtime works.
+///
+/// The GIL is kept only when the layers around the kernel do no parallel work: inside an
+/// autocast region (input casts) or under vmap (stacking per-sample results) it is released as
+/// usual, since a thread holding the GIL must never wait for the thread pool — a pool worker may
+/// itself be waiting for the GIL in another thread's Python callback.
 pub(crate) fn call_op(
     py: Python<'_>,
     qualname: &str,
@@ -101,6 +106,7 @@ pub(crate) fn call_op(
     }
     let returns = schema.returns.len();
     let frame = op.builtin().is_none().then(|| inflight::enter(args));
+    let keep_gil = keep_gil && !autocast::any_active() && tensorplay::vmap::depth() == 0;
     let outs = if keep_gil {
         dispatch::call_operator(&op, &values, &kw)
     } else {
