@@ -130,6 +130,14 @@ def test_parameter_is_a_leaf_tensor_sharing_storage():
 def test_layer_argument_errors():
     with pytest.raises(ValueError, match="dropout probability"):
         nn.Dropout(1.5)
+    with pytest.raises(ValueError, match="inplace"):
+        nn.Dropout(0.1, inplace=True)
+    drop = nn.Dropout(0.5)
+    x = tp.ones(1000)
+    y = drop(x)
+    zeros = sum(1 for v in y.tolist() if v == 0.0)
+    assert 350 < zeros < 650 and max(y.tolist()) == 2.0
+    assert drop.eval()(x).tolist() == x.tolist()
     with pytest.raises(ValueError, match="divisible by groups"):
         nn.Conv2d(3, 4, 3, groups=2)
     with pytest.raises(ValueError, match="approximate"):

@@ -113,6 +113,8 @@ class Dropout(Module):
         super().__init__()
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        if inplace:
+            raise ValueError("Dropout(inplace=True) is not supported (as for nn.functional.dropout)")
         self.p, self.inplace = p, inplace
 
     def forward(self, input):

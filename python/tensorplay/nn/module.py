@@ -63,10 +63,13 @@ class Module:
             return self.__dict__["_parameters"], self.__dict__["_buffers"], self.__dict__["_modules"]
         except KeyError:
             raise AttributeError(
-                f"cannot assign module attributes before {type(self).__name__}.__init__() calls "
-                "super().__init__()") from None
+                f"cannot assign parameters, buffers or submodules before {type(self).__name__}.__init__() "
+                "calls super().__init__()") from None
 
     def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__ and not isinstance(value, (Parameter, Module)):
+            object.__setattr__(self, name, value)  # plain attributes may come before super().__init__()
+            return
         params, buffers, modules = self._registries()
         if isinstance(value, Parameter):
             for d in (self.__dict__, buffers, modules):
@@ -299,7 +302,7 @@ class Module:
                     out[base + name] = b if keep_vars else b.detach()
         return out
 
-    def load_state_dict(self, state_dict, strict=True, assign=False):
+    def load_state_dict(self, state_dict, strict=True):
         """Copies ``state_dict``'s tensors into the parameters and buffers of the same names.
         A shape mismatch is always an error; missing and unexpected keys are errors when
         ``strict``. One ``RuntimeError`` lists every problem; nothing is copied when there is
