@@ -9,10 +9,11 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use tensorplay::library::registry;
-use tensorplay::{Tensor, Value, autocast, autograd, ops};
+use tensorplay::{Tensor, Value, autocast, autograd, dispatch, ops};
 
 use crate::convert::{outputs_to_py, py_to_outputs, to_dtype, to_param_value, to_value};
 use crate::error::{IntoPyResult, stash};
+use crate::inflight;
 use crate::tensor::PyTensor;
 
 /// `_call(qualname, args, kwargs)`: calls any registered op through the dispatcher.
@@ -24,12 +25,70 @@ pub fn _call(
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyAny>> {
+    call_op(py, qualname, args, kwargs, false)
+}
+
+/// The base class of `tensorplay.library.CustomOpDef`: calling an instance calls the op
+/// `qualname` straight from C (no Python frame, no argument re-packing). Its kernels are Python
+/// functions, so the call keeps the GIL they would take back at once, and the kernel sees the
+/// caller's tensor objects (see `inflight`).
+#[pyclass(name = "_CustomOpCall", module = "tensorplay._C", subclass, frozen)]
+pub struct CustomOpCall {
+    qualname: String,
+}
+
+#[pymethods]
+impl CustomOpCall {
+    #[new]
+    #[pyo3(signature = (qualname, *_rest, **_kw))]
+    fn new(
+        qualname: &str,
+        _rest: &Bound<'_, PyTuple>,
+        _kw: Option<&Bound<'_, PyDict>>,
+    ) -> CustomOpCall {
+        CustomOpCall {
+            qualname: qualname
+                .split('(')
+                .next()
+                .unwrap_or(qualname)
+                .trim()
+                .to_string(),
+        }
+    }
+
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        call_op(py, &self.qualname, args, kwargs, true)
+    }
+}
+
+/// Binds `args`/`kwargs` to the schema of `qualname` and runs it through the dispatcher. A custom
+/// op's call opens an `inflight` frame (its Python kernel gets the caller's tensor objects, the
+/// caller the kernel's); `keep_gil` runs it without releasing the GIL (for ops whose kernels are
+/// Python functions); otherwise the GIL is released while the runtime works.
+///
+/// The GIL is kept only when the layers around the kernel do no parallel work: inside an
+/// autocast region (input casts) or under vmap (stacking per-sample results) it is released as
+/// usual, since a thread holding the GIL must never wait for the thread pool — a pool worker may
+/// itself be waiting for the GIL in another thread's Python callback.
+pub(crate) fn call_op(
+    py: Python<'_>,
+    qualname: &str,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+    keep_gil: bool,
+) -> PyResult<Py<PyAny>> {
     let op = registry().get(qualname).py_err()?;
     let schema = op.schema();
-    let positional: Vec<_> = schema.params.iter().filter(|p| !p.kwarg_only).collect();
+    let mut positional = schema.params.iter().filter(|p| !p.kwarg_only);
     let mut values = Vec::with_capacity(args.len());
-    for (i, a) in args.iter().enumerate() {
-        values.push(match positional.get(i) {
+    for a in args.iter() {
+        values.push(match positional.next() {
             Some(p) => to_param_value(p, &a)?,
             None => to_value(&a)?,
         });
@@ -46,13 +105,29 @@ pub fn _call(
         }
     }
     let returns = schema.returns.len();
-    let outs = py
-        .detach(move || {
-            let kw: Vec<(&str, Value)> = kw.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-            ops::call_kw(op.qualname(), &values, &kw)
-        })
-        .py_err()?;
-    outputs_to_py(py, outs, returns)
+    let frame = op.builtin().is_none().then(|| inflight::enter(args));
+    let keep_gil = keep_gil && !autocast::any_active() && tensorplay::vmap::depth() == 0;
+    let outs = if keep_gil {
+        dispatch::call_operator(&op, &values, &kw)
+    } else {
+        let op = op.clone();
+        py.detach(move || dispatch::call_operator(&op, &values, &kw))
+    }
+    .py_err()?;
+    match frame {
+        Some(frame) if !outs.is_empty() => {
+            let objs: Vec<Py<PyAny>> = outs
+                .into_iter()
+                .map(|t| frame.output_object(py, t))
+                .collect::<PyResult<_>>()?;
+            if objs.len() == 1 && returns <= 1 {
+                Ok(objs.into_iter().next().unwrap_or_else(|| py.None()))
+            } else {
+                Ok(PyTuple::new(py, objs)?.into_any().unbind())
+            }
+        }
+        _ => outputs_to_py(py, outs, returns),
+    }
 }
 
 /// `_op_table()`: `(qualname, schema text)` of every registered op, builtin ops first.

@@ -16,21 +16,31 @@ use tensorplay::{Result, Tensor, Value};
 
 use crate::convert::{py_to_outputs, type_name, value_to_py};
 use crate::error::stash;
+use crate::inflight;
 use crate::tensor::PyTensor;
 
 /// Positional and keyword arguments for a Python callable from bound schema values
-/// (keyword-only parameters are passed by name).
+/// (keyword-only parameters are passed by name; no dict when there are none). A tensor the
+/// calling Python code passed positionally is handed over as that same object.
 fn py_args<'py>(
     py: Python<'py>,
     schema: &Schema,
     args: &[Value],
-) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
-    let mut pos = Vec::new();
-    let kw = PyDict::new(py);
+) -> PyResult<(Bound<'py, PyTuple>, Option<Bound<'py, PyDict>>)> {
+    let mut pos = Vec::with_capacity(args.len());
+    let mut kw: Option<Bound<'py, PyDict>> = None;
     for (i, v) in args.iter().enumerate() {
-        let obj = value_to_py(py, v)?;
+        let obj = match v {
+            Value::Tensor(t) => match inflight::input_object(py, t) {
+                Some(o) => o,
+                None => value_to_py(py, v)?,
+            },
+            _ => value_to_py(py, v)?,
+        };
         match schema.params.get(i) {
-            Some(p) if p.kwarg_only => kw.set_item(&p.name, obj)?,
+            Some(p) if p.kwarg_only => kw
+                .get_or_insert_with(|| PyDict::new(py))
+                .set_item(&p.name, obj)?,
             _ => pos.push(obj),
         }
     }
@@ -70,7 +80,8 @@ pub fn kernel(
             let _mode = fake.then(|| FakeModeGuard(FAKE_MODE.with(|f| f.replace(true))));
             let run = || -> PyResult<Vec<Tensor>> {
                 let (a, kw) = py_args(py, &schema, args)?;
-                let out = func.bind(py).call(a, Some(&kw))?;
+                let out = func.bind(py).call(a, kw.as_ref())?;
+                inflight::note_outputs(&out);
                 py_to_outputs(&out)
             };
             run().map_err(|e| stash(py, &op, e))
@@ -83,7 +94,8 @@ struct PyCtx(Py<PyAny>);
 
 /// `setup_context(ctx, inputs, output)` (optional) for the op with `schema`: builds a fresh
 /// `ctx_class()` object with `needs_input_grad`, runs the user's function on it and keeps the
-/// object (and its saved tensors) for `backward`.
+/// object (and its saved tensors) for `backward`. Without a user function nothing runs here (no
+/// GIL, no object): `backward` builds the object then.
 pub fn setup_context(
     ctx_class: Py<PyAny>,
     setup: Option<Py<PyAny>>,
@@ -92,6 +104,9 @@ pub fn setup_context(
     let op = schema.qualified_name();
     Box::new(
         move |ctx: &mut AutogradCtx, args: &[Value], outs: &[Tensor]| {
+            if setup.is_none() {
+                return Ok(());
+            }
             Python::attach(|py| {
                 let mut run = || -> PyResult<()> {
                     let obj = ctx_class.bind(py).call0()?;
@@ -168,7 +183,14 @@ pub fn backward(
             let run = || -> PyResult<Vec<Grad>> {
                 let obj = match ctx.typed().and_then(|s| s.downcast_ref::<PyCtx>()) {
                     Some(c) => c.0.clone_ref(py),
-                    None => ctx_class.bind(py).call0()?.unbind(),
+                    None => {
+                        let obj = ctx_class.bind(py).call0()?;
+                        obj.setattr(
+                            "needs_input_grad",
+                            PyTuple::new(py, ctx.needs_input_grad())?,
+                        )?;
+                        obj.unbind()
+                    }
                 };
                 let mut args: Vec<Py<PyAny>> = vec![obj];
                 for g in grads {
@@ -210,7 +232,7 @@ pub fn vmap_rule(
                 let (a, kw) = py_args(py, &schema, args)?;
                 let mut all: Vec<Bound<'_, PyAny>> = vec![info, dims.into_any()];
                 all.extend(a.iter());
-                let out = func.bind(py).call(PyTuple::new(py, all)?, Some(&kw))?;
+                let out = func.bind(py).call(PyTuple::new(py, all)?, kw.as_ref())?;
                 let (outs, dims): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
                     out.extract().map_err(|_| {
                         PyTypeError::new_err("a vmap rule must return (outputs, out_dims)")

@@ -268,6 +268,10 @@ pub fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
 /// parameter becomes a wrapped scalar (it only raises the promotion category, as in PyTorch); a
 /// device string for a `Device` parameter and a dtype for a `ScalarType` one are converted.
 pub fn to_param_value(param: &Param, obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+    // The common case first: a tensor is a tensor value whatever the parameter's type.
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        return Ok(Value::Tensor(t.get().t.clone()));
+    }
     let ty = match &param.ty {
         SchemaType::Optional(inner) => inner.as_ref(),
         t => t,

@@ -6,16 +6,19 @@
 
 mod call;
 mod callbacks;
+mod checkpoint;
 mod compile;
 mod convert;
 mod error;
 mod factory;
+mod inflight;
 mod library;
 mod methods;
 mod nn;
 mod nn_args;
 mod nn_cnn;
 mod nn_resize;
+mod operators;
 mod optim;
 mod tensor;
 
@@ -29,6 +32,7 @@ fn tensorplay_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<convert::PyDevice>()?;
     m.add_class::<call::GradMode>()?;
     m.add_class::<call::Autocast>()?;
+    m.add_class::<call::CustomOpCall>()?;
     m.add_class::<compile::Compiled>()?;
     m.add_class::<library::PyLibrary>()?;
     m.add_class::<library::KernelEnabled>()?;
@@ -60,6 +64,8 @@ fn tensorplay_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(factory::manual_seed, m)?)?;
     m.add_function(wrap_pyfunction!(factory::_like, m)?)?;
     m.add_function(wrap_pyfunction!(call::_call, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint::save_file, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint::load_file, m)?)?;
     m.add_function(wrap_pyfunction!(call::_op_table, m)?)?;
     m.add_function(wrap_pyfunction!(call::_schema, m)?)?;
     m.add_function(wrap_pyfunction!(call::is_grad_enabled, m)?)?;

@@ -11,7 +11,7 @@ use crate::convert::{PyDType, PyDevice, to_dtype, to_scalar, type_name};
 use crate::error::IntoPyResult;
 
 /// A tensor: a handle to the Rust runtime's tensor (cloning shares data and autograd state).
-#[pyclass(name = "Tensor", module = "tensorplay", frozen, weakref)]
+#[pyclass(name = "Tensor", module = "tensorplay", frozen, weakref, subclass)]
 pub struct PyTensor {
     /// The runtime tensor.
     pub t: Tensor,
@@ -372,6 +372,25 @@ impl PyTensor {
     #[getter]
     fn grad_fn(&self) -> Option<String> {
         self.t.grad_fn_name().map(str::to_string)
+    }
+
+    /// `Tensor(data, requires_grad=False)`: a new tensor object sharing `data`'s storage, without
+    /// its autograd history, as a leaf that requires grad when asked — what subclasses such as
+    /// `tensorplay.nn.Parameter` are built from. `TypeError` when `data` is not a tensor.
+    #[new]
+    #[pyo3(signature = (data, requires_grad = false))]
+    fn py_new(data: &Bound<'_, PyAny>, requires_grad: bool) -> PyResult<PyTensor> {
+        let Ok(src) = data.cast::<PyTensor>() else {
+            return Err(PyTypeError::new_err(format!(
+                "Tensor(data): data must be a Tensor (use tensorplay.tensor for Python data), got {}",
+                type_name(data)
+            )));
+        };
+        let t = src.get().t.detach();
+        if requires_grad {
+            t.clone().requires_grad_(true).py_err()?;
+        }
+        Ok(PyTensor { t })
     }
 
     /// The same data without autograd history.

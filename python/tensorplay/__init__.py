@@ -21,10 +21,12 @@ from ._C import (  # noqa: F401
     int32,
     int64,
     is_grad_enabled,
+    load_file,
     manual_seed,
     ones,
     rand,
     randn,
+    save_file,
     tensor,
     zeros,
 )
@@ -48,4 +50,5 @@ __all__ = [
     "Tensor", "dtype", "device", "tensor", "zeros", "ones", "empty", "full", "arange", "randn",
     "rand", "manual_seed", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "autocast", "compile", "vmap", "from_numpy", "from_dlpack", "library", "autograd", "nn", "optim",
+    "save_file", "load_file",
 ]

@@ -121,11 +121,9 @@ def _extra(ns):
     ns["multiply"] = ns.get("mul")
 
 
+# ``+ - * /`` and their reflected forms are native slots of ``Tensor`` (``python/src/operators.rs``:
+# no Python frame per ``x + y``); the other operators are attached here.
 _DUNDERS = {
-    "__add__": ("tp::add", False), "__radd__": ("tp::add", True),
-    "__sub__": ("tp::sub", False), "__rsub__": ("tp::sub", True),
-    "__mul__": ("tp::mul", False), "__rmul__": ("tp::mul", True),
-    "__truediv__": ("tp::div", False), "__rtruediv__": ("tp::div", True),
     "__floordiv__": ("tp::floor_divide", False), "__rfloordiv__": ("tp::floor_divide", True),
     "__mod__": ("tp::remainder", False), "__rmod__": ("tp::remainder", True),
     "__pow__": ("tp::pow", False), "__rpow__": ("tp::pow", True),

@@ -53,9 +53,9 @@ class FunctionCtx:
     """The ``ctx`` of ``setup_context``/``backward``: ``save_for_backward(*tensors)``,
     ``saved_tensors``, ``needs_input_grad`` (one flag per parameter), and any attributes you set."""
 
-    def __init__(self):
-        self.saved_tensors = ()
-        self.needs_input_grad = ()
+    # Class-level defaults rather than an ``__init__``: one object is made per recorded call.
+    saved_tensors = ()
+    needs_input_grad = ()
 
     def save_for_backward(self, *tensors):
         """Keeps tensors for backward (``None`` entries are dropped)."""
@@ -82,8 +82,9 @@ def _decorate(register, func):
     return func
 
 
-class CustomOpDef:
-    """A custom operator: call it like a function; register more on it."""
+class CustomOpDef(_C._CustomOpCall):
+    """A custom operator: call it like a function; register more on it. Calling it is the native
+    base class's ``__call__`` (arguments bound to the schema in Rust, no Python frame)."""
 
     def __init__(self, qualname, init_fn, schema):
         self._qualname = qualname
@@ -105,9 +106,6 @@ class CustomOpDef:
 
     def __repr__(self):
         return f"<CustomOpDef({self._schema})>"
-
-    def __call__(self, *args, **kwargs):
-        return _C._call(self._qualname, args, kwargs or None)
 
     def register_kernel(self, device_types, fn=None, /):
         """Kernel for ``device_types`` (``"cpu"``, ``"cuda"``, a list, or None / a ``Composite…`` key
