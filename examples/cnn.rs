@@ -9,7 +9,8 @@
 //! Prints loss, accuracy (on held-out images, in evaluation mode) and the median step time,
 //! then saves the eager model as safetensors and loads it back.
 //!
-//! `cargo run --release --example cnn` (`STEPS=n` to change the 150 steps).
+//! `cargo run --release --example cnn` (`STEPS=n` to change the 150 steps). A progress bar
+//! shows while stdout is a terminal.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,6 +22,9 @@ use tensorplay::nn::{
     ReLU, functional_call_with_buffers,
 };
 use tensorplay::{DType, Result, Tensor, manual_seed, nn};
+
+#[path = "common/progress.rs"]
+mod progress;
 
 const SIDE: usize = 16;
 const CLASSES: usize = 4;
@@ -156,6 +160,7 @@ fn train(compiled: bool, steps: usize) -> Result<(Cnn, Vec<f32>, Duration)> {
     });
     let mut opt = Adam::new(params.clone(), 1e-2, (0.9, 0.999), 1e-8)?;
     let (mut losses, mut times) = (Vec::new(), Vec::new());
+    let bar = progress::bar(if compiled { "compiled" } else { "eager" }, 0, steps);
     for step in 0..steps {
         let (x, y) = images(BATCH, step as u64)?;
         let t0 = Instant::now();
@@ -177,14 +182,18 @@ fn train(compiled: bool, steps: usize) -> Result<(Cnn, Vec<f32>, Duration)> {
         opt.zero_grad();
         times.push(t0.elapsed());
         losses.push(l.item::<f32>()?);
+        progress::step(&bar, losses[step], times[step]);
         if step % 25 == 0 || step + 1 == steps {
-            println!(
-                "{} step {step:>4}: loss {:.4}",
-                if compiled { "compiled" } else { "eager   " },
-                losses[step]
-            );
+            bar.suspend(|| {
+                println!(
+                    "{} step {step:>4}: loss {:.4}",
+                    if compiled { "compiled" } else { "eager   " },
+                    losses[step]
+                )
+            });
         }
     }
+    bar.finish_and_clear();
     if compiled {
         println!(
             "compiled: {} graph(s), {} fallback(s)",

@@ -1,6 +1,7 @@
-//! The transformer of `transformer.rs` trained data-parallel: every rank takes its share of each
-//! step's batch, `DistributedDataParallel` averages the gradients during `backward()` (in
-//! buckets, overlapping the rest of the pass), and every rank's `Adam` makes the same update.
+//! The transformer of `transformer.rs` (the `Gpt` module of `common/gpt.rs`) trained
+//! data-parallel: every rank takes its share of each step's batch, `DistributedDataParallel`
+//! averages the gradients during `backward()` (in buckets, overlapping the rest of the pass),
+//! and every rank's `Adam` makes the same update.
 //! Prints each rank's loss and the average over ranks every few steps, and checks at the end
 //! that the replicas' parameters are still identical.
 //!
@@ -10,15 +11,16 @@
 
 use std::time::{Duration, Instant};
 
-use tensorplay::compiler::compile;
-use tensorplay::compiler::optim::Adam;
+use tensorplay::Result;
 use tensorplay::distributed::{self as dist, Backend, DistributedDataParallel, ReduceOp};
-use tensorplay::{Result, Tensor};
+use tensorplay::nn::Module;
 
+// The checkpoint helpers of `Trainer` are `transformer.rs`'s; this example does not save.
+#[allow(dead_code)]
 #[path = "common/gpt.rs"]
 mod gpt;
 
-use gpt::{batch, loss, params, setup, steps_from_env};
+use gpt::{Gpt, Trainer, batch, setup, steps_from_env};
 
 /// Each rank's share of a step's batch.
 const PER_RANK: usize = 8;
@@ -37,7 +39,8 @@ fn main() -> Result<()> {
             if compiled { "compiled" } else { "eager" }
         );
     }
-    let ps = params(c)?;
+    let model = Gpt::new(c, 0)?;
+    let ps = model.parameters();
     // Broadcasts rank 0's parameters and hooks the gradient averaging into backward().
     let ddp = DistributedDataParallel::new(ps.clone(), None)?;
     if rank == 0 {
@@ -47,8 +50,8 @@ fn main() -> Result<()> {
             ddp.num_buckets()
         );
     }
-    let mut opt = Adam::new(ps.clone(), 3e-3, (0.9, 0.99), 1e-8)?;
-    let f = compile(move |xs: &[Tensor]| loss(xs, c));
+    // Adam over the model's parameters, and the loss compiled with them as graph inputs.
+    let mut trainer = Trainer::new(model, compiled)?;
     let mut times: Vec<Duration> = Vec::new();
     let mut first = None;
     let mut last = 0.0;
@@ -57,24 +60,11 @@ fn main() -> Result<()> {
         let (ids, targets) = batch(&data, step, PER_RANK * size, c.context)?;
         let start = (rank * PER_RANK) as i64;
         let t0 = Instant::now();
-        let mut ins = vec![
+        // The gradients are averaged over the ranks when backward() returns, before Adam.
+        let l = trainer.step(
             ids.narrow(0, start, PER_RANK)?.contiguous()?,
             targets.narrow(0, start, PER_RANK)?.contiguous()?,
-        ];
-        ins.extend(ps.iter().cloned());
-        let l = if compiled {
-            f.call(&ins)?
-        } else {
-            loss(&ins, c)?
-        }
-        .swap_remove(0);
-        l.backward()?; // returns with the gradients averaged over the ranks
-        if compiled {
-            opt.step()?;
-        } else {
-            opt.step_eager()?;
-        }
-        opt.zero_grad();
+        )?;
         times.push(t0.elapsed());
         if step % (steps / 10).max(1) == 0 || step == steps - 1 {
             let mine = l.item::<f32>()?;

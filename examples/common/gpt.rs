@@ -1,7 +1,16 @@
-//! The small decoder-only transformer of `transformer.rs` and `ddp_transformer.rs`: its
-//! training text, sizes, parameters (a flat list), loss and batch sampler.
+//! The small decoder-only transformer of `transformer.rs`, `ddp_transformer.rs` and
+//! `tests/checkpoint_resume.rs`: the model (`Gpt`, a tree of `tensorplay::nn` modules), its
+//! training text, sizes and batch sampler, and a `Trainer` that steps it eagerly or compiled and
+//! checkpoints it.
 
-use tensorplay::nn::{self, Reduction};
+use std::path::Path;
+use std::sync::Mutex;
+
+use tensorplay::compiler::optim::{Adam, Optimizer};
+use tensorplay::compiler::{CompiledFn, compile};
+use tensorplay::nn::{
+    self, Embedding, Forward, GELU, LayerNorm, Linear, Module, Reduction, functional_call,
+};
 use tensorplay::{DType, Result, Tensor};
 
 /// The training text: a few sentences, repeated by the batch sampler.
@@ -11,7 +20,7 @@ pub const TEXT: &str = "the quick brown fox jumps over the lazy dog. \
     the loss goes down as the model remembers the words. ";
 
 /// Model sizes.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct Config {
     pub vocab: usize,
     pub context: usize,
@@ -20,79 +29,252 @@ pub struct Config {
     pub layers: usize,
 }
 
-/// Parameters per block, in the order `block` reads them.
-const PER_BLOCK: usize = 10;
-
-/// All parameters: token and position embeddings, `layers` blocks, the final norm and the
-/// output projection.
-pub fn params(c: Config) -> Result<Vec<Tensor>> {
-    let mut seed = 0u64;
-    let mut p = |shape: &[usize], scale: f64| -> Result<Tensor> {
-        seed += 1;
-        Tensor::randn_seeded(shape, DType::F32, seed)?
-            .mul_scalar(scale)?
-            .requires_grad_(true)
-    };
-    let ones = |n: usize| Tensor::ones(&[n], DType::F32).requires_grad_(true);
-    let zeros = |n: usize| Tensor::zeros(&[n], DType::F32).requires_grad_(true);
-    let d = c.dim;
-    let s = (1.0 / d as f64).sqrt();
-    let mut v = vec![p(&[c.vocab, d], 0.1)?, p(&[c.context, d], 0.1)?];
-    for _ in 0..c.layers {
-        v.extend([
-            ones(d)?,
-            zeros(d)?,
-            p(&[3 * d, d], s)?,
-            p(&[d, d], s / (2.0 * c.layers as f64).sqrt())?,
-            ones(d)?,
-            zeros(d)?,
-            p(&[4 * d, d], s)?,
-            zeros(4 * d)?,
-            p(&[d, 4 * d], 0.5 * s / (2.0 * c.layers as f64).sqrt())?,
-            zeros(d)?,
-        ]);
-    }
-    v.extend([ones(d)?, zeros(d)?, p(&[c.vocab, d], s)?]);
-    Ok(v)
+/// Causal multi-head self-attention: one `qkv` projection, `heads` heads, an output projection
+/// (both without bias).
+#[derive(Module, Clone)]
+pub struct Attention {
+    pub qkv: Linear,
+    pub proj: Linear,
+    pub heads: usize,
 }
 
-/// One pre-norm block: `x + attn(ln(x))`, then `x + mlp(ln(x))`.
-fn block(x: &Tensor, p: &[Tensor], c: Config) -> Result<Tensor> {
-    let (b, t, d) = (x.shape()[0], x.shape()[1], c.dim);
-    let (h, hd) = (c.heads, c.dim / c.heads);
-    let a = nn::layer_norm(x, &[d], Some(&p[0]), Some(&p[1]), 1e-5)?;
-    let qkv = nn::linear(&a, &p[2], None)?.chunk(3, -1)?;
-    let heads = |t_: &Tensor| t_.reshape(&[b, t, h, hd])?.transpose(1, 2);
-    let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
-    let y = nn::scaled_dot_product_attention(&q, &k, &v, None, true, None)?;
-    let y = y.transpose(1, 2)?.reshape(&[b, t, d])?;
-    let x = x.add(&nn::linear(&y, &p[3], None)?)?;
-    let m = nn::layer_norm(&x, &[d], Some(&p[4]), Some(&p[5]), 1e-5)?;
-    let m = nn::linear(&m, &p[6], Some(&p[7]))?.gelu("tanh")?;
-    x.add(&nn::linear(&m, &p[8], Some(&p[9]))?)
+impl Forward for Attention {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, t, d) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+        let (h, hd) = (self.heads, d / self.heads);
+        let qkv = self.qkv.forward(x)?.chunk(3, -1)?;
+        let split = |z: &Tensor| z.reshape(&[b, t, h, hd])?.transpose(1, 2);
+        let (q, k, v) = (split(&qkv[0])?, split(&qkv[1])?, split(&qkv[2])?);
+        let y = nn::scaled_dot_product_attention(&q, &k, &v, None, true, None)?;
+        self.proj.forward(&y.transpose(1, 2)?.reshape(&[b, t, d])?)
+    }
 }
 
-/// Mean next-character cross-entropy; inputs: token ids `[B, T]`, targets `[B, T]`, then the
-/// parameters.
-pub fn loss(xs: &[Tensor], c: Config) -> Result<Vec<Tensor>> {
-    let (ids, targets, p) = (&xs[0], &xs[1], &xs[2..]);
-    let (b, t) = (ids.shape()[0], ids.shape()[1]);
-    let pos = p[1].narrow(0, 0, t)?;
-    let mut x = nn::embedding(ids, &p[0])?.add(&pos)?;
-    for l in 0..c.layers {
-        x = block(&x, &p[2 + l * PER_BLOCK..2 + (l + 1) * PER_BLOCK], c)?;
+/// The feed-forward part of a block: `proj(gelu_tanh(fc(x)))`, 4× wide, with biases.
+#[derive(Module, Clone)]
+pub struct Mlp {
+    pub fc: Linear,
+    pub act: GELU,
+    pub proj: Linear,
+}
+
+impl Forward for Mlp {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.proj.forward(&self.act.forward(&self.fc.forward(x)?)?)
     }
-    let f = 2 + c.layers * PER_BLOCK;
-    let x = nn::layer_norm(&x, &[c.dim], Some(&p[f]), Some(&p[f + 1]), 1e-5)?;
-    let logits = nn::linear(&x, &p[f + 2], None)?;
-    let l = nn::cross_entropy(
-        &logits.reshape(&[b * t, c.vocab])?,
-        &targets.reshape(&[b * t])?,
-        -100,
-        0.0,
-        Reduction::Mean,
-    )?;
-    Ok(vec![l])
+}
+
+/// One pre-norm block: `x + attn(ln1(x))`, then `x + mlp(ln2(x))`.
+#[derive(Module, Clone)]
+pub struct Block {
+    pub ln1: LayerNorm,
+    pub attn: Attention,
+    pub ln2: LayerNorm,
+    pub mlp: Mlp,
+}
+
+impl Forward for Block {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x = x.add(&self.attn.forward(&self.ln1.forward(x)?)?)?;
+        x.add(&self.mlp.forward(&self.ln2.forward(&x)?)?)
+    }
+}
+
+/// The model: token and learned position embeddings, `layers` blocks, a final layer norm and
+/// an output projection (untied from the token embedding, no bias). Its state dict names
+/// follow the fields: `tok_emb.weight`, `blocks.0.attn.qkv.weight`, `ln_f.bias`, `head.weight`.
+#[derive(Module, Clone)]
+pub struct Gpt {
+    pub tok_emb: Embedding,
+    pub pos_emb: Embedding,
+    pub blocks: Vec<Block>,
+    pub ln_f: LayerNorm,
+    pub head: Linear,
+    #[skip]
+    pub config: Config,
+}
+
+impl Gpt {
+    /// A model of sizes `c`. The weights are seeded normals with GPT-2-style scales (0.1 for
+    /// the embeddings, `1/sqrt(dim)` for the projections, and the two residual projections of
+    /// each block shrunk by `1/sqrt(2 * layers)`, the MLP's by half again); layer norms start
+    /// as the identity and the biases at zero. Seeds `seed + 1, seed + 2, …` are drawn in
+    /// parameter order, so a model does not depend on the global generator.
+    pub fn new(c: Config, seed: u64) -> Result<Gpt> {
+        let mut next = seed;
+        let mut normal = |shape: &[usize], scale: f64| -> Result<Tensor> {
+            next += 1;
+            Tensor::randn_seeded(shape, DType::F32, next)?
+                .mul_scalar(scale)?
+                .requires_grad_(true)
+        };
+        let d = c.dim;
+        let s = (1.0 / d as f64).sqrt();
+        let residual = s / (2.0 * c.layers as f64).sqrt();
+        let embedding = |weight| Embedding {
+            weight,
+            padding_idx: None,
+        };
+        let tok_emb = embedding(normal(&[c.vocab, d], 0.1)?);
+        let pos_emb = embedding(normal(&[c.context, d], 0.1)?);
+        let mut blocks = Vec::with_capacity(c.layers);
+        for _ in 0..c.layers {
+            blocks.push(Block {
+                ln1: LayerNorm::new(&[d])?,
+                attn: Attention {
+                    qkv: linear(normal(&[3 * d, d], s)?, None)?,
+                    proj: linear(normal(&[d, d], residual)?, None)?,
+                    heads: c.heads,
+                },
+                ln2: LayerNorm::new(&[d])?,
+                mlp: Mlp {
+                    fc: linear(normal(&[4 * d, d], s)?, Some(4 * d))?,
+                    act: GELU::tanh(),
+                    proj: linear(normal(&[d, 4 * d], 0.5 * residual)?, Some(d))?,
+                },
+            });
+        }
+        Ok(Gpt {
+            tok_emb,
+            pos_emb,
+            blocks,
+            ln_f: LayerNorm::new(&[d])?,
+            head: linear(normal(&[c.vocab, d], s)?, None)?,
+            config: c,
+        })
+    }
+
+    /// Next-character logits `[B, T, vocab]` for token ids `[B, T]` (`T <= context`).
+    pub fn logits(&self, ids: &Tensor) -> Result<Tensor> {
+        let t = ids.shape()[1];
+        let pos = self.pos_emb.weight.narrow(0, 0, t)?;
+        let mut x = self.tok_emb.forward(ids)?.add(&pos)?;
+        for block in &self.blocks {
+            x = block.forward(&x)?;
+        }
+        self.head.forward(&self.ln_f.forward(&x)?)
+    }
+
+    /// Mean next-character cross-entropy of ids `[B, T]` against targets `[B, T]`.
+    pub fn loss(&self, ids: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        let (b, t) = (ids.shape()[0], ids.shape()[1]);
+        let logits = self.logits(ids)?;
+        nn::cross_entropy(
+            &logits.reshape(&[b * t, self.config.vocab])?,
+            &targets.reshape(&[b * t])?,
+            -100,
+            0.0,
+            Reduction::Mean,
+        )
+    }
+}
+
+/// A linear layer with the given weight `[out, in]` and, with `bias = Some(out)`, a zero bias.
+fn linear(weight: Tensor, bias: Option<usize>) -> Result<Linear> {
+    let (out_features, in_features) = (weight.shape()[0], weight.shape()[1]);
+    let bias = bias
+        .map(|n| Tensor::zeros(&[n], DType::F32).requires_grad_(true))
+        .transpose()?;
+    Ok(Linear {
+        weight,
+        bias,
+        in_features,
+        out_features,
+    })
+}
+
+/// The loss of `model` compiled: the function takes ids, targets and then the model's
+/// parameters (in [`Module::parameters`] order) as inputs, so they are graph inputs —
+/// `functional_call` runs the model on them while the function is captured — and an optimizer
+/// step changes what it computes.
+pub fn compiled_loss(model: &Gpt) -> CompiledFn {
+    // A clone shares the tensors; it only gives the capture a module to swap parameters into.
+    let m = Mutex::new(model.clone());
+    compile(move |xs: &[Tensor]| {
+        let mut m = m.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (ids, targets) = (&xs[0], &xs[1]);
+        let l = functional_call(&mut *m, &xs[2..], |m| m.loss(ids, targets))?;
+        Ok(vec![l])
+    })
+}
+
+/// A model, its Adam optimizer and, when compiled, its compiled loss: one training step at a
+/// time, and checkpoints of both model and optimizer.
+pub struct Trainer {
+    pub model: Gpt,
+    pub opt: Adam,
+    params: Vec<Tensor>,
+    compiled: Option<CompiledFn>,
+}
+
+/// The checkpoint's file names inside its directory.
+const MODEL_FILE: &str = "model.safetensors";
+const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+
+impl Trainer {
+    /// Adam (lr 3e-3, betas (0.9, 0.99), eps 1e-8) over `model`'s parameters; the loss
+    /// compiled when `compiled`.
+    pub fn new(model: Gpt, compiled: bool) -> Result<Trainer> {
+        let params = model.parameters();
+        let opt = Adam::new(params.clone(), 3e-3, (0.9, 0.99), 1e-8)?;
+        let compiled = compiled.then(|| compiled_loss(&model));
+        Ok(Trainer {
+            model,
+            opt,
+            params,
+            compiled,
+        })
+    }
+
+    /// One step on a batch: the loss, its backward, an Adam update (fused when compiled, op by
+    /// op eagerly) and cleared gradients. Returns the loss (before the update).
+    pub fn step(&mut self, ids: Tensor, targets: Tensor) -> Result<Tensor> {
+        let l = match &self.compiled {
+            Some(f) => {
+                let mut ins = Vec::with_capacity(2 + self.params.len());
+                ins.extend([ids, targets]);
+                ins.extend(self.params.iter().cloned());
+                f.call(&ins)?.swap_remove(0)
+            }
+            None => self.model.loss(&ids, &targets)?,
+        };
+        l.backward()?;
+        if self.compiled.is_some() {
+            self.opt.step()?;
+        } else {
+            self.opt.step_eager()?;
+        }
+        self.opt.zero_grad();
+        Ok(l)
+    }
+
+    /// The compiled loss, when training compiled.
+    pub fn compiled(&self) -> Option<&CompiledFn> {
+        self.compiled.as_ref()
+    }
+
+    /// Writes the model's state dict and the optimizer's state (moments and step counts) to
+    /// `dir` (created if missing) as two safetensors files.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            tensorplay::Error::argument(
+                "Trainer::save",
+                "dir",
+                "a directory that can be created",
+                format!("{}: {e}", dir.display()),
+            )
+        })?;
+        self.model.save_safetensors(dir.join(MODEL_FILE))?;
+        nn::save_optimizer_safetensors(&self.opt.state_dict(), dir.join(OPTIMIZER_FILE))
+    }
+
+    /// Restores a checkpoint written by [`Trainer::save`] into this trainer's model and
+    /// optimizer (in place: the optimizer and the compiled loss keep their handles).
+    pub fn load(&mut self, dir: &Path) -> Result<()> {
+        self.model.load_safetensors(dir.join(MODEL_FILE), true)?;
+        self.opt
+            .load_state_dict(&nn::load_optimizer_safetensors(dir.join(OPTIMIZER_FILE))?)
+    }
 }
 
 /// `batch` windows of `context + 1` characters from deterministic offsets of step `step`.
