@@ -1,8 +1,8 @@
 //! Compiled == eager for a small CNN block built from the convolution, pooling and
-//! normalization functions (`nn::conv2d`, `max_pool2d`, `avg_pool2d`, `adaptive_avg_pool2d`,
-//! `batch_norm` in eval mode, `group_norm`): the convolution and pooling ops run as barriers
-//! (their eager kernels), the normalizations' arithmetic compiles; forward values and
-//! gradients through compiled training.
+//! normalization functions (`nn::conv2d`, `conv_transpose2d`, `max_pool2d`, `avg_pool2d`,
+//! `adaptive_avg_pool2d`, `batch_norm` in eval mode, `group_norm`): the convolution and pooling
+//! ops run as barriers (their eager kernels), the normalizations' arithmetic compiles; forward
+//! values and gradients through compiled training.
 
 use tensorplay_compiler::compile;
 use tensorplay_runtime::nn;
@@ -145,5 +145,46 @@ fn pad_and_interpolate_compile_like_eager_with_gradients() -> Result<()> {
         f.call(&[x2, xs[1].clone()])?,
     );
     assert!(close(&g[1], &w[1], 1e-12)?);
+    Ok(())
+}
+
+/// conv_transpose2d (stride 2, output_padding, groups) → relu → conv_transpose2d: the
+/// transposed convolution runs as a barrier like conv2d, forward and backward.
+fn upsample_program(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let y = nn::conv_transpose2d(&xs[0], &xs[1], Some(&xs[2]), &[2], &[1], &[1], 2, &[1])?;
+    let y = nn::conv_transpose2d(&y.relu()?, &xs[3], None, &[1, 2], &[0], &[0], 1, &[2, 1])?;
+    Ok(vec![y.mul(&y)?.sum_all()?, y])
+}
+
+#[test]
+fn conv_transpose2d_compiles_like_eager_with_gradients() -> Result<()> {
+    let r = |s: &[usize], seed| Tensor::randn_seeded(s, DType::F64, seed)?.requires_grad_(true);
+    let xs = [
+        r(&[2, 4, 3, 5], 21)?,
+        r(&[4, 3, 3, 3], 22)?,
+        r(&[6], 23)?,
+        r(&[6, 2, 2, 3], 24)?,
+    ];
+    let want = upsample_program(&xs)?;
+    // [2, 6, 6, 10] after the first, [2, 2, 8, 21] after the second.
+    assert_eq!(want[1].shape(), &[2, 2, 8, 21]);
+    let grads = autograd::grad(&want[..1], &xs, &[None], false)?;
+    let f = compile(upsample_program);
+    let got = f.call(&xs)?;
+    assert!(close(&got[1], &want[1], 1e-12)?);
+    let cgrads = autograd::grad(&got[..1], &xs, &[None], false)?;
+    for (i, (c, e)) in cgrads.iter().zip(&grads).enumerate() {
+        let (c, e) = (c.as_ref().unwrap(), e.as_ref().unwrap());
+        assert!(close(c, e, 1e-10)?, "gradient {i}");
+    }
+    // Another input size still agrees.
+    let x2 = Tensor::randn_seeded(&[1, 4, 4, 2], DType::F64, 25)?;
+    let mut xs2 = xs.to_vec();
+    xs2[0] = x2;
+    assert!(close(
+        &f.call(&xs2)?[1],
+        &upsample_program(&xs2)?[1],
+        1e-12
+    )?);
     Ok(())
 }

@@ -93,11 +93,14 @@ pub use checkpoint::{
 };
 pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, BatchNormOptions, Conv1d, Conv2d,
-    ConvOptions, Dropout, Embedding, Flatten, GELU, GroupNorm, LayerNorm, Linear, MaxPool2d,
-    MultiheadAttention, RMSNorm, ReLU, Sequential, SiLU, Sigmoid, Tanh,
+    ConvOptions, ConvTranspose2d, ConvTransposeOptions, Dropout, Embedding, Flatten, GELU,
+    GroupNorm, LayerNorm, Linear, MaxPool2d, MultiheadAttention, RMSNorm, ReLU, Sequential, SiLU,
+    Sigmoid, Tanh,
 };
 pub use layers::{
-    CircularPad2d, ConstantPad2d, ReflectionPad2d, ReplicationPad2d, Upsample, ZeroPad2d,
+    CircularPad1d, CircularPad2d, CircularPad3d, ConstantPad1d, ConstantPad2d, ConstantPad3d,
+    ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d, ReplicationPad2d,
+    ReplicationPad3d, Upsample, ZeroPad1d, ZeroPad2d, ZeroPad3d,
 };
 pub use module::{
     Forward, Layer, Module, TensorKind, Visit, VisitMut, combine_modes, functional_call,

@@ -1,4 +1,5 @@
 //! `tensorplay.nn.functional`'s CNN functions over `tensorplay::nn` (`conv1d`, `conv2d`,
+//! `conv_transpose2d`,
 //! `max_pool2d`, `avg_pool2d`, `adaptive_avg_pool2d`, `batch_norm`, `group_norm`), with
 //! PyTorch's signatures: size arguments take an `int` or a tuple, as in `torch.nn.functional`.
 //!
@@ -265,6 +266,49 @@ pub fn conv2d(
     })
 }
 
+/// `conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+/// groups=1, dilation=1)`: input `[N, C_in, H, W]` (or unbatched `[C_in, H, W]`), weight
+/// `[C_in, C_out / groups, kH, kW]`; `stride`, `padding`, `output_padding` and `dilation`
+/// take an int or a pair; each `output_padding` entry is smaller than the stride or the
+/// dilation of its dim.
+#[pyfunction]
+#[pyo3(
+    signature = (input, weight, bias = None, stride = Ints::of(1), padding = Ints::of(0), output_padding = Ints::of(0), groups = 1, dilation = Ints::of(1)),
+    text_signature = "(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1)"
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn conv_transpose2d(
+    py: Python<'_>,
+    input: T<'_>,
+    weight: T<'_>,
+    bias: Option<T<'_>>,
+    stride: Ints,
+    padding: Ints,
+    output_padding: Ints,
+    groups: i64,
+    dilation: Ints,
+) -> PyResult<Py<PyTensor>> {
+    const OP: &str = "conv_transpose2d";
+    let stride = stride.sizes(OP, "stride", 2, 1)?;
+    let padding = padding.sizes(OP, "padding", 2, 0)?;
+    let output_padding = output_padding.sizes(OP, "output_padding", 2, 0)?;
+    let dilation = dilation.sizes(OP, "dilation", 2, 1)?;
+    let groups = positive(OP, "groups", groups)?;
+    let (x, w, b) = (input.t.clone(), weight.t.clone(), opt(&bias));
+    run(py, move || {
+        nn::conv_transpose2d(
+            &x,
+            &w,
+            b.as_ref(),
+            &stride,
+            &padding,
+            &output_padding,
+            groups,
+            &dilation,
+        )
+    })
+}
+
 /// `max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
 /// return_indices=False)`: input `[N, C, H, W]` or `[C, H, W]`; `stride` defaults to the
 /// kernel size; padding counts as `-inf` and is at most half the kernel. With
@@ -452,6 +496,7 @@ pub fn group_norm(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(conv1d, m)?)?;
     m.add_function(wrap_pyfunction!(conv2d, m)?)?;
+    m.add_function(wrap_pyfunction!(conv_transpose2d, m)?)?;
     m.add_function(wrap_pyfunction!(max_pool2d, m)?)?;
     m.add_function(wrap_pyfunction!(avg_pool2d, m)?)?;
     m.add_function(wrap_pyfunction!(adaptive_avg_pool2d, m)?)?;

@@ -14,7 +14,8 @@ Regenerate (PyTorch installed outside the repository):
     PYTHONPATH=/path/to/torch-site python3 scripts/parity/record.py > tests/data/parity.json
 
 The cases live in one file per family (`elementwise_cases.py`, `newer_op_cases.py`,
-`cnn_cases.py`, `coverage_cases.py`, `grad_cases.py`, `resize_cases.py`) over the shared
+`cnn_cases.py`, `coverage_cases.py`, `grad_cases.py`, `resize_cases.py`,
+`conv_transpose_cases.py`) over the shared
 encoders of `parity_core.py`; this file imports them in order and writes the JSON.
 
 The output is deterministic for a given PyTorch version (recorded in the file).
@@ -33,9 +34,11 @@ import coverage_cases  # noqa: F401
 import grad_cases
 import newer_op_cases as newer
 import resize_cases
+import conv_transpose_cases
 from parity_core import CASES, POOL, P, T, case
 
 resize_cases.record(case, grad_cases.gcase, T, P, newer.rnd, grad_cases.gx)
+conv_transpose_cases.record(case, grad_cases.gcase, T, P, newer.rnd, grad_cases.gx)
 
 json.dump({"torch": torch.__version__, "tensors": POOL, "cases": CASES}, sys.stdout,
           separators=(",", ":"))

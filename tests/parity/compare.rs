@@ -85,7 +85,7 @@ pub(crate) fn ulp_tolerance(op: &str, dtype: DType) -> u64 {
         if dtype.is_half() { 1 } else { 128 }
     } else if matches!(
         op,
-        "matmul" | "linear" | "conv1d" | "conv2d" | "conv2d_grad"
+        "matmul" | "linear" | "conv1d" | "conv2d" | "conv2d_grad" | "conv_transpose2d"
     ) {
         // Dot products: the summation order of gemm differs from PyTorch's BLAS, and
         // cancellation turns a rounding difference of the sum into several ulps of the result.

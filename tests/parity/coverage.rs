@@ -52,6 +52,12 @@ const COVERED_BY: &[(&str, &str, bool, &str)] = &[
     ),
     ("conv2d_backward", "conv2d", true, "conv2d's derivative"),
     (
+        "conv_transpose2d_backward",
+        "conv_transpose2d",
+        true,
+        "conv_transpose2d's derivative",
+    ),
+    (
         "max_pool2d_with_indices_backward",
         "max_pool2d_with_indices",
         true,
@@ -117,6 +123,7 @@ const NOT_DIFFERENTIABLE: &[(&str, &str)] = &[
     ("linspace", "a factory: no tensor input"),
     ("gelu_backward", "double backward: not recorded"),
     ("conv2d_backward", "double backward: not recorded"),
+    ("conv_transpose2d_backward", "double backward: not recorded"),
     (
         "max_pool2d_with_indices_backward",
         "double backward: not recorded",

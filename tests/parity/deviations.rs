@@ -53,6 +53,17 @@ pub(crate) static DEVIATIONS: &[Deviation] = &[
                  differs by a fraction of an ulp of 1 (hundreds of its own ulps)",
     },
     Deviation {
+        op: "conv_transpose2d",
+        gradient: false,
+        what: "f16/bf16 outputs within 4 ulps of 1 (absolute)",
+        applies: |c, m| {
+            matches!(c.dtype(), Some(DType::F16 | DType::BF16)) && within_eps(c, m, 4.0)
+        },
+        reason: "halves are computed in f32 and rounded once; PyTorch's CPU kernel rounds \
+                 intermediate results to the half dtype, so its outputs are a few half ulps \
+                 from the f32 result rounded once",
+    },
+    Deviation {
         op: "batch_norm",
         gradient: false,
         what: "f32/f64 results within 32 ulps of 1 (absolute); f16/bf16 without running \

@@ -131,6 +131,16 @@ pub(crate) fn run_composite(op: &str, a: &[Arg]) -> Result<Option<Vec<Tensor>>> 
             a[6].int() as usize,
         )?,
         "conv2d_grad" => return conv2d_grad(a).map(Some),
+        "conv_transpose2d" => nn::conv_transpose2d(
+            a[0].tensor(),
+            a[1].tensor(),
+            a[2].opt_tensor(),
+            &a[3].usizes(),
+            &a[4].usizes(),
+            &a[5].usizes(),
+            a[6].int() as usize,
+            &a[7].usizes(),
+        )?,
         "max_pool2d" => {
             let (y, i) = nn::max_pool2d_with_indices(
                 a[0].tensor(),

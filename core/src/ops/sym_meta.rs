@@ -19,7 +19,7 @@ use tensorplay_ir::{OpClass, SymExpr};
 
 use super::OpDef;
 use super::attention::{FUSED_ATTENTION, FUSED_ATTENTION_BACKWARD};
-use super::conv::{CONV2D, CONV2D_BACKWARD};
+use super::conv::{CONV_TRANSPOSE2D, CONV_TRANSPOSE2D_BACKWARD, CONV2D, CONV2D_BACKWARD};
 use super::index::{FLIP, GATHER, SCATTER, SCATTER_ADD, SCATTER_REDUCE};
 use super::join::{CAT, STACK};
 use super::linalg::MATMUL;
@@ -291,6 +291,37 @@ fn conv2d(args: &[SymArg]) -> Option<Vec<SymExpr>> {
     Some(vec![x[0], w[0], size(0), size(1)])
 }
 
+/// `conv_transpose2d`'s output `[N, C_out, OH, OW]`: `C_out = weight[1] * groups`, each
+/// spatial size `(in - 1) * stride - 2 * pad + dilation * (k - 1) + output_padding + 1`.
+/// With `backward`, the arguments start one later (after `grad_output`).
+fn conv_transpose2d(args: &[SymArg], backward: bool) -> Option<Vec<SymExpr>> {
+    let at = usize::from(backward);
+    let (x, w) = (tensor(args, at)?, tensor(args, at + 1)?);
+    if x.len() != 4 || w.len() != 4 {
+        return None;
+    }
+    let pair = |i: usize| -> Option<[SymExpr; 2]> {
+        match ints(args, at + i)? {
+            [a] => Some([*a, *a]),
+            [a, b] => Some([*a, *b]),
+            _ => None,
+        }
+    };
+    let (stride, pad, out_pad, dilation) = (pair(3)?, pair(4)?, pair(5)?, pair(7)?);
+    let groups = int(args, at + 6)?;
+    let one = SymExpr::lit(1);
+    let size = |d: usize| {
+        x[2 + d]
+            .minus(one)
+            .times(stride[d])
+            .minus(pad[d].times(SymExpr::lit(2)))
+            .plus(dilation[d].times(w[2 + d].minus(one)))
+            .plus(out_pad[d])
+            .plus(one)
+    };
+    Some(vec![x[0], w[1].times(groups), size(0), size(1)])
+}
+
 /// A windowed pooling's output: the leading dims, then per spatial dim
 /// `(in + 2 * pad - dilation * (k - 1) - 1) / stride + 1`. `ceil_mode` (whose last window is
 /// dropped when it would start in the padding) gets no rule.
@@ -406,6 +437,14 @@ pub fn sym_meta(
     if is(&[&CONV2D_BACKWARD]) {
         let (x, w) = (tensor(args, 1)?, tensor(args, 2)?);
         return Some(vec![x.to_vec(), w.to_vec(), vec![*w.first()?]]);
+    }
+    if is(&[&CONV_TRANSPOSE2D]) {
+        return Some(vec![conv_transpose2d(args, false)?]);
+    }
+    if is(&[&CONV_TRANSPOSE2D_BACKWARD]) {
+        let (x, w) = (tensor(args, 1)?, tensor(args, 2)?);
+        let out = conv_transpose2d(args, true)?;
+        return Some(vec![x.to_vec(), w.to_vec(), vec![out[1]]]);
     }
     if is(&[&MAX_POOL2D_WITH_INDICES]) {
         let out = pool2d(args, true)?;

@@ -1,4 +1,4 @@
-//! `Conv1d` and `Conv2d`: convolutions with learned filters.
+//! `Conv1d`, `Conv2d` and `ConvTranspose2d`: convolutions with learned filters.
 
 use tensorplay_runtime::nn::ConvPadding;
 use tensorplay_runtime::{DType, Error, Result, Tensor, nn};
@@ -93,15 +93,21 @@ fn check_channels(layer: &str, in_c: usize, out_c: usize, groups: usize) -> Resu
     Ok(())
 }
 
-/// A weight of `shape` (`[out, in / groups, k...]`) and its bias, with PyTorch's default
-/// initialisation.
-fn conv_parameters(shape: &[usize], options: &ConvOptions) -> Result<(Tensor, Option<Tensor>)> {
+/// A weight of `shape` and, with `bias`, a bias of `bias_len`, with PyTorch's default
+/// initialisation: both uniform in `±1/sqrt(fan_in)`, `fan_in` being the product of the
+/// weight's dims after the first (`[out, in / groups, k...]` for a convolution,
+/// `[in, out / groups, k...]` for a transposed one, as PyTorch computes it from the tensor).
+fn conv_parameters(
+    shape: &[usize],
+    bias_len: usize,
+    bias: bool,
+    dtype: DType,
+) -> Result<(Tensor, Option<Tensor>)> {
     let fan_in: usize = shape[1..].iter().product();
     let bound = fan_in_bound(fan_in);
-    let weight = parameter(uniform(shape, bound, options.dtype)?)?;
-    let bias = options
-        .bias
-        .then(|| parameter(uniform(&shape[..1], bound, options.dtype)?))
+    let weight = parameter(uniform(shape, bound, dtype)?)?;
+    let bias = bias
+        .then(|| parameter(uniform(&[bias_len], bound, dtype)?))
         .transpose()?;
     Ok((weight, bias))
 }
@@ -118,7 +124,7 @@ impl Conv2d {
         check_channels("Conv2d", in_channels, out_channels, options.groups)?;
         let [kh, kw] = kernel_size;
         let shape = [out_channels, in_channels / options.groups, kh, kw];
-        let (weight, bias) = conv_parameters(&shape, &options)?;
+        let (weight, bias) = conv_parameters(&shape, out_channels, options.bias, options.dtype)?;
         Ok(Conv2d {
             weight,
             bias,
@@ -196,7 +202,7 @@ impl Conv1d {
             }
         }
         let shape = [out_channels, in_channels / options.groups, kernel_size];
-        let (weight, bias) = conv_parameters(&shape, &options)?;
+        let (weight, bias) = conv_parameters(&shape, out_channels, options.bias, options.dtype)?;
         Ok(Conv1d {
             weight,
             bias,
@@ -219,6 +225,127 @@ impl Forward for Conv1d {
             o.padding.clone(),
             o.dilation[0],
             o.groups,
+        )
+    }
+}
+
+/// A transposed convolution's settings besides its channels and kernel size, with PyTorch's
+/// defaults (`stride` 1, `padding` 0, `output_padding` 0, `groups` 1, a bias, `dilation` 1,
+/// f32). One entry in a size list applies to both spatial dims.
+///
+/// ```
+/// use tensorplay_nn::ConvTransposeOptions;
+/// let o = ConvTransposeOptions { stride: vec![2], output_padding: vec![1], ..Default::default() };
+/// assert_eq!((o.padding.clone(), o.groups, o.bias), (vec![0], 1, true));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConvTransposeOptions {
+    /// The step between the input's positions on the output, per spatial dim (or one for all).
+    pub stride: Vec<usize>,
+    /// Rows and columns removed from each side of the full output.
+    pub padding: Vec<usize>,
+    /// Rows and columns added on the bottom/right of the output (to pick among the output
+    /// sizes a strided convolution maps to one input size): each smaller than the stride or
+    /// the dilation.
+    pub output_padding: Vec<usize>,
+    /// Channel groups: `in_channels` and `out_channels` must both be multiples.
+    pub groups: usize,
+    /// Whether the layer adds a learned bias.
+    pub bias: bool,
+    /// The spacing between kernel taps, per spatial dim (or one for all).
+    pub dilation: Vec<usize>,
+    /// The parameters' floating-point dtype.
+    pub dtype: DType,
+}
+
+impl Default for ConvTransposeOptions {
+    fn default() -> Self {
+        ConvTransposeOptions {
+            stride: vec![1],
+            padding: vec![0],
+            output_padding: vec![0],
+            groups: 1,
+            bias: true,
+            dilation: vec![1],
+            dtype: DType::F32,
+        }
+    }
+}
+
+/// A 2-D transposed convolution (PyTorch's `nn.ConvTranspose2d`): `weight`
+/// `[in_channels, out_channels / groups, kH, kW]` and `bias` `[out_channels]`, both
+/// initialised uniform in `±1/sqrt(fan_in)` with PyTorch's `fan_in` for this weight,
+/// `out_channels / groups * kH * kW`. Input `[N, C, H, W]` or unbatched `[C, H, W]`; runs
+/// [`nn::conv_transpose2d`].
+///
+/// ```
+/// use tensorplay_nn::{ConvTranspose2d, ConvTransposeOptions, Forward, Module};
+/// use tensorplay_runtime::{DType, Tensor};
+/// let up = ConvTranspose2d::new(8, 4, [3, 3], ConvTransposeOptions {
+///     stride: vec![2], padding: vec![1], output_padding: vec![1], ..Default::default()
+/// })?;
+/// assert_eq!(up.weight.shape(), &[8, 4, 3, 3]);
+/// let y = up.forward(&Tensor::ones(&[2, 8, 5, 5], DType::F32))?;
+/// assert_eq!(y.shape(), &[2, 4, 10, 10]);
+/// assert_eq!(up.state_dict().keys().collect::<Vec<_>>(), ["weight", "bias"]);
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+#[derive(Module, Debug, Clone)]
+#[module(crate = crate)]
+pub struct ConvTranspose2d {
+    /// `[in_channels, out_channels / groups, kH, kW]`.
+    pub weight: Tensor,
+    /// `[out_channels]`, or none.
+    pub bias: Option<Tensor>,
+    /// Input channels.
+    pub in_channels: usize,
+    /// Output channels.
+    pub out_channels: usize,
+    /// `[kH, kW]`.
+    pub kernel_size: [usize; 2],
+    /// Stride, padding, output padding, groups, dilation.
+    #[skip]
+    pub options: ConvTransposeOptions,
+}
+
+impl ConvTranspose2d {
+    /// A transposed convolution from `in_channels` to `out_channels` with a `kernel_size`
+    /// window.
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: [usize; 2],
+        options: ConvTransposeOptions,
+    ) -> Result<ConvTranspose2d> {
+        const LAYER: &str = "ConvTranspose2d";
+        float_dtype(LAYER, options.dtype)?;
+        check_channels(LAYER, in_channels, out_channels, options.groups)?;
+        let [kh, kw] = kernel_size;
+        let shape = [in_channels, out_channels / options.groups, kh, kw];
+        let (weight, bias) = conv_parameters(&shape, out_channels, options.bias, options.dtype)?;
+        Ok(ConvTranspose2d {
+            weight,
+            bias,
+            in_channels,
+            out_channels,
+            kernel_size,
+            options,
+        })
+    }
+}
+
+impl Forward for ConvTranspose2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let o = &self.options;
+        nn::conv_transpose2d(
+            x,
+            &self.weight,
+            self.bias.as_ref(),
+            &o.stride,
+            &o.padding,
+            &o.output_padding,
+            o.groups,
+            &o.dilation,
         )
     }
 }

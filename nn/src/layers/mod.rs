@@ -11,6 +11,7 @@ mod embedding;
 mod group_norm;
 mod layer_norm;
 mod linear;
+mod pad;
 mod pool;
 mod resize;
 mod rms_norm;
@@ -19,15 +20,18 @@ mod sequential;
 pub use activation::{GELU, ReLU, SiLU, Sigmoid, Tanh};
 pub use attention::MultiheadAttention;
 pub use batch_norm::{BatchNorm1d, BatchNorm2d, BatchNormOptions};
-pub use conv::{Conv1d, Conv2d, ConvOptions};
+pub use conv::{Conv1d, Conv2d, ConvOptions, ConvTranspose2d, ConvTransposeOptions};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use group_norm::GroupNorm;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
-pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d};
-pub use resize::{
-    CircularPad2d, ConstantPad2d, ReflectionPad2d, ReplicationPad2d, Upsample, ZeroPad2d,
+pub use pad::{
+    CircularPad1d, CircularPad2d, CircularPad3d, ConstantPad1d, ConstantPad2d, ConstantPad3d,
+    ReflectionPad1d, ReflectionPad2d, ReflectionPad3d, ReplicationPad1d, ReplicationPad2d,
+    ReplicationPad3d, ZeroPad1d, ZeroPad2d, ZeroPad3d,
 };
+pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d};
+pub use resize::Upsample;
 pub use rms_norm::RMSNorm;
 pub use sequential::Sequential;

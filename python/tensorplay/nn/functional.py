@@ -15,6 +15,7 @@ cross_entropy = _nn.cross_entropy
 scaled_dot_product_attention = _nn.scaled_dot_product_attention
 conv1d = _nn.conv1d
 conv2d = _nn.conv2d
+conv_transpose2d = _nn.conv_transpose2d
 max_pool2d = _nn.max_pool2d
 avg_pool2d = _nn.avg_pool2d
 adaptive_avg_pool2d = _nn.adaptive_avg_pool2d

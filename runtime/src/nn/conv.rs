@@ -1,12 +1,13 @@
-//! Convolutions (`torch.nn.functional.conv1d` / `conv2d`): the `conv2d` op
+//! Convolutions (`torch.nn.functional.conv1d` / `conv2d` / `conv_transpose2d`): the `conv2d` op
 //! (`ops::conv`, im2col + gemm) with PyTorch's argument forms — unbatched inputs, `"same"` and
-//! `"valid"` padding — and 1-D convolution as a 2-D one over a height of 1.
+//! `"valid"` padding — 1-D convolution as a 2-D one over a height of 1, and the
+//! `conv_transpose2d` op with unbatched inputs.
 
 use tensorplay_ir::shape::fmt_shape;
 use tensorplay_ir::{Error, Result};
 
 use tensorplay_core::dispatch::call;
-use tensorplay_core::ops::conv::CONV2D;
+use tensorplay_core::ops::conv::{CONV_TRANSPOSE2D, CONV2D};
 use tensorplay_core::tensor::Tensor;
 use tensorplay_core::value::Value;
 
@@ -237,5 +238,55 @@ pub fn conv1d(
         groups,
     )?
     .squeeze(Some(2))?;
+    if unbatched { y.squeeze(Some(0)) } else { Ok(y) }
+}
+
+/// 2-D transposed convolution (`torch.nn.functional.conv_transpose2d`): `input`
+/// `[N, C_in, H, W]` (or unbatched `[C_in, H, W]`), `weight` `[C_in, C_out / groups, kH, kW]`,
+/// optional `bias` `[C_out]`. `stride`, `padding`, `output_padding` and `dilation` take one
+/// entry for both dims or one per dim; each output size is
+/// `(in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1`, and
+/// `output_padding` must be smaller than the stride or the dilation. It is the adjoint
+/// (gradient) of [`conv2d`] with the same weight and sizes. f16/bf16 compute in f32 and round
+/// once. Differentiable (to any order).
+///
+/// ```
+/// use tensorplay_runtime::{nn, DType, Tensor};
+/// let x = Tensor::ones(&[1, 2, 3, 3], DType::F32);
+/// let w = Tensor::ones(&[2, 4, 3, 3], DType::F32);
+/// // stride 2, padding 1, output_padding 1: 3x3 -> 6x6
+/// let y = nn::conv_transpose2d(&x, &w, None, &[2], &[1], &[1], 1, &[1])?;
+/// assert_eq!(y.shape(), &[1, 4, 6, 6]);
+/// assert_eq!(y.to_vec::<f32>()?[0], 2.0); // one tap from each of the 2 input channels
+/// # Ok::<(), tensorplay_runtime::Error>(())
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn conv_transpose2d(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    stride: &[usize],
+    padding: &[usize],
+    output_padding: &[usize],
+    groups: usize,
+    dilation: &[usize],
+) -> Result<Tensor> {
+    const OP: &str = "conv_transpose2d";
+    let (x, unbatched) = batched(OP, input, 4)?;
+    let ints = |name: &str, v: &[usize]| -> Result<Value> {
+        let v = per_dim(OP, name, v, 2)?;
+        Ok(Value::IntList(v.iter().map(|&x| x as i64).collect()))
+    };
+    let args = [
+        Value::Tensor(x),
+        Value::Tensor(weight.clone()),
+        Value::OptionalTensor(bias.cloned()),
+        ints("stride", stride)?,
+        ints("padding", padding)?,
+        ints("output_padding", output_padding)?,
+        Value::Int(groups as i64),
+        ints("dilation", dilation)?,
+    ];
+    let y = call(&CONV_TRANSPOSE2D, &args)?.swap_remove(0);
     if unbatched { y.squeeze(Some(0)) } else { Ok(y) }
 }

@@ -2,7 +2,7 @@
 //! `embedding_padded`), `layer_norm`, `rms_norm`, `dropout`, `mse_loss`, `nll_loss`,
 //! `cross_entropy` (and their class-`weight` forms `nll_loss_weighted`,
 //! `cross_entropy_weighted`), `scaled_dot_product_attention`, and the CNN functions of the
-//! submodules, re-exported here: `conv1d`/`conv2d` (`conv`), `max_pool2d`(`_with_indices`),
+//! submodules, re-exported here: `conv1d`/`conv2d`/`conv_transpose2d` (`conv`), `max_pool2d`(`_with_indices`),
 //! `avg_pool2d`, `adaptive_avg_pool2d` (`pool`), `batch_norm`, `group_norm` (`norm`), `pad`
 //! (`pad`) and `interpolate` (`interpolate`).
 //!
@@ -17,7 +17,7 @@ mod norm;
 mod pad;
 mod pool;
 
-pub use conv::{ConvPadding, conv1d, conv2d};
+pub use conv::{ConvPadding, conv_transpose2d, conv1d, conv2d};
 pub use interpolate::{InterpolateMode, interpolate};
 pub use norm::{batch_norm, group_norm};
 pub use pad::{PadMode, pad};

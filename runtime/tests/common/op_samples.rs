@@ -165,6 +165,13 @@ pub fn sample(op: &OpDef) -> Option<Vec<Arg>> {
         "conv2d_backward" => {
             with_conv_sizes(vec![t(&[1, 4, 3, 2]), t(&[1, 2, 4, 4]), t(&[4, 1, 3, 3])])
         }
+        // Stride, padding, output_padding and two groups: output [1, 2, 3, 6].
+        "conv_transpose2d" => {
+            with_transposed_sizes(vec![t(&[1, 4, 3, 2]), t(&[4, 1, 3, 3]), t(&[2])])
+        }
+        "conv_transpose2d_backward" => {
+            with_transposed_sizes(vec![t(&[1, 2, 3, 6]), t(&[1, 4, 3, 2]), t(&[4, 1, 3, 3])])
+        }
         _ => {
             // Tensors, then defaults: fine for elementwise and reduction ops.
             let schema = Schema::parse(&format!("tp::{}", op.schema)).ok()?;
@@ -190,6 +197,22 @@ fn with_conv_sizes(mut tensors: Vec<Arg>) -> Vec<Arg> {
             Value::IntList(vec![1, 0, 0, 1]),
             Value::IntList(vec![1, 1]),
             Value::Int(2),
+        ]
+        .map(Arg::V),
+    );
+    tensors
+}
+
+/// `tensors` followed by `conv_transpose2d`'s stride, padding, output_padding, groups and
+/// dilation in the samples.
+fn with_transposed_sizes(mut tensors: Vec<Arg>) -> Vec<Arg> {
+    tensors.extend(
+        [
+            Value::IntList(vec![1, 2]),
+            Value::IntList(vec![1, 0]),
+            Value::IntList(vec![0, 1]),
+            Value::Int(2),
+            Value::IntList(vec![1, 1]),
         ]
         .map(Arg::V),
     );

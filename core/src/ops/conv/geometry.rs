@@ -189,9 +189,14 @@ pub(crate) fn geometry(op: &str, x: &Tensor, wt: &Tensor, a: Args) -> Result<Geo
     })
 }
 
-/// The `output_mask` argument (index 7; absent means all three).
+/// `conv2d_backward`'s `output_mask` argument (index 7; absent means all three).
 pub(crate) fn output_mask(a: Args) -> Result<[bool; 3]> {
-    match a.values.get(7) {
+    output_mask_at(a, 7)
+}
+
+/// The `output_mask` argument at index `i` (absent means all three).
+pub(crate) fn output_mask_at(a: Args, i: usize) -> Result<[bool; 3]> {
+    match a.values.get(i) {
         None | Some(Value::None) => Ok([true; 3]),
         Some(Value::BoolList(v)) if v.len() == 3 => Ok([v[0], v[1], v[2]]),
         Some(other) => Err(Error::argument(
@@ -201,4 +206,111 @@ pub(crate) fn output_mask(a: Args) -> Result<[bool; 3]> {
             other.type_name(),
         )),
     }
+}
+
+/// Checks a transposed convolution's `input` `[N, C_in, H, W]` and `weight`
+/// `[C_in, C_out / groups, kH, kW]` (and the size arguments at 3..=7: stride, padding,
+/// output_padding, groups, dilation) and returns the geometry of the convolution it is the
+/// adjoint of: that convolution's input is the transposed one's output `[N, C_out, OH, OW]`,
+/// its output is the transposed one's input, and its weight is the same tensor.
+pub(crate) fn transposed_geometry(op: &str, x: &Tensor, wt: &Tensor, a: Args) -> Result<Geometry> {
+    if x.rank() != 4 {
+        return Err(Error::argument(
+            op,
+            "input",
+            "a 4-D [N, C_in, H, W] tensor",
+            format!("shape {}", fmt_shape(x.shape())),
+        ));
+    }
+    if wt.rank() != 4 {
+        return Err(Error::argument(
+            op,
+            "weight",
+            "a 4-D [in_channels, out_channels / groups, kH, kW] tensor",
+            format!("shape {}", fmt_shape(wt.shape())),
+        ));
+    }
+    if !x.dtype().is_float() || wt.dtype() != x.dtype() {
+        return Err(Error::dtype(
+            op,
+            format!(
+                "expected floating input and weight of one dtype, got {} and {}",
+                x.dtype(),
+                wt.dtype()
+            ),
+        ));
+    }
+    let stride = int_list::<2>(op, a, 3, "stride", 1)?;
+    let pad = int_list::<2>(op, a, 4, "padding", 0)?;
+    let out_pad = int_list::<2>(op, a, 5, "output_padding", 0)?;
+    let groups = a.int(6)?;
+    let dil = int_list::<2>(op, a, 7, "dilation", 1)?;
+    let (xs, ws) = (x.shape(), wt.shape());
+    let (n, c_in, h, w) = (xs[0], xs[1], xs[2], xs[3]);
+    if groups < 1 || c_in % groups as usize != 0 {
+        return Err(Error::argument(
+            op,
+            "groups",
+            format!("a positive divisor of in_channels {c_in}"),
+            groups.to_string(),
+        ));
+    }
+    let groups = groups as usize;
+    if ws[0] != c_in {
+        return Err(Error::argument(
+            op,
+            "weight",
+            format!(
+                "{c_in} rows, one per input channel ([in_channels, out_channels / groups, kH, kW])"
+            ),
+            format!("shape {}", fmt_shape(ws)),
+        ));
+    }
+    for d in 0..2 {
+        if out_pad[d] >= stride[d] && out_pad[d] >= dil[d] {
+            return Err(Error::argument(
+                op,
+                "output_padding",
+                format!(
+                    "each entry smaller than the stride {stride:?} or the dilation {dil:?} of its dim"
+                ),
+                format!("{out_pad:?}"),
+            ));
+        }
+    }
+    let (kh, kw) = (ws[2], ws[3]);
+    // (in - 1) * stride - 2 * pad + dilation * (k - 1) + output_padding + 1
+    let size = |d: usize, len: usize, k: usize| -> i64 {
+        (len as i64 - 1) * stride[d] as i64 - 2 * pad[d] as i64
+            + dil[d] as i64 * (k as i64 - 1)
+            + out_pad[d] as i64
+            + 1
+    };
+    let (oh, ow) = (size(0, h, kh), size(1, w, kw));
+    if kh == 0 || kw == 0 || oh < 1 || ow < 1 {
+        return Err(Error::argument(
+            op,
+            "padding",
+            "a padding that leaves a non-empty output",
+            format!("padding {pad:?} with kernel {kh}x{kw}, giving an output of {oh}x{ow}"),
+        ));
+    }
+    Ok(Geometry {
+        n,
+        c: ws[1] * groups,
+        h: oh as usize,
+        w: ow as usize,
+        o: c_in,
+        kh,
+        kw,
+        sh: stride[0],
+        sw: stride[1],
+        pt: pad[0],
+        pl: pad[1],
+        dh: dil[0],
+        dw: dil[1],
+        groups,
+        oh: h,
+        ow: w,
+    })
 }

@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 use tensorplay_ir::{DType, Result};
 
-use super::geometry::{Geometry, geometry, output_mask};
+use super::geometry::{Geometry, geometry, output_mask, output_mask_at, transposed_geometry};
 use super::im2col::{Real, col2im, im2col};
 use crate::parallel;
 use crate::tensor::Tensor;
@@ -230,15 +230,7 @@ fn backward<F: Real>(
     let gos = elements::<F>(op, go)?;
     let l = g.l();
     if mask[2] {
-        let gb = elements_mut::<F>(op, &outs[2])?;
-        for (o, v) in gb.iter_mut().enumerate() {
-            let mut acc = 0f64;
-            for i in 0..g.n {
-                let at = (i * g.o + o) * l;
-                acc += gos[at..at + l].iter().map(|v| v.to_f64()).sum::<f64>();
-            }
-            *v = F::from_f64(acc);
-        }
+        channel_sums(gos, (g.n, g.o, l), elements_mut::<F>(op, &outs[2])?);
     }
     if mask[0] {
         grad_input::<F>(op, g, gos, elements::<F>(op, wt)?, &outs[0])?;
@@ -247,6 +239,19 @@ fn backward<F: Real>(
         grad_weight::<F>(op, g, gos, elements::<F>(op, x)?, &outs[1])?;
     }
     Ok(())
+}
+
+/// `dst[c] = sum over images and positions of src[i, c, :]`, for `src` `[n, c, l]`
+/// (accumulated in f64: the bias gradient).
+fn channel_sums<F: Real>(src: &[F], (n, c, l): (usize, usize, usize), dst: &mut [F]) {
+    for (ch, v) in dst.iter_mut().enumerate().take(c) {
+        let mut acc = 0f64;
+        for i in 0..n {
+            let at = (i * c + ch) * l;
+            acc += src[at..at + l].iter().map(|v| v.to_f64()).sum::<f64>();
+        }
+        *v = F::from_f64(acc);
+    }
 }
 
 /// `grad_input[i, grp] = col2im(W_grp^T · grad[i, grp])`.
@@ -331,6 +336,93 @@ fn grad_weight<F: Real>(op: &str, g: &Geometry, gos: &[F], xs: &[F], gw: &Tensor
         for (d, &v) in dst.iter_mut().zip(p) {
             *d += v;
         }
+    }
+    Ok(())
+}
+
+/// `conv_transpose2d`'s kernel: the input gradient of the convolution `g` describes (whose
+/// output is this op's input), plus the bias per output channel.
+pub(super) fn transposed_forward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
+    let (x, wt) = (a.tensor(0)?, a.tensor(1)?);
+    let g = transposed_geometry(a.op, x, wt, a)?;
+    let compute = compute_dtype(x.dtype());
+    let (x, wt) = (operand(x, compute)?, operand(wt, compute)?);
+    let bias = a.opt_tensor(2)?.map(|b| operand(b, compute)).transpose()?;
+    let out = scratch(&outs[0], compute);
+    match compute {
+        DType::F64 => transposed::<f64>(a.op, &g, &x, &wt, bias.as_ref(), &out)?,
+        _ => transposed::<f32>(a.op, &g, &x, &wt, bias.as_ref(), &out)?,
+    }
+    finish(a.op, &outs[0], &out)
+}
+
+fn transposed<F: Real>(
+    op: &str,
+    g: &Geometry,
+    x: &Tensor,
+    wt: &Tensor,
+    bias: Option<&Tensor>,
+    out: &Tensor,
+) -> Result<()> {
+    grad_input::<F>(op, g, elements::<F>(op, x)?, elements::<F>(op, wt)?, out)?;
+    if let Some(b) = bias {
+        let bs = elements::<F>(op, b)?;
+        let plane = g.h * g.w;
+        let dst = elements_mut::<F>(op, out)?;
+        for (i, row) in dst.chunks_mut(plane).enumerate() {
+            let b = bs[i % g.c];
+            row.iter_mut().for_each(|v| *v += b);
+        }
+    }
+    Ok(())
+}
+
+/// `conv_transpose2d_backward`'s kernel: the input gradient is the convolution `g`
+/// describes applied to `grad_output`, the weight gradient that convolution's weight gradient
+/// with the roles of image and gradient swapped, the bias gradient a sum per channel.
+pub(super) fn transposed_backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
+    let (go, x, wt) = (a.tensor(0)?, a.tensor(1)?, a.tensor(2)?);
+    let g = transposed_geometry(a.op, x, wt, a)?;
+    let mask = output_mask_at(a, 8)?;
+    let compute = compute_dtype(x.dtype());
+    let (go, x, wt) = (
+        operand(go, compute)?,
+        operand(x, compute)?,
+        operand(wt, compute)?,
+    );
+    let tmp: Vec<Tensor> = outs.iter().map(|o| scratch(o, compute)).collect();
+    for (m, t) in mask.iter().zip(&tmp) {
+        if !m {
+            super::super::inplace::fill_scalar(a.op, t, crate::value::Scalar::Int(0))?;
+        }
+    }
+    match compute {
+        DType::F64 => transposed_backward::<f64>(a.op, &g, (&go, &x, &wt), &tmp, mask)?,
+        _ => transposed_backward::<f32>(a.op, &g, (&go, &x, &wt), &tmp, mask)?,
+    }
+    for (o, t) in outs.iter().zip(&tmp) {
+        finish(a.op, o, t)?;
+    }
+    Ok(())
+}
+
+fn transposed_backward<F: Real>(
+    op: &str,
+    g: &Geometry,
+    (go, x, wt): (&Tensor, &Tensor, &Tensor),
+    outs: &[Tensor],
+    mask: [bool; 3],
+) -> Result<()> {
+    if mask[2] {
+        let gos = elements::<F>(op, go)?;
+        channel_sums(gos, (g.n, g.c, g.h * g.w), elements_mut::<F>(op, &outs[2])?);
+    }
+    if mask[0] {
+        forward::<F>(op, g, go, wt, None, &outs[0])?;
+    }
+    if mask[1] {
+        let (xs, gos) = (elements::<F>(op, x)?, elements::<F>(op, go)?);
+        grad_weight::<F>(op, g, xs, gos, &outs[1])?;
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! 2-D convolution: `conv2d` and its backward `conv2d_backward`, the ops `nn::conv2d` and
-//! `nn::conv1d` run.
+//! `nn::conv1d` run, and the transposed convolution `conv_transpose2d` with its backward
+//! ([`transpose`]).
 //!
 //! Semantics are PyTorch's (`torch.nn.functional.conv2d`, a cross-correlation) over
 //! channels-first `[N, C, H, W]` inputs and `[O, C / groups, kH, kW]` weights, with stride,
@@ -17,15 +18,24 @@
 //!
 //! Derivatives: `conv2d`'s is `conv2d_backward` (only the gradients that are needed). The
 //! backward is linear in each of its operands, so its own derivative is made of `conv2d` and
-//! `conv2d_backward` again: double backward works to any order.
+//! `conv2d_backward` again: double backward works to any order. The transposed pair is
+//! differentiated the same way ([`Pair`] holds the rules once for both).
+//!
+//! A transposed convolution is the adjoint of a convolution: its forward is that
+//! convolution's input gradient (`W^T · x` folded with `col2im`), its input gradient that
+//! convolution itself, its weight gradient that convolution's weight gradient with image and
+//! gradient swapped. The same kernels run both pairs over one [`geometry::Geometry`].
 //!
 //! Both ops are opaque in compiled graphs (barriers, like matmul).
 
 mod geometry;
 mod im2col;
 mod kernel;
+mod transpose;
 
-use self::geometry::{geometry, output_mask};
+pub use self::transpose::{CONV_TRANSPOSE2D, CONV_TRANSPOSE2D_BACKWARD};
+
+use self::geometry::{geometry, output_mask, output_mask_at};
 
 use tensorplay_ir::shape::fmt_shape;
 use tensorplay_ir::{Error, OpClass, Result};
@@ -77,7 +87,12 @@ pub static CONV2D_BACKWARD: OpDef = OpDef {
 };
 
 /// Every op of this family.
-pub static OPS: &[&OpDef] = &[&CONV2D, &CONV2D_BACKWARD];
+pub static OPS: &[&OpDef] = &[
+    &CONV2D,
+    &CONV2D_BACKWARD,
+    &CONV_TRANSPOSE2D,
+    &CONV_TRANSPOSE2D_BACKWARD,
+];
 
 fn forward_meta(a: Args) -> Result<Vec<OutSpec>> {
     let (x, wt) = (a.tensor(0)?, a.tensor(1)?);
@@ -115,99 +130,134 @@ fn backward_meta(a: Args) -> Result<Vec<OutSpec>> {
     ])
 }
 
-/// The size arguments (stride, padding, dilation, groups) of a call, as values.
-fn size_args(a: Args) -> Vec<Value> {
-    a.values[3..7].to_vec()
+/// A convolution op and its backward, as their derivatives see them: both take the same size
+/// arguments at the same positions, and the backward's output mask follows them.
+struct Pair {
+    forward: &'static OpDef,
+    backward: &'static OpDef,
+    /// Where the size arguments sit in both ops' argument lists.
+    sizes: std::ops::Range<usize>,
 }
 
-/// `conv2d_backward(grad, input, weight, sizes…, mask)`.
-fn backward_call(
-    grad: &Tensor,
-    input: &Tensor,
-    weight: &Tensor,
-    sizes: &[Value],
-    mask: [bool; 3],
-) -> Result<Vec<Tensor>> {
-    let mut args = vec![
-        Value::Tensor(grad.clone()),
-        Value::Tensor(input.clone()),
-        Value::Tensor(weight.clone()),
-    ];
-    args.extend(sizes.iter().cloned());
-    args.push(Value::BoolList(mask.to_vec()));
-    call(&CONV2D_BACKWARD, &args)
-}
+const CONV: Pair = Pair {
+    forward: &CONV2D,
+    backward: &CONV2D_BACKWARD,
+    sizes: 3..7,
+};
 
-/// `conv2d(input, weight)` without bias, with the given size arguments.
-fn forward_call(input: &Tensor, weight: &Tensor, sizes: &[Value]) -> Result<Tensor> {
-    let mut args = vec![
-        Value::Tensor(input.clone()),
-        Value::Tensor(weight.clone()),
-        Value::None,
-    ];
-    args.extend(sizes.iter().cloned());
-    Ok(call(&CONV2D, &args)?.swap_remove(0))
+const TRANSPOSED: Pair = Pair {
+    forward: &transpose::CONV_TRANSPOSE2D,
+    backward: &transpose::CONV_TRANSPOSE2D_BACKWARD,
+    sizes: 3..8,
+};
+
+impl Pair {
+    /// The size arguments of a call, as values.
+    fn size_args(&self, a: Args) -> Vec<Value> {
+        a.values[self.sizes.clone()].to_vec()
+    }
+
+    /// `backward(grad, input, weight, sizes…, mask)`.
+    fn backward_call(
+        &self,
+        grad: &Tensor,
+        input: &Tensor,
+        weight: &Tensor,
+        sizes: &[Value],
+        mask: [bool; 3],
+    ) -> Result<Vec<Tensor>> {
+        let mut args = vec![
+            Value::Tensor(grad.clone()),
+            Value::Tensor(input.clone()),
+            Value::Tensor(weight.clone()),
+        ];
+        args.extend(sizes.iter().cloned());
+        args.push(Value::BoolList(mask.to_vec()));
+        call(self.backward, &args)
+    }
+
+    /// `forward(input, weight)` without bias, with the given size arguments.
+    fn forward_call(&self, input: &Tensor, weight: &Tensor, sizes: &[Value]) -> Result<Tensor> {
+        let mut args = vec![
+            Value::Tensor(input.clone()),
+            Value::Tensor(weight.clone()),
+            Value::None,
+        ];
+        args.extend(sizes.iter().cloned());
+        Ok(call(self.forward, &args)?.swap_remove(0))
+    }
+
+    /// The forward's derivative: the backward, computing only the gradients that are needed.
+    fn forward_grad(&self, c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
+        let (x, wt) = (c.args.tensor(0)?, c.args.tensor(1)?);
+        let bias = c.args.opt_tensor(2)?;
+        let mask = [
+            x.requires_grad(),
+            wt.requires_grad(),
+            bias.is_some_and(|b| b.requires_grad()),
+        ];
+        let g = c.grad(0)?;
+        let got = self.backward_call(&g, x, wt, &self.size_args(c.args), mask)?;
+        let mut out: Vec<Option<Tensor>> = got
+            .into_iter()
+            .zip(mask)
+            .map(|(t, m)| m.then_some(t))
+            .collect();
+        if bias.is_none() {
+            out.pop();
+        }
+        Ok(out)
+    }
+
+    /// The backward's derivative. With `gi = B_in(go, W)`, `gw = B_w(go, x)`, `gb = sum(go)`
+    /// (each linear in each operand, and the adjoints of the forward `F`):
+    /// `d go = F(ggi, W) + F(x, ggw) + ggb`, `d x = B_in(go, ggw)` and `d W = B_w(go, ggi)`.
+    fn backward_grad(&self, c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
+        let (go, x, wt) = (c.args.tensor(0)?, c.args.tensor(1)?, c.args.tensor(2)?);
+        let sizes = self.size_args(c.args);
+        let used = output_mask_at(c.args, self.sizes.end)?;
+        let gg: Vec<Option<Tensor>> = (0..3)
+            .map(|i| c.grads.get(i).cloned().flatten().filter(|_| used[i]))
+            .collect();
+        let mut d_go: Option<Tensor> = None;
+        let mut add = |t: Tensor| -> Result<()> {
+            d_go = Some(match d_go.take() {
+                Some(acc) => acc.add(&t)?,
+                None => t,
+            });
+            Ok(())
+        };
+        if let Some(ggi) = &gg[0] {
+            add(self.forward_call(ggi, wt, &sizes)?)?;
+        }
+        if let Some(ggw) = &gg[1] {
+            add(self.forward_call(x, ggw, &sizes)?)?;
+        }
+        if let Some(ggb) = &gg[2] {
+            add(ggb.reshape(&[1, ggb.numel(), 1, 1])?.expand(go.shape())?)?;
+        }
+        let d_x = match &gg[1] {
+            Some(ggw) if x.requires_grad() => Some(
+                self.backward_call(go, x, ggw, &sizes, [true, false, false])?
+                    .swap_remove(0),
+            ),
+            _ => None,
+        };
+        let d_w = match &gg[0] {
+            Some(ggi) if wt.requires_grad() => Some(
+                self.backward_call(go, ggi, wt, &sizes, [false, true, false])?
+                    .swap_remove(1),
+            ),
+            _ => None,
+        };
+        Ok(vec![d_go, d_x, d_w])
+    }
 }
 
 fn conv2d_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
-    let (x, wt) = (c.args.tensor(0)?, c.args.tensor(1)?);
-    let bias = c.args.opt_tensor(2)?;
-    let mask = [
-        x.requires_grad(),
-        wt.requires_grad(),
-        bias.is_some_and(|b| b.requires_grad()),
-    ];
-    let g = c.grad(0)?;
-    let got = backward_call(&g, x, wt, &size_args(c.args), mask)?;
-    let mut out: Vec<Option<Tensor>> = got
-        .into_iter()
-        .zip(mask)
-        .map(|(t, m)| m.then_some(t))
-        .collect();
-    if bias.is_none() {
-        out.pop();
-    }
-    Ok(out)
+    CONV.forward_grad(c)
 }
 
-/// The backward's derivative. With `gi = B_in(go, W)`, `gw = B_w(go, x)`, `gb = sum(go)`
-/// (each linear in each operand): `d go = conv2d(ggi, W) + conv2d(x, ggw) + ggb`,
-/// `d x = B_in(go, ggw)` and `d W = B_w(go, ggi)`.
 fn conv2d_backward_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
-    let (go, x, wt) = (c.args.tensor(0)?, c.args.tensor(1)?, c.args.tensor(2)?);
-    let sizes = size_args(c.args);
-    let used = output_mask(c.args)?;
-    let gg: Vec<Option<Tensor>> = (0..3)
-        .map(|i| c.grads.get(i).cloned().flatten().filter(|_| used[i]))
-        .collect();
-    let mut d_go: Option<Tensor> = None;
-    let mut add = |t: Tensor| -> Result<()> {
-        d_go = Some(match d_go.take() {
-            Some(acc) => acc.add(&t)?,
-            None => t,
-        });
-        Ok(())
-    };
-    if let Some(ggi) = &gg[0] {
-        add(forward_call(ggi, wt, &sizes)?)?;
-    }
-    if let Some(ggw) = &gg[1] {
-        add(forward_call(x, ggw, &sizes)?)?;
-    }
-    if let Some(ggb) = &gg[2] {
-        add(ggb.reshape(&[1, ggb.numel(), 1, 1])?.expand(go.shape())?)?;
-    }
-    let d_x = match &gg[1] {
-        Some(ggw) if x.requires_grad() => {
-            Some(backward_call(go, x, ggw, &sizes, [true, false, false])?.swap_remove(0))
-        }
-        _ => None,
-    };
-    let d_w = match &gg[0] {
-        Some(ggi) if wt.requires_grad() => {
-            Some(backward_call(go, ggi, wt, &sizes, [false, true, false])?.swap_remove(1))
-        }
-        _ => None,
-    };
-    Ok(vec![d_go, d_x, d_w])
+    CONV.backward_grad(c)
 }
