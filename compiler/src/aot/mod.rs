@@ -131,7 +131,8 @@ impl TrainingGraph {
             return Err(Error::compile(
                 CompileKind::Capture,
                 format!(
-                    "compiled training: input {k} is updated in place and the backward reads                      it; such mutations are not split into forward and backward"
+                    "compiled training: input {k} is updated in place and the backward reads \
+                     it; such mutations are not split into forward and backward"
                 ),
             ));
         }
