@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use tensorplay_compiler::compile;
-use tensorplay_compiler::optim::{Optimizer, Sgd};
+use tensorplay_compiler::optim::Sgd;
 use tensorplay_nn::{
     BatchNorm1d, BatchNorm2d, Conv2d, ConvOptions, Forward, Linear, Module,
     functional_call_with_buffers,
@@ -109,7 +109,7 @@ fn batch_norm_in_training_mode_trains_compiled_like_eager() -> Result<()> {
             assert_close(&format!("step {step}: gradient {i}"), &gc, &ge, 1e-4)?;
         }
         for ((name, be), bc) in eager.named_buffers().into_iter().zip(&bufs) {
-            assert_close(&format!("step {step}: {name}"), bc, be, 1e-5)?;
+            assert_close(&format!("step {step}: {name}"), bc, &be, 1e-5)?;
         }
         opt_e.step()?;
         opt_c.step()?;
