@@ -63,6 +63,15 @@ fn assert_close(what: &str, a: &Tensor, b: &Tensor, tol: f64) -> Result<()> {
     Ok(())
 }
 
+/// `net`'s parameters set to `like`'s (tests run in parallel and share the seeded generator).
+fn same_parameters(net: &Net, like: &Net) -> Result<()> {
+    let _g = tensorplay_runtime::autograd::no_grad();
+    for (p, q) in net.parameters().iter().zip(like.parameters()) {
+        p.copy_(&q)?;
+    }
+    Ok(())
+}
+
 fn buffers(m: &Net) -> Vec<Tensor> {
     m.named_buffers()
         .into_iter()
@@ -88,6 +97,7 @@ fn compiled_loss(net: &Arc<Mutex<Net>>, num_params: usize) -> tensorplay_compile
 fn batch_norm_in_training_mode_trains_compiled_like_eager() -> Result<()> {
     let eager = Net::new()?;
     let net = Arc::new(Mutex::new(Net::new()?));
+    same_parameters(&net.lock().unwrap(), &eager)?;
     let (params, bufs) = {
         let m = net.lock().unwrap();
         (m.parameters(), buffers(&m))
@@ -136,6 +146,7 @@ fn batch_norm_in_eval_mode_still_compiles() -> Result<()> {
     let net = Arc::new(Mutex::new(Net::new()?));
     eager.eval();
     net.lock().unwrap().eval();
+    same_parameters(&net.lock().unwrap(), &eager)?;
     let (params, bufs) = {
         let m = net.lock().unwrap();
         (m.parameters(), buffers(&m))

@@ -235,7 +235,17 @@ fn out_of_place(
         "tp::mul_" => "tp::mul",
         "tp::div_" => "tp::div",
         "tp::copy_" => {
-            if om.shape != tm.shape {
+            // Equal ranks and no size-1 source dim against another target dim: no broadcast
+            // (a static size against the target's symbol is the same size: eager's copy_ checks
+            // the shapes agree).
+            let one = tensorplay_ir::Dim::Static(1);
+            let broadcasts = om.shape.len() != tm.shape.len()
+                || om
+                    .shape
+                    .iter()
+                    .zip(&tm.shape)
+                    .any(|(s, t)| *s == one && *t != one);
+            if broadcasts {
                 return Err(refuse(format!(
                     "{} broadcasts a {} into input {}",
                     joint.describe(n),
