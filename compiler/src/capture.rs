@@ -223,6 +223,12 @@ impl TraceState {
     /// grad but the caller's grad mode was off, or (when an autograd layer may have run) no
     /// output got a backward node.
     fn grad_plan(&self) -> GradPlan {
+        let passed_by: HashSet<NodeId> = self
+            .node_grad
+            .iter()
+            .filter(|(_, _, mode)| mode.is_some())
+            .map(|(n, _, _)| *n)
+            .collect();
         let nodes = self
             .node_grad
             .iter()
@@ -236,9 +242,17 @@ impl TraceState {
                         .map_or(0, |n| n.outputs.len()))
                         .any(|i| self.requires_grad.contains(&ValueRef::new(*node, i))),
                 };
+                // An op no autograd layer ran below (an opaque custom op without a formula)
+                // gives proxies that do not require grad, where its eager kernel's ops may
+                // record: never detach its results.
+                let mut handles = handles.clone();
+                let producers = self.builder.graph().args_of(*node).unwrap_or_default();
+                for (h, v) in handles.iter_mut().zip(producers) {
+                    *h |= passed_by.contains(&v.node);
+                }
                 let grad = NodeGrad {
                     no_grad: handles.iter().any(|&r| r) && !recorded,
-                    handle_requires_grad: handles.clone(),
+                    handle_requires_grad: handles,
                 };
                 (*node, grad)
             })
