@@ -16,7 +16,7 @@
 //! Mutations get ordering edges after every earlier reader and before every later reader.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
 use tensorplay_ir::CompileKind;
@@ -33,6 +33,8 @@ use tensorplay_runtime::library::{Operator, Slot, registry};
 use tensorplay_runtime::ops::OpDef;
 use tensorplay_runtime::ops::sym_meta::{SymArg, SymCtx, sym_meta};
 use tensorplay_runtime::{Tensor, Value};
+
+use crate::grad_plan::{GradPlan, NodeGrad};
 
 /// Largest tensor a closure may capture as a literal constant (larger ones must be inputs).
 pub const MAX_CONSTANT_ELEMS: usize = 64;
@@ -65,12 +67,21 @@ struct TraceState {
     /// inner dims of a matmul) merges them, so later shapes use one symbol and the finished
     /// graph has one symbol per distinct size (which the fuser needs to see one loop).
     merged: HashMap<u32, u32>,
+    /// Values some handle of which requires grad (inputs, and results autograd attached a
+    /// backward node to), when the tracer records a [`GradPlan`].
+    requires_grad: HashSet<ValueRef>,
+    /// Per op node, when the tracer records a [`GradPlan`]: its tensor arguments' handles'
+    /// `requires_grad`, and `Some(grad mode)` for a call no autograd layer ran below (an op
+    /// without a backward rule sees the caller's grad mode), `None` for one it may have.
+    node_grad: Vec<(NodeId, Vec<bool>, Option<bool>)>,
 }
 
 struct Tracer {
     state: RefCell<TraceState>,
     /// A joint (forward + backward) capture for compiled training.
     joint: bool,
+    /// Record what autograd does at each node (a [`GradPlan`]).
+    grad_plan: bool,
 }
 
 /// A captured real tensor as a literal constant.
@@ -195,6 +206,58 @@ impl TraceState {
         self.keep_alive.push(t.clone());
         self.constants.push(t.clone());
         Ok(v)
+    }
+
+    /// Notes, for a [`GradPlan`], the handles `args` passed to `node` and the grad mode the
+    /// call saw (`None`: an autograd layer may have run it under `no_grad`).
+    fn note_grad(&mut self, node: NodeId, args: &[Value], mode: Option<bool>) {
+        let handles = args
+            .iter()
+            .flat_map(Value::tensors)
+            .map(Tensor::requires_grad)
+            .collect();
+        self.node_grad.push((node, handles, mode));
+    }
+
+    /// The [`GradPlan`] of the finished trace: a call recorded nothing when an argument required
+    /// grad but the caller's grad mode was off, or (when an autograd layer may have run) no
+    /// output got a backward node.
+    fn grad_plan(&self) -> GradPlan {
+        let passed_by: HashSet<NodeId> = self
+            .node_grad
+            .iter()
+            .filter(|(_, _, mode)| mode.is_some())
+            .map(|(n, _, _)| *n)
+            .collect();
+        let nodes = self
+            .node_grad
+            .iter()
+            .map(|(node, handles, mode)| {
+                let recorded = match mode {
+                    Some(grad_on) => *grad_on,
+                    None => (0..self
+                        .builder
+                        .graph()
+                        .node(*node)
+                        .map_or(0, |n| n.outputs.len()))
+                        .any(|i| self.requires_grad.contains(&ValueRef::new(*node, i))),
+                };
+                // An op no autograd layer ran below (an opaque custom op without a formula)
+                // gives proxies that do not require grad, where its eager kernel's ops may
+                // record: never detach its results.
+                let mut handles = handles.clone();
+                let producers = self.builder.graph().args_of(*node).unwrap_or_default();
+                for (h, v) in handles.iter_mut().zip(producers) {
+                    *h |= passed_by.contains(&v.node);
+                }
+                let grad = NodeGrad {
+                    no_grad: handles.iter().any(|&r| r) && !recorded,
+                    handle_requires_grad: handles,
+                };
+                (*node, grad)
+            })
+            .collect();
+        GradPlan { nodes }
     }
 
     /// Refuses a mutation of a tensor the closure closes over (or of a view of one): the graph
@@ -469,9 +532,18 @@ impl Tracer {
             vec![]
         };
         let sym = st.sym_outputs(op, args, &outs);
-        st.add_node(
+        let node = st.add_node(
             &qualname, op.class, bargs, &reads, &outs, &mutated, None, sym,
         )?;
+        if self.grad_plan {
+            // A builtin without a derivative passes the autograd layer by: it sees the caller's
+            // grad mode.
+            let mode = op
+                .derivative
+                .is_none()
+                .then(tensorplay_runtime::autograd::is_grad_enabled);
+            st.note_grad(node, args, mode);
+        }
         Ok(outs)
     }
 
@@ -563,7 +635,7 @@ impl Tracer {
             .map(|t| st.value_of(&t))
             .collect::<Result<_>>()?;
         let sym = st.bind_opaque_outputs(args, &outs);
-        st.add_node(
+        let node = st.add_node(
             op.qualname(),
             op.class(),
             bargs,
@@ -573,6 +645,11 @@ impl Tracer {
             Some(reason),
             sym,
         )?;
+        if self.grad_plan {
+            // Without a formula the autograd layer passes the op by: it sees the caller's mode.
+            let mode = (!op.has_autograd()).then(tensorplay_runtime::autograd::is_grad_enabled);
+            st.note_grad(node, args, mode);
+        }
         Ok(outs)
     }
 }
@@ -613,6 +690,9 @@ impl TraceHook for Tracer {
         if let Some(&v) = st.values.get(&from.identity()) {
             st.values.insert(to.identity(), v);
             st.keep_alive.push(to.clone());
+            if self.grad_plan && to.requires_grad() {
+                st.requires_grad.insert(v);
+            }
         }
     }
 }
@@ -693,10 +773,45 @@ pub(crate) fn capture_joint(
     requires_grad: &[bool],
     then: impl FnOnce(&[Tensor], Vec<Tensor>, &mut NewInput) -> Result<Vec<Tensor>>,
 ) -> Result<Graph> {
-    let tracer = Rc::new(Tracer {
+    let tracer = Tracer {
         state: RefCell::new(TraceState::default()),
         joint: requires_grad.iter().any(|&r| r),
-    });
+        grad_plan: false,
+    };
+    Ok(trace(tracer, f, inputs, opts, requires_grad, then)?.0)
+}
+
+/// [`capture`] for replaying the graph with autograd on (the interpreter path of a compiled
+/// function whose training graph could not be split): proxies require grad where `requires_grad`
+/// says, the closure runs with the caller's grad mode, and the returned [`GradPlan`] says which
+/// arguments each node read through a detached handle and which calls recorded no backward node.
+pub(crate) fn capture_for_autograd(
+    f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
+    inputs: &[TensorMeta],
+    opts: CaptureOptions,
+    requires_grad: &[bool],
+) -> Result<(Graph, GradPlan)> {
+    let tracer = Tracer {
+        state: RefCell::new(TraceState::default()),
+        joint: false,
+        grad_plan: true,
+    };
+    trace(tracer, f, inputs, opts, requires_grad, |_, outs, _| {
+        Ok(outs)
+    })
+}
+
+/// Runs `f` on proxies under `tracer` (see [`capture_joint`]); the graph and, when the tracer
+/// records one, its [`GradPlan`].
+fn trace(
+    tracer: Tracer,
+    f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
+    inputs: &[TensorMeta],
+    opts: CaptureOptions,
+    requires_grad: &[bool],
+    then: impl FnOnce(&[Tensor], Vec<Tensor>, &mut NewInput) -> Result<Vec<Tensor>>,
+) -> Result<(Graph, GradPlan)> {
+    let tracer = Rc::new(tracer);
     let mut proxies = Vec::with_capacity(inputs.len());
     let mut next_sym = 0u32;
     {
@@ -709,10 +824,11 @@ pub(crate) fn capture_joint(
                 )
             })?;
             let mut proxy = Tensor::empty_fake(&shape, m.dtype, m.device);
+            let v = st.add_input(format!("x{i}"), m, &shape, opts.dynamic, &mut next_sym);
             if requires_grad.get(i).copied().unwrap_or(false) {
                 proxy = proxy.requires_grad_(true)?;
+                st.requires_grad.insert(v);
             }
-            let v = st.add_input(format!("x{i}"), m, &shape, opts.dynamic, &mut next_sym);
             st.values.insert(proxy.identity(), v);
             st.keep_alive.push(proxy.clone());
             proxies.push(proxy);
@@ -742,11 +858,12 @@ pub(crate) fn capture_joint(
         .iter()
         .map(|t| st.value_of(t))
         .collect::<Result<Vec<_>>>()?;
+    let plan = st.grad_plan();
     let mut state = std::mem::take(&mut *st);
     state.builder.output(&results)?;
     let mut graph = state.builder.finish()?;
     merge_symbols(&mut graph, &state.merged);
-    Ok(graph)
+    Ok((graph, plan))
 }
 
 /// Rewrites `graph` in representative symbols (`merged`: `b → a` for symbols found equal),

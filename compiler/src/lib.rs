@@ -8,6 +8,7 @@ pub mod codegen;
 pub mod compile;
 mod epilogue;
 pub mod executor;
+mod grad_plan;
 pub mod opcheck;
 pub mod optim;
 pub mod passes;

@@ -12,11 +12,14 @@
 //!
 //! At run time the forward graph runs without recording, and one autograd node
 //! (`compiled_backward`) holding the backward graph and the saved tensors is attached to the
-//! differentiable outputs: `backward()` runs the compiled backward. A graph that cannot be split
-//! (a mutation, an opaque custom op without an autograd formula) runs op by op through the
+//! differentiable outputs: `backward()` runs the compiled backward. In-place updates of inputs
+//! that do not require grad (buffers) are [`functionalize`]d first: the forward returns their new
+//! values and the call copies them into the inputs. A graph that cannot be split (another
+//! mutation, an opaque custom op without an autograd formula) runs op by op through the
 //! interpreter instead, and the reason is logged under `TP_LOGS=fallback` and kept in
 //! [`CompiledFn::training_fallbacks`](crate::CompiledFn::training_fallbacks).
 
+mod functionalize;
 mod partition;
 
 use std::sync::Arc;
@@ -26,7 +29,7 @@ use tensorplay_ir::{CompileKind, DType, Error, Result, Shape, TensorMeta};
 use tensorplay_runtime::Tensor;
 use tensorplay_runtime::autograd::{self, BackwardFn, attach_backward, is_grad_enabled, no_grad};
 
-use crate::capture::{CaptureOptions, capture, capture_joint};
+use crate::capture::{CaptureOptions, capture_for_autograd, capture_joint};
 use crate::executor::{Admission, CompiledGraph};
 use crate::passes::logging;
 
@@ -49,6 +52,9 @@ pub struct TrainingGraph {
     grad_inputs: Vec<usize>,
     /// For each of `grad_inputs`: which backward output is its gradient (`None`: it gets none).
     grad_slots: Vec<Option<usize>>,
+    /// Inputs the function updates in place (buffers), in the order the forward returns their
+    /// new values (after the function's outputs); see [`functionalize`].
+    updated: Vec<usize>,
 }
 
 /// What a joint capture learned about the closure's outputs and gradients.
@@ -107,7 +113,29 @@ impl TrainingGraph {
             },
         )?;
         logging::log("aot", || format!("joint graph:\n{joint}"));
-        let split = partition(&joint, inputs.len(), info.num_outputs, opts.dynamic)?;
+        let (joint, updated) =
+            match functionalize::functionalize(&joint, &requires_grad, info.num_outputs)? {
+                Some(f) => {
+                    logging::log("aot", || format!("functional joint graph:\n{}", f.graph));
+                    (f.graph, f.updated)
+                }
+                None => (joint, Vec::new()),
+            };
+        let split = partition(
+            &joint,
+            inputs.len(),
+            info.num_outputs + updated.len(),
+            opts.dynamic,
+        )?;
+        if let Some(k) = split.saved_inputs.iter().find(|k| updated.contains(k)) {
+            return Err(Error::compile(
+                CompileKind::Capture,
+                format!(
+                    "compiled training: input {k} is updated in place and the backward reads \
+                     it; such mutations are not split into forward and backward"
+                ),
+            ));
+        }
         logging::log("aot", || {
             format!(
                 "forward graph:\n{}\nbackward graph:\n{}",
@@ -125,10 +153,12 @@ impl TrainingGraph {
             diff_outputs: info.diff_outputs,
             grad_inputs,
             grad_slots: info.grad_slots,
+            updated,
         })
     }
 
-    /// The compiled forward graph (its outputs: the function's, then the saved values).
+    /// The compiled forward graph (its outputs: the function's, the new values of the inputs it
+    /// updates in place, then the saved values).
     pub fn forward(&self) -> &CompiledGraph {
         &self.forward
     }
@@ -154,7 +184,7 @@ impl TrainingGraph {
             self.forward.num_kernels(),
             self.backward.num_kernels(),
             self.num_saved,
-            self.num_outputs,
+            self.num_outputs + self.updated.len(),
             self.recomputed,
             self.forward.explain(),
             self.backward.explain()
@@ -194,7 +224,7 @@ impl TrainingGraph {
                 })
             })
             .collect::<Result<_>>()?;
-        let shapes = out_shapes[self.num_outputs..]
+        let shapes = out_shapes[self.num_outputs + self.updated.len()..]
             .iter()
             .chain(self.diff_outputs.iter().map(|&i| &out_shapes[i]));
         let mut fakes: Vec<Tensor> = shapes
@@ -255,7 +285,8 @@ impl TrainingGraph {
             let _g = no_grad();
             self.forward.run_admitted(inputs, shapes)?
         };
-        let saved = outs.split_off(self.num_outputs);
+        let saved = outs.split_off(self.num_outputs + self.updated.len());
+        self.write_back(inputs, outs.split_off(self.num_outputs))?;
         if !is_grad_enabled() {
             return Ok(outs);
         }
@@ -285,6 +316,18 @@ impl TrainingGraph {
             outs[i] = t;
         }
         Ok(outs)
+    }
+}
+
+impl TrainingGraph {
+    /// Copies the forward's new values of the updated inputs into their storage, as the eager
+    /// in-place ops would have (their version counters move once per call).
+    fn write_back(&self, inputs: &[Tensor], values: Vec<Tensor>) -> Result<()> {
+        let _g = no_grad();
+        for (&k, v) in self.updated.iter().zip(values) {
+            inputs[k].copy_(&v)?;
+        }
+        Ok(())
     }
 }
 
@@ -347,18 +390,18 @@ impl TrainingEntry {
             Ok(t) => Ok((TrainingEntry::Compiled(Arc::new(t)), None)),
             Err(joint_err) => {
                 let metas: Vec<TensorMeta> = inputs.iter().map(Tensor::meta).collect();
+                let requires_grad: Vec<bool> = inputs.iter().map(Tensor::requires_grad).collect();
                 // A closure that cannot be captured at all fails as before.
-                let g = {
-                    let _g = no_grad();
-                    capture(f, &metas, opts)?
-                };
+                let (g, plan) = capture_for_autograd(f, &metas, opts, &requires_grad)?;
                 let reason = format!(
                     "compiled training unavailable ({joint_err}); the graph runs op by op \
                      through the interpreter (no fused kernels) so autograd records it"
                 );
                 logging::log("fallback", || reason.clone());
                 Ok((
-                    TrainingEntry::Interpreted(Arc::new(CompiledGraph::new(&g)?)),
+                    TrainingEntry::Interpreted(Arc::new(
+                        CompiledGraph::new(&g)?.with_grad_plan(plan),
+                    )),
                     Some(reason),
                 ))
             }

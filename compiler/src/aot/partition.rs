@@ -52,6 +52,8 @@ pub(crate) struct Partition {
     pub num_saved: usize,
     /// Forward values recomputed in the backward instead of saved (for `explain()`).
     pub recomputed: usize,
+    /// The primal inputs among the saved values (the backward reads them as they are).
+    pub saved_inputs: Vec<usize>,
 }
 
 fn graph_err(msg: impl Into<String>) -> Error {
@@ -119,7 +121,11 @@ pub(crate) fn partition(
             bb.sym_guard(*g);
         }
     }
+    let saved_inputs = (0..num_primals)
+        .filter(|&i| saved.contains(&j.primals()[i]))
+        .collect();
     Ok(Partition {
+        saved_inputs,
         forward: fb.finish()?,
         backward: bb.finish()?,
         shape_carriers,
@@ -494,7 +500,7 @@ impl<'g> Joint<'g> {
 }
 
 /// Copies op or constant node `n` of `joint` into `b`, mapping its outputs.
-fn copy_node(
+pub(super) fn copy_node(
     joint: &Graph,
     n: NodeId,
     b: &mut GraphBuilder,

@@ -19,6 +19,7 @@ use super::{CompiledGraph, EpilogueRun, Exec, RegionRun};
 use crate::arena::Arena;
 use crate::codegen::cpu::ScalarArgs;
 use crate::codegen::kernel::{LoopKind, lower};
+use crate::grad_plan::GradPlan;
 use crate::passes::{
     BufferPlan, FusionPlan, RegionKind, Step, buffer_plan, dce, fusion, join_slices, logging,
 };
@@ -92,6 +93,7 @@ impl CompiledGraph {
             dim_checks: symbols.dim_checks,
             check_constants: replay.constants,
             shape_cache: Mutex::new(ShapeCache::default()),
+            grad_plan: GradPlan::default(),
         };
         logging::log("fusion", || compiled.explain());
         Ok(compiled)

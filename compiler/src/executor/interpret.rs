@@ -8,6 +8,7 @@ use tensorplay_runtime::Tensor;
 
 use super::CompiledGraph;
 use super::shapes::Admission;
+use crate::grad_plan::GradPlan;
 
 impl CompiledGraph {
     /// Runs every op node through the dispatcher in topological order (no generated kernels):
@@ -24,6 +25,14 @@ impl CompiledGraph {
         self.interpret_accepted(inputs, &self.bind_syms(inputs))
     }
 
+    /// This graph, interpreted with `plan`: what autograd did at each node during capture, so a
+    /// replay with autograd on records the backward edges eager recorded — none through a
+    /// detached handle or in a `no_grad` region.
+    pub(crate) fn with_grad_plan(mut self, plan: GradPlan) -> CompiledGraph {
+        self.grad_plan = plan;
+        self
+    }
+
     pub(super) fn interpret_accepted(
         &self,
         inputs: &[Tensor],
@@ -31,7 +40,8 @@ impl CompiledGraph {
     ) -> Result<Vec<Tensor>> {
         let mut env = self.env_with_inputs(inputs);
         for call in &self.calls {
-            Self::call_node(call, &mut env, syms)?;
+            let grad = self.grad_plan.nodes.get(&call.node);
+            Self::call_node_with(call, &mut env, syms, grad)?;
         }
         self.collect_outputs(&env)
     }

@@ -154,6 +154,9 @@ pub struct CompiledGraph {
     /// Constants of the graph as captured (dead ones included).
     check_constants: Vec<(usize, Tensor)>,
     shape_cache: Mutex<ShapeCache>,
+    /// What autograd did at each node during capture, for the interpreter (empty unless the
+    /// graph was captured for replay under autograd: `interpret.rs`, `crate::grad_plan`).
+    grad_plan: crate::grad_plan::GradPlan,
 }
 
 /// The tensors of region `r`'s inputs in `env` (each computed by an earlier step).

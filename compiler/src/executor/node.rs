@@ -11,6 +11,7 @@ use tensorplay_runtime::library::{Operator, registry};
 use tensorplay_runtime::{Tensor, Value};
 
 use super::CompiledGraph;
+use crate::grad_plan::NodeGrad;
 
 /// Where an op argument comes from at run time.
 #[derive(Clone)]
@@ -134,7 +135,20 @@ impl CompiledGraph {
         env: &mut [Option<Tensor>],
         syms: &[i64],
     ) -> Result<()> {
-        let args = Self::args_of(call, env, syms)?;
+        Self::call_node_with(call, env, syms, None)
+    }
+
+    /// [`Self::call_node`] with what autograd did at the node during capture (its arguments read
+    /// through detached handles are detached, and a call that recorded nothing runs under
+    /// `no_grad`; see `crate::grad_plan`).
+    pub(super) fn call_node_with(
+        call: &NodeCall,
+        env: &mut [Option<Tensor>],
+        syms: &[i64],
+        grad: Option<&NodeGrad>,
+    ) -> Result<()> {
+        let mut args = Self::args_of(call, env, syms)?;
+        let _mode = grad.and_then(|g| g.apply(&mut args));
         let outs = match call.op.builtin() {
             Some(def) => dispatch::call(def, &args)?,
             None => dispatch::call_bound(&call.op, &args)?,
