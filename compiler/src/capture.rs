@@ -223,40 +223,41 @@ impl TraceState {
     /// grad but the caller's grad mode was off, or (when an autograd layer may have run) no
     /// output got a backward node.
     fn grad_plan(&self) -> GradPlan {
-        let passed_by: HashSet<NodeId> = self
-            .node_grad
-            .iter()
-            .filter(|(_, _, mode)| mode.is_some())
-            .map(|(n, _, _)| *n)
-            .collect();
-        let nodes = self
-            .node_grad
-            .iter()
-            .map(|(node, handles, mode)| {
-                let recorded = match mode {
-                    Some(grad_on) => *grad_on,
-                    None => (0..self
-                        .builder
-                        .graph()
-                        .node(*node)
-                        .map_or(0, |n| n.outputs.len()))
-                        .any(|i| self.requires_grad.contains(&ValueRef::new(*node, i))),
-                };
-                // An op no autograd layer ran below (an opaque custom op without a formula)
-                // gives proxies that do not require grad, where its eager kernel's ops may
-                // record: never detach its results.
-                let mut handles = handles.clone();
-                let producers = self.builder.graph().args_of(*node).unwrap_or_default();
-                for (h, v) in handles.iter_mut().zip(producers) {
-                    *h |= passed_by.contains(&v.node);
+        let graph = self.builder.graph();
+        // Values whose proxies do not require grad although eager's tensors may: results of an
+        // op whose grad mode was noted (an opaque custom op, a builtin without a derivative:
+        // its formula or its kernel's ops record in eager), and what is computed from them.
+        // Their handles are never detached on replay.
+        let mut hidden: HashSet<ValueRef> = HashSet::new();
+        let mut nodes = HashMap::new();
+        for (node, handles, mode) in &self.node_grad {
+            let producers = graph.args_of(*node).unwrap_or_default();
+            let mut handles = handles.clone();
+            let mut from_hidden = false;
+            for (h, v) in handles.iter_mut().zip(&producers) {
+                if hidden.contains(v) {
+                    *h = true;
+                    from_hidden = true;
                 }
-                let grad = NodeGrad {
-                    no_grad: handles.iter().any(|&r| r) && !recorded,
-                    handle_requires_grad: handles,
-                };
-                (*node, grad)
-            })
-            .collect();
+            }
+            let outputs = graph.node(*node).map_or(0, |n| n.outputs.len());
+            let outs = (0..outputs).map(|i| ValueRef::new(*node, i));
+            let recorded = match mode {
+                Some(grad_on) => *grad_on,
+                // Below an autograd layer: it recorded when a result requires grad, or (grad
+                // mode being on, as the layer saw it) when an argument hides that it does.
+                None => from_hidden || outs.clone().any(|v| self.requires_grad.contains(&v)),
+            };
+            let any_grad = handles.iter().any(|&r| r);
+            if recorded && any_grad && (mode.is_some() || from_hidden) {
+                hidden.extend(outs);
+            }
+            let grad = NodeGrad {
+                no_grad: any_grad && !recorded,
+                handle_requires_grad: handles,
+            };
+            nodes.insert(*node, grad);
+        }
         GradPlan { nodes }
     }
 
@@ -646,8 +647,12 @@ impl Tracer {
             sym,
         )?;
         if self.grad_plan {
-            // Without a formula the autograd layer passes the op by: it sees the caller's mode.
-            let mode = (!op.has_autograd()).then(tensorplay_runtime::autograd::is_grad_enabled);
+            // An opaque op's results are proxies that never require grad, whether or not the op
+            // has a formula, so whether its call recorded is read from the caller's grad mode
+            // (without a formula the autograd layer passes it by; with one it records exactly
+            // when grad mode is on and an argument requires grad), and its results are never
+            // detached on replay.
+            let mode = Some(tensorplay_runtime::autograd::is_grad_enabled());
             st.note_grad(node, args, mode);
         }
         Ok(outs)
