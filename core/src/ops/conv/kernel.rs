@@ -195,9 +195,32 @@ fn forward<F: Real>(
 }
 
 pub(super) fn backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
+    let g = geometry(a.op, a.tensor(1)?, a.tensor(2)?, a)?;
+    run_backward(
+        a,
+        outs,
+        &g,
+        output_mask(a)?,
+        backward::<f32>,
+        backward::<f64>,
+    )
+}
+
+/// A backward kernel over `(grad_output, input, weight)` writing the outputs `mask` selects.
+type BackwardKernel =
+    fn(&str, &Geometry, (&Tensor, &Tensor, &Tensor), &[Tensor], [bool; 3]) -> Result<()>;
+
+/// Runs a conv backward kernel at the compute dtype: operands converted, the outputs `mask`
+/// leaves out zero-filled, the results rounded into `outs`.
+fn run_backward(
+    a: Args,
+    outs: &[Tensor],
+    g: &Geometry,
+    mask: [bool; 3],
+    k32: BackwardKernel,
+    k64: BackwardKernel,
+) -> Result<()> {
     let (go, x, wt) = (a.tensor(0)?, a.tensor(1)?, a.tensor(2)?);
-    let g = geometry(a.op, x, wt, a)?;
-    let mask = output_mask(a)?;
     let compute = compute_dtype(x.dtype());
     let (go, x, wt) = (
         operand(go, compute)?,
@@ -211,8 +234,8 @@ pub(super) fn backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
         }
     }
     match compute {
-        DType::F64 => backward::<f64>(a.op, &g, (&go, &x, &wt), &tmp, mask)?,
-        _ => backward::<f32>(a.op, &g, (&go, &x, &wt), &tmp, mask)?,
+        DType::F64 => k64(a.op, g, (&go, &x, &wt), &tmp, mask)?,
+        _ => k32(a.op, g, (&go, &x, &wt), &tmp, mask)?,
     }
     for (o, t) in outs.iter().zip(&tmp) {
         finish(a.op, o, t)?;
@@ -381,29 +404,16 @@ fn transposed<F: Real>(
 /// describes applied to `grad_output`, the weight gradient that convolution's weight gradient
 /// with the roles of image and gradient swapped, the bias gradient a sum per channel.
 pub(super) fn transposed_backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
-    let (go, x, wt) = (a.tensor(0)?, a.tensor(1)?, a.tensor(2)?);
-    let g = transposed_geometry(a.op, x, wt, a)?;
+    let g = transposed_geometry(a.op, a.tensor(1)?, a.tensor(2)?, a)?;
     let mask = output_mask_at(a, 8)?;
-    let compute = compute_dtype(x.dtype());
-    let (go, x, wt) = (
-        operand(go, compute)?,
-        operand(x, compute)?,
-        operand(wt, compute)?,
-    );
-    let tmp: Vec<Tensor> = outs.iter().map(|o| scratch(o, compute)).collect();
-    for (m, t) in mask.iter().zip(&tmp) {
-        if !m {
-            super::super::inplace::fill_scalar(a.op, t, crate::value::Scalar::Int(0))?;
-        }
-    }
-    match compute {
-        DType::F64 => transposed_backward::<f64>(a.op, &g, (&go, &x, &wt), &tmp, mask)?,
-        _ => transposed_backward::<f32>(a.op, &g, (&go, &x, &wt), &tmp, mask)?,
-    }
-    for (o, t) in outs.iter().zip(&tmp) {
-        finish(a.op, o, t)?;
-    }
-    Ok(())
+    run_backward(
+        a,
+        outs,
+        &g,
+        mask,
+        transposed_backward::<f32>,
+        transposed_backward::<f64>,
+    )
 }
 
 fn transposed_backward<F: Real>(
