@@ -1,9 +1,9 @@
 //! `TP_LOGS`: which compiler stages print what they did to stderr.
 //!
 //! `TP_LOGS` is a comma-separated list of stage names ([`STAGES`]: `graph`, `fusion`, `clif`,
-//! `fallback`, `aot`, `recompiles`, `cuda`, `library`, `dispatch`, or `all` for every stage but
-//! `dispatch`), read once per process — here, for every crate that logs. Stages call [`enabled`]
-//! before formatting anything, so logging costs nothing when it is off. A word that names no
+//! `fallback`, `aot`, `recompiles`, `cuda`, `library`, `dispatch`, `profile`, or `all` for every
+//! stage but `dispatch` and `profile`), read once per process — here, for every crate that logs.
+//! Stages call [`enabled`] before formatting anything, so logging costs nothing when it is off. A word that names no
 //! stage is reported once on stderr with the valid ones (a misspelled stage would otherwise
 //! print nothing, silently).
 
@@ -25,7 +25,7 @@ pub fn parse(spec: &str) -> Vec<String> {
 }
 
 /// Every word `TP_LOGS` understands. `all` turns on every stage except `dispatch` (a line per
-/// layer of every op call: only when named).
+/// layer of every op call) and `profile` (timing every compiled step): those only when named.
 pub const STAGES: &[&str] = &[
     "graph",
     "fusion",
@@ -36,6 +36,7 @@ pub const STAGES: &[&str] = &[
     "cuda",
     "library",
     "dispatch",
+    "profile",
     "all",
 ];
 

@@ -505,3 +505,67 @@ fn norms() -> Result<()> {
     assert_eq!(z.grad().unwrap().to_vec::<f64>()?, vec![0.0; 3]);
     Ok(())
 }
+
+/// `gather`/`scatter_add` along dim 0 with one index per row (what `index_select`, `embedding`
+/// and their gradients build) take a row-copy path: it must give what the general loop gives
+/// for the same index materialized, bit for bit, and fail the same way.
+#[test]
+fn row_index_path_matches_the_general_loop() -> Result<()> {
+    for (dtype, rows, trailing) in [
+        (DType::F32, 29, vec![64]),
+        (DType::F64, 5, vec![3, 4]),
+        (DType::BF16, 7, vec![8]),
+    ] {
+        let mut shape = vec![rows];
+        shape.extend(&trailing);
+        let x = Tensor::randn_seeded(&shape, DType::F32, 7)?.to_dtype(dtype)?;
+        let ids = Tensor::randint_seeded(0, rows as i64, &[40], DType::I64, 11)?;
+        for ids in [ids.clone(), ids.to_dtype(DType::I32)?] {
+            let mut at = vec![40];
+            at.extend(vec![1; trailing.len()]);
+            let mut full = vec![40];
+            full.extend(&trailing);
+            let rowwise = ids.reshape(&at)?.expand(&full)?;
+            let general = rowwise.contiguous()?;
+            let fast = x.gather(0, &rowwise)?;
+            let slow = x.gather(0, &general)?;
+            assert_eq!(fast.shape(), slow.shape());
+            assert_eq!(
+                fast.to_dtype(DType::F64)?.to_vec::<f64>()?,
+                slow.to_dtype(DType::F64)?.to_vec::<f64>()?,
+                "gather {dtype}"
+            );
+            // Repeated ids accumulate in order.
+            let src = Tensor::randn_seeded(&full, DType::F32, 13)?.to_dtype(dtype)?;
+            let base = Tensor::randn_seeded(&shape, DType::F32, 17)?.to_dtype(dtype)?;
+            let fast = base.scatter_add(0, &rowwise, &src)?;
+            let slow = base.scatter_add(0, &general, &src)?;
+            let (f, s) = (
+                fast.to_dtype(DType::F64)?.to_vec::<f64>()?,
+                slow.to_dtype(DType::F64)?.to_vec::<f64>()?,
+            );
+            assert!(
+                f.iter().zip(&s).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "scatter_add {dtype}"
+            );
+        }
+    }
+    // Out of range: the same error as the general path.
+    let x = x23();
+    let bad = i64s(&[0, 2], &[2, 1]).expand(&[2, 3])?;
+    let e = err(x.gather(0, &bad));
+    assert!(
+        e.contains("gather") && e.contains("index 2") && e.contains("[0, 2)"),
+        "{e}"
+    );
+    let e = err(Tensor::zeros_like(&x).scatter_add(0, &bad, &x));
+    assert!(e.contains("scatter_add") && e.contains("index 2"), "{e}");
+    // A transposed (non-contiguous) `self` takes the general path and still picks rows.
+    let xt = x.t()?;
+    let i = i64s(&[1, 0], &[2, 1]).expand(&[2, 2])?;
+    assert_eq!(
+        xt.gather(0, &i)?.to_vec::<f64>()?,
+        vec![-1.25, -0.75, 0.5, 3.5]
+    );
+    Ok(())
+}

@@ -68,7 +68,9 @@ impl CompiledGraph {
             [Exec::Region(r)] => sole_region(r, &input_ids, &output_ids),
             _ => None,
         };
+        let clock = super::profile::StepClock::new(steps.len());
         let compiled = CompiledGraph {
+            clock,
             graph,
             plan,
             buffers,

@@ -25,8 +25,10 @@ impl CompiledGraph {
         shapes: &ShapeEntry,
         slots: &mut Slots,
     ) -> Result<Vec<Tensor>> {
+        let call_start = self.clock.start();
         let mut env = self.env_with_inputs(inputs);
         for (si, step) in self.steps.iter().enumerate() {
+            let start = self.clock.start();
             match step {
                 Exec::Node(call) => {
                     Self::call_node(call, &mut env, &shapes.syms)?;
@@ -35,6 +37,7 @@ impl CompiledGraph {
                 Exec::Region(r) => self.run_region(r, &shapes.shapes, &mut env, slots)?,
                 Exec::Epilogue(e) => self.run_epilogue(e, shapes, &mut env, slots)?,
             }
+            self.clock.step_done(si, start);
             for &v in &self.dies_after[si] {
                 // Dropped; an arena value's storage goes back to its slot.
                 if let (Some(k), Some(t)) = (self.slot_of_id[v], env[v].take()) {
@@ -42,7 +45,9 @@ impl CompiledGraph {
                 }
             }
         }
-        self.collect_outputs(&env)
+        let outputs = self.collect_outputs(&env);
+        self.clock.call_done(call_start);
+        outputs
     }
 
     fn run_region(

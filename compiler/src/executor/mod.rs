@@ -24,7 +24,7 @@
 //! `cpu.rs` runs the steps on the CPU (regions, matmul epilogues, the arena);
 //! `sole_region.rs` serves graphs that are one region (the hot call, `run_into`,
 //! `sole_pointwise_kernel`); `device.rs` runs on a CUDA device; `interpret.rs` runs every node
-//! through the dispatcher.
+//! through the dispatcher; `profile.rs` times the steps under `TP_LOGS=profile`.
 
 mod build;
 mod cpu;
@@ -32,6 +32,7 @@ mod device;
 mod guards;
 mod interpret;
 mod node;
+mod profile;
 mod shapes;
 mod sole_region;
 #[cfg(test)]
@@ -157,6 +158,8 @@ pub struct CompiledGraph {
     /// What autograd did at each node during capture, for the interpreter (empty unless the
     /// graph was captured for replay under autograd: `interpret.rs`, `crate::grad_plan`).
     grad_plan: crate::grad_plan::GradPlan,
+    /// Time per step under `TP_LOGS=profile` (`profile.rs`).
+    clock: profile::StepClock,
 }
 
 /// The tensors of region `r`'s inputs in `env` (each computed by an earlier step).

@@ -11,6 +11,7 @@
 use tensorplay_ir::shape::{contiguous_strides, fmt_shape, normalize_dim};
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
+use super::index_rows;
 use super::{AutocastPolicy, GradCtx, Kernel, Lower, OpDef, OutSpec, Saved, VmapRule};
 use crate::dispatch::call1;
 use crate::element::Element;
@@ -335,6 +336,11 @@ fn gather_fill(a: Args, outs: &[Tensor]) -> Result<()> {
             format!("{} indices", index.numel()),
         ));
     }
+    if let Some(rows) = index_rows::row_case(a.op, x, index, dim)?
+        && rows.gather(a.op, x, &outs[0])?
+    {
+        return Ok(());
+    }
     let at = index_values(a.op, index, dim, size)?;
     let shapes = (shape1(x), shape1(index));
     with_dtype!(x.dtype(), T => {
@@ -401,6 +407,12 @@ fn scatter_fill<const ADD: bool>(a: Args, outs: &[Tensor]) -> Result<()> {
             format!("{} indices", index.numel()),
         ));
     } else {
+        if ADD
+            && let Some(rows) = index_rows::row_case(a.op, x, index, dim)?
+            && rows.scatter_add(a.op, x, src, &outs[0])?
+        {
+            return Ok(());
+        }
         index_values(a.op, index, dim, size)?
     };
     let shapes = (shape1(x), shape1(src));

@@ -31,6 +31,7 @@ pub mod conv;
 pub mod float_class;
 pub mod gelu_backward;
 pub mod index;
+mod index_rows;
 pub mod indexing;
 pub mod inplace;
 pub mod join;
