@@ -15,9 +15,11 @@
 //! upper triangle. Rows that see no key (every score masked) produce a zero output row, a
 //! log-sum-exp of `-inf` and zero gradients, as PyTorch 2.15's fused kernels do.
 //!
-//! Sums are accumulated with fused multiply-adds (`mul_add`), in one order on every host.
+//! Products are accumulated with fused multiply-adds (`mul_add`) and row sums over eight
+//! partial sums, in one order on every host.
 
-use tensorplay_math::bulk::{self, RowScalarOp, ScalarFn};
+use tensorplay_math::MathFn;
+use tensorplay_math::bulk::{self, BulkOp, UnaryFn};
 
 /// The floating types the loops run in: `f32` (also the compute type of f16/bf16) and `f64`.
 pub(super) trait Real:
@@ -37,14 +39,14 @@ pub(super) trait Real:
     fn ln(self) -> Self;
     /// `self * a + b`, rounded once.
     fn fma(self, a: Self, b: Self) -> Self;
-    /// `row[j] = exp(row[j] - m)` for every `j`.
-    fn sub_exp(row: &mut [Self], m: Self);
+    /// `xs[j] = exp(xs[j])` for every `j` (`exp(-inf) = 0`).
+    fn exp_all(xs: &mut [Self]);
 }
 
-/// The eager bulk kernel for `exp(x - s)`, when the host has one.
-fn sub_exp_kernel() -> Option<ScalarFn> {
-    static K: std::sync::OnceLock<Option<ScalarFn>> = std::sync::OnceLock::new();
-    *K.get_or_init(|| bulk::scalar_op_at(RowScalarOp::SubExp, bulk::eager_level()?))
+/// The eager bulk kernel for `exp`, when the host has one.
+fn exp_kernel() -> Option<UnaryFn> {
+    static K: std::sync::OnceLock<Option<UnaryFn>> = std::sync::OnceLock::new();
+    *K.get_or_init(|| bulk::eager_unary(BulkOp::Math(MathFn::Exp)))
 }
 
 impl Real for f32 {
@@ -60,11 +62,11 @@ impl Real for f32 {
     fn fma(self, a: f32, b: f32) -> f32 {
         self.mul_add(a, b)
     }
-    fn sub_exp(row: &mut [f32], m: f32) {
-        match sub_exp_kernel() {
-            // SAFETY: in place over `row.len()` elements of one live slice.
-            Some(k) => unsafe { k(row.as_ptr(), m, row.as_mut_ptr(), row.len()) },
-            None => row.iter_mut().for_each(|x| *x = (*x - m).exp()),
+    fn exp_all(xs: &mut [f32]) {
+        match exp_kernel() {
+            // SAFETY: in place over `xs.len()` elements of one live slice.
+            Some(k) => unsafe { k(xs.as_ptr(), xs.as_mut_ptr(), xs.len()) },
+            None => xs.iter_mut().for_each(|x| *x = x.exp()),
         }
     }
 }
@@ -82,8 +84,8 @@ impl Real for f64 {
     fn fma(self, a: f64, b: f64) -> f64 {
         self.mul_add(a, b)
     }
-    fn sub_exp(row: &mut [f64], m: f64) {
-        row.iter_mut().for_each(|x| *x = (*x - m).exp());
+    fn exp_all(xs: &mut [f64]) {
+        xs.iter_mut().for_each(|x| *x = x.exp());
     }
 }
 
@@ -218,11 +220,61 @@ fn tile_rows<F: Real, const T: usize>(
     }
 }
 
+/// Lanes of the row reductions ([`row_sum`], [`row_max`]): partial results per lane, combined
+/// in one fixed order, so the result does not depend on the host's vector width.
+const LANES: usize = 8;
+
+/// `xs[0] + xs[1] + ...` over [`LANES`] partial sums (vectorizable, unlike one running sum).
+#[inline(always)]
+fn row_sum<F: Real>(xs: &[F]) -> F {
+    let mut acc = [F::ZERO; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += x;
+        }
+    }
+    for (a, &x) in acc.iter_mut().zip(chunks.remainder()) {
+        *a += x;
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
+/// The largest of `xs` (`-inf` when empty or all `-inf`), lane by lane.
+#[inline(always)]
+fn row_max<F: Real>(xs: &[F]) -> F {
+    let max = |m: F, x: F| if x > m { x } else { m };
+    let mut acc = [F::NEG_INF; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a = max(*a, x);
+        }
+    }
+    for (a, &x) in acc.iter_mut().zip(chunks.remainder()) {
+        *a = max(*a, x);
+    }
+    acc.iter().fold(F::NEG_INF, |m, &x| max(m, x))
+}
+
 /// The `cols x rows` transpose of `src`'s first `rows` rows, in rows of `ld >= rows` elements
-/// (zero-padded).
+/// (zero-padded). Groups of [`LANES`] source rows fill [`LANES`] contiguous elements of each
+/// destination row at a time.
+#[inline(always)]
 fn transposed<F: Real>(src: Rows<F>, rows: usize, cols: usize, ld: usize) -> Vec<F> {
     let mut dst = vec![F::ZERO; cols * ld];
-    for r in 0..rows {
+    let mut r0 = 0;
+    while r0 + LANES <= rows {
+        let group: [&[F]; LANES] = std::array::from_fn(|t| src.row(r0 + t, cols));
+        for (d, out) in dst.chunks_exact_mut(ld).take(cols).enumerate() {
+            let out = &mut out[r0..r0 + LANES];
+            for (o, row) in out.iter_mut().zip(&group) {
+                *o = row[d];
+            }
+        }
+        r0 += LANES;
+    }
+    for r in r0..rows {
         for (d, &x) in src.row(r, cols).iter().enumerate() {
             dst[d * ld + r] = x;
         }
@@ -231,6 +283,7 @@ fn transposed<F: Real>(src: Rows<F>, rows: usize, cols: usize, ld: usize) -> Vec
 }
 
 /// `src`'s first `rows` rows of `cols` elements, in rows of `ld >= cols` elements (zero-padded).
+#[inline(always)]
 fn padded<F: Real>(src: Rows<F>, rows: usize, cols: usize, ld: usize) -> Vec<F> {
     let mut dst = vec![F::ZERO; rows * ld];
     for r in 0..rows {
@@ -307,26 +360,30 @@ pub(super) fn forward<F: Real>(
     let vp = padded(v, s, ev, evp);
     let mut sc = vec![F::ZERO; ROWS * sp];
     let mut ob = vec![F::ZERO; ROWS * evp];
-    let mut totals = [F::ZERO; ROWS];
+    let (mut totals, mut maxes) = ([F::ZERO; ROWS], [F::ZERO; ROWS]);
     for (i0, rows, keys) in dims.blocks() {
         let kp = pad(keys);
         gemm((rows, kp, e), q.from(i0), &kt, sp, &mut sc, sp, false);
+        // Per row: scale, mask, subtract the maximum; then one `exp` over the block's tile
+        // (entries past the visible keys, and rows that see none, are -inf: exp gives 0).
+        for r in 0..rows {
+            let row = &mut sc[r * sp..(r + 1) * sp];
+            dims.finish_scores(mask, i0 + r, &mut row[..keys]);
+            let m = row_max(&row[..keys]);
+            maxes[r] = m;
+            let seen = if m == F::NEG_INF { 0 } else { keys };
+            row[..seen].iter_mut().for_each(|x| *x = *x - m);
+            row[seen..].iter_mut().for_each(|x| *x = F::NEG_INF);
+        }
+        F::exp_all(&mut sc[..rows * sp]);
         for r in 0..rows {
             let i = i0 + r;
-            let row = &mut sc[r * sp..r * sp + kp];
-            dims.finish_scores(mask, i, &mut row[..keys]);
-            let m = row[..keys]
-                .iter()
-                .fold(F::NEG_INF, |m, &x| if x > m { x } else { m });
-            if m == F::NEG_INF {
-                row.iter_mut().for_each(|x| *x = F::ZERO);
+            if maxes[r] == F::NEG_INF {
                 lse[i] = F::NEG_INF;
                 continue;
             }
-            F::sub_exp(&mut row[..keys], m);
-            row[keys..].iter_mut().for_each(|x| *x = F::ZERO);
-            totals[r] = row[..keys].iter().fold(F::ZERO, |a, &x| a + x);
-            lse[i] = m + totals[r].ln();
+            totals[r] = row_sum(&sc[r * sp..r * sp + keys]);
+            lse[i] = maxes[r] + totals[r].ln();
         }
         let pa = Mat {
             data: &sc,
@@ -377,6 +434,20 @@ pub(super) fn backward<F: Real>(
         let kpad = pad(keys);
         gemm((rows, kpad, e), q.from(i0), &kt, sp, &mut p, sp, false);
         gemm((rows, kpad, ev), g.from(i0), &vt, sp, &mut ds, sp, false);
+        // The probabilities: scores less the log-sum-exp, then one `exp` over the tile (-inf
+        // past the visible keys and in rows that see none: exp gives 0).
+        for r in 0..rows {
+            let i = i0 + r;
+            let pr = &mut p[r * sp..(r + 1) * sp];
+            if lse[i] == F::NEG_INF {
+                pr.iter_mut().for_each(|x| *x = F::NEG_INF);
+                continue;
+            }
+            dims.finish_scores(mask, i, &mut pr[..keys]);
+            pr[..keys].iter_mut().for_each(|x| *x = *x - lse[i]);
+            pr[keys..].iter_mut().for_each(|x| *x = F::NEG_INF);
+        }
+        F::exp_all(&mut p[..rows * sp]);
         for r in 0..rows {
             let i = i0 + r;
             let (pr, dr) = (
@@ -384,13 +455,9 @@ pub(super) fn backward<F: Real>(
                 &mut ds[r * sp..r * sp + kpad],
             );
             if lse[i] == F::NEG_INF {
-                pr.iter_mut().for_each(|x| *x = F::ZERO);
                 dr.iter_mut().for_each(|x| *x = F::ZERO);
                 continue;
             }
-            dims.finish_scores(mask, i, &mut pr[..keys]);
-            F::sub_exp(&mut pr[..keys], lse[i]);
-            pr[keys..].iter_mut().for_each(|x| *x = F::ZERO);
             // ds_j = p_j (dp_j - g_i . out_i + dlse_i) · scale: the softmax's backward plus
             // the log-sum-exp's (whose derivative by s_j is p_j).
             let delta = g
