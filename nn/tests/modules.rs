@@ -511,7 +511,10 @@ fn attention_dropout_is_active_in_training_mode_only() -> Result<()> {
         .with_dropout(-0.5)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("MultiheadAttention") && err.contains("dropout"), "{err}");
+    assert!(
+        err.contains("MultiheadAttention") && err.contains("dropout"),
+        "{err}"
+    );
     Ok(())
 }
 
