@@ -1,10 +1,11 @@
 //! Compiled == eager for programs built from the transformer ops: the indexing primitives
 //! (barriers, with their reasons in the plan), the composites (whose elementwise parts fuse) and
-//! the `nn` functions — forward values, and gradients through compiled training.
+//! the `nn` functions — forward values, and gradients through compiled training; attention
+//! dropout, which draws a fresh seed per compiled call.
 
 use tensorplay_compiler::compile;
 use tensorplay_runtime::nn::{self, Reduction};
-use tensorplay_runtime::{DType, Result, Tensor, autograd};
+use tensorplay_runtime::{DType, Result, Tensor, autograd, manual_seed};
 
 fn close(a: &Tensor, b: &Tensor, tol: f64) -> Result<bool> {
     if a.shape() != b.shape() || a.dtype() != b.dtype() {
@@ -24,7 +25,7 @@ fn program(xs: &[Tensor]) -> Result<Vec<Tensor>> {
     let x = nn::embedding(ids, table)?; // [2, 4, 8]
     let a = nn::layer_norm(&x, &[8], Some(g), None, 1e-5)?;
     let qkv = nn::linear(&a, w, None)?.chunk(3, -1)?;
-    let y = nn::scaled_dot_product_attention(&qkv[0], &qkv[1], &qkv[2], None, true, None)?;
+    let y = nn::scaled_dot_product_attention(&qkv[0], &qkv[1], &qkv[2], None, 0.0, true, None)?;
     let x = x.add(&y)?;
     let m = nn::rms_norm(&x, &[8], None, None)?.gelu("tanh")?;
     let logits = m.reshape(&[8, 8])?;
@@ -94,7 +95,7 @@ fn inference_compiles_and_serves_a_second_batch() -> Result<()> {
     let f = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
         let (x, w, b) = (&xs[0], &xs[1], &xs[2]);
         let h = nn::layer_norm(x, &[4], Some(w), Some(b), 1e-5)?;
-        let y = nn::scaled_dot_product_attention(&h, &h, &h, None, true, None)?;
+        let y = nn::scaled_dot_product_attention(&h, &h, &h, None, 0.0, true, None)?;
         Ok(vec![y.logsumexp(&[-1], true)?.sub(&y)?])
     };
     let c = compile(f);
@@ -126,7 +127,7 @@ fn inference_compiles_and_serves_a_second_batch() -> Result<()> {
 fn causal_and_triangular_masks_follow_the_sequence_length_without_recompiling() -> Result<()> {
     let body = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
         let q = &xs[0];
-        let y = nn::scaled_dot_product_attention(q, q, q, None, true, None)?;
+        let y = nn::scaled_dot_product_attention(q, q, q, None, 0.0, true, None)?;
         Ok(vec![y.add(&q.tril(-1)?)?])
     };
     let f = compile(body);
@@ -205,5 +206,66 @@ fn cumprod_diagonal_nansum_and_weighted_losses_compile_like_eager() -> Result<()
     let detached: Vec<Tensor> = xs.iter().map(|t| t.detach()).collect();
     let a = g.call(&detached)?.remove(0);
     assert!(close(&a, &program(&detached)?.remove(0), 1e-12)?);
+    Ok(())
+}
+
+/// Attention dropout under compile: the fused op is an opaque barrier that draws its seed when
+/// it runs (the seed is an output the backward reads, not a constant of the capture), so every
+/// compiled call draws a fresh mask from the global generator, and under the same `manual_seed`
+/// a compiled training step equals eager's (forward and gradients).
+#[test]
+fn attention_dropout_draws_per_call_and_matches_eager_under_manual_seed() -> Result<()> {
+    let body = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        let qkv = nn::linear(&xs[0], &xs[1], None)?.chunk(3, -1)?;
+        let y = nn::scaled_dot_product_attention(&qkv[0], &qkv[1], &qkv[2], None, 0.5, true, None)?;
+        Ok(vec![y.mul(&y)?.sum_all()?.add(&y.sum_all()?)?, y])
+    };
+    let xs = vec![
+        Tensor::randn_seeded(&[2, 6, 8], DType::F64, 1)?,
+        Tensor::randn_seeded(&[24, 8], DType::F64, 2)?
+            .mul_scalar(0.4)?
+            .requires_grad_(true)?,
+    ];
+    let f = compile(body);
+    let w = std::slice::from_ref(&xs[1]);
+    for seed in [11, 12] {
+        manual_seed(seed);
+        let want = body(&xs)?;
+        let gw = autograd::grad(&want[..1], w, &[None], false)?
+            .remove(0)
+            .unwrap();
+        manual_seed(seed);
+        let got = f.call(&xs)?;
+        assert_eq!(got[0].grad_fn_name(), Some("compiled_backward"));
+        assert!(close(&got[1], &want[1], 1e-12)?, "seed {seed}: forward");
+        let gc = autograd::grad(&got[..1], w, &[None], false)?
+            .remove(0)
+            .unwrap();
+        assert!(close(&gc, &gw, 1e-12)?, "seed {seed}: {gc:?} vs {gw:?}");
+    }
+    assert!(
+        f.training_fallbacks().is_empty(),
+        "{:?}",
+        f.training_fallbacks()
+    );
+    // Without reseeding, successive compiled calls draw other masks.
+    let (a, b) = (f.call(&xs)?.remove(1), f.call(&xs)?.remove(1));
+    assert!(
+        !close(&a, &b, 0.0)?,
+        "two compiled calls applied the same mask"
+    );
+    assert_eq!(f.num_compiled(), 1);
+    // Inference (no input requires grad): the same, through the forward-only graph.
+    let xs: Vec<Tensor> = xs.iter().map(|t| t.detach()).collect();
+    let g = compile(body);
+    manual_seed(5);
+    let want = body(&xs)?.remove(1);
+    manual_seed(5);
+    assert!(close(&g.call(&xs)?.remove(1), &want, 1e-12)?);
+    let (a, b) = (g.call(&xs)?.remove(1), g.call(&xs)?.remove(1));
+    assert!(
+        !close(&a, &b, 0.0)?,
+        "two compiled inference calls applied the same mask"
+    );
     Ok(())
 }

@@ -45,7 +45,7 @@ impl Forward for Attention {
         let qkv = self.qkv.forward(x)?.chunk(3, -1)?;
         let split = |z: &Tensor| z.reshape(&[b, t, h, hd])?.transpose(1, 2);
         let (q, k, v) = (split(&qkv[0])?, split(&qkv[1])?, split(&qkv[2])?);
-        let y = nn::scaled_dot_product_attention(&q, &k, &v, None, true, None)?;
+        let y = nn::scaled_dot_product_attention(&q, &k, &v, None, 0.0, true, None)?;
         self.proj.forward(&y.transpose(1, 2)?.reshape(&[b, t, d])?)
     }
 }

@@ -493,6 +493,31 @@ fn attention_masks_follow_pytorchs_module_convention() -> Result<()> {
     Ok(())
 }
 
+/// PyTorch's `dropout` argument: attention probabilities are dropped in training mode only.
+#[test]
+fn attention_dropout_is_active_in_training_mode_only() -> Result<()> {
+    let mut mha = MultiheadAttention::new(8, 2, true)?.with_dropout(0.5)?;
+    assert_eq!(mha.mode(), Some(true));
+    let x = Tensor::randn_seeded(&[2, 5, 8], DType::F32, 3)?;
+    let plain = MultiheadAttention {
+        dropout: 0.0,
+        ..mha.clone()
+    }
+    .forward(&x)?;
+    assert!(!mha.forward(&x)?.allclose(&plain, 1e-5, 1e-6)?);
+    mha.eval();
+    assert!(mha.forward(&x)?.equal(&plain)?);
+    let err = MultiheadAttention::new(8, 2, true)?
+        .with_dropout(-0.5)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("MultiheadAttention") && err.contains("dropout"),
+        "{err}"
+    );
+    Ok(())
+}
+
 #[test]
 fn padding_and_upsampling_layers_hold_no_tensors_and_match_the_functions() -> Result<()> {
     use tensorplay_nn::{ReflectionPad2d, Upsample, ZeroPad2d};

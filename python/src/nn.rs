@@ -177,11 +177,6 @@ pub fn scaled_dot_product_attention(
     is_causal: bool,
     scale: Option<f64>,
 ) -> PyResult<Py<PyTensor>> {
-    if dropout_p != 0.0 {
-        return Err(PyValueError::new_err(
-            "scaled_dot_product_attention: dropout_p must be 0.0",
-        ));
-    }
     let (q, k, v, m) = (
         query.t.clone(),
         key.t.clone(),
@@ -189,7 +184,7 @@ pub fn scaled_dot_product_attention(
         opt(&attn_mask),
     );
     run(py, move || {
-        nn::scaled_dot_product_attention(&q, &k, &v, m.as_ref(), is_causal, scale)
+        nn::scaled_dot_product_attention(&q, &k, &v, m.as_ref(), dropout_p, is_causal, scale)
     })
 }
 

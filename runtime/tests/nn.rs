@@ -311,21 +311,21 @@ fn scaled_dot_product_attention_matches_the_reference() -> Result<()> {
         randn(&[2, l, e], 20),
     );
     for causal in [false, true] {
-        let y = nn::scaled_dot_product_attention(&q, &k, &v, None, causal, None)?;
+        let y = nn::scaled_dot_product_attention(&q, &k, &v, None, 0.0, causal, None)?;
         for b in 0..2 {
             let part = |t: &Tensor| t.select(0, b).unwrap().to_vec::<f64>().unwrap();
             let want = attention_ref(&part(&q), &part(&k), &part(&v), l, l, e, causal);
             assert!(close(&part(&y), &want, 1e-12), "causal {causal}");
         }
         check_grad(
-            |t| nn::scaled_dot_product_attention(&t[0], &t[1], &t[2], None, causal, None),
+            |t| nn::scaled_dot_product_attention(&t[0], &t[1], &t[2], None, 0.0, causal, None),
             &[q.clone(), k.clone(), v.clone()],
         );
     }
     // A bool mask equal to the causal one gives the same result; a float mask adds.
-    let causal = nn::scaled_dot_product_attention(&q, &k, &v, None, true, None)?;
+    let causal = nn::scaled_dot_product_attention(&q, &k, &v, None, 0.0, true, None)?;
     let mask = Tensor::ones(&[l, l], DType::Bool).tril(0)?;
-    let masked = nn::scaled_dot_product_attention(&q, &k, &v, Some(&mask), false, None)?;
+    let masked = nn::scaled_dot_product_attention(&q, &k, &v, Some(&mask), 0.0, false, None)?;
     assert!(close(
         &masked.to_vec::<f64>()?,
         &causal.to_vec::<f64>()?,
@@ -333,7 +333,7 @@ fn scaled_dot_product_attention_matches_the_reference() -> Result<()> {
     ));
     let additive =
         Tensor::zeros(&[l, l], DType::F64).masked_fill(&mask.logical_not()?, f64::NEG_INFINITY)?;
-    let added = nn::scaled_dot_product_attention(&q, &k, &v, Some(&additive), false, None)?;
+    let added = nn::scaled_dot_product_attention(&q, &k, &v, Some(&additive), 0.0, false, None)?;
     assert!(close(
         &added.to_vec::<f64>()?,
         &causal.to_vec::<f64>()?,
@@ -344,6 +344,7 @@ fn scaled_dot_product_attention_matches_the_reference() -> Result<()> {
         &k,
         &v,
         Some(&mask),
+        0.0,
         true,
         None,
     ));
@@ -356,6 +357,7 @@ fn scaled_dot_product_attention_matches_the_reference() -> Result<()> {
         &randn(&[2, l, 4], 0),
         &v,
         None,
+        0.0,
         false,
         None,
     ));
@@ -378,14 +380,14 @@ fn composites_batch_under_vmap() -> Result<()> {
     let g = vmap::vmap(
         |r: &[Tensor]| {
             Ok(vec![nn::scaled_dot_product_attention(
-                &r[0], &r[0], &r[0], None, true, None,
+                &r[0], &r[0], &r[0], None, 0.0, true, None,
             )?])
         },
         vec![Some(0)],
         vec![0],
     );
     let y = g(std::slice::from_ref(&q))?.remove(0);
-    let want = nn::scaled_dot_product_attention(&q, &q, &q, None, true, None)?;
+    let want = nn::scaled_dot_product_attention(&q, &q, &q, None, 0.0, true, None)?;
     assert!(close(&y.to_vec::<f64>()?, &want.to_vec::<f64>()?, 1e-14));
     Ok(())
 }
@@ -400,12 +402,12 @@ fn fully_masked_attention_row_is_zero_with_finite_gradients() -> Result<()> {
     let mut m = vec![true; 15];
     m[5..10].fill(false); // row 1 sees nothing
     let mask = Tensor::from_vec(m, &[3, 5])?;
-    let y = nn::scaled_dot_product_attention(&q, &k, &v, Some(&mask), false, None)?;
+    let y = nn::scaled_dot_product_attention(&q, &k, &v, Some(&mask), 0.0, false, None)?;
     let out = y.to_vec::<f64>()?;
     assert_eq!(&out[2..4], &[0.0, 0.0]);
     assert!(out.iter().all(|x| x.is_finite()));
     // The other rows are plain attention.
-    let plain = nn::scaled_dot_product_attention(&q, &k, &v, None, false, None)?;
+    let plain = nn::scaled_dot_product_attention(&q, &k, &v, None, 0.0, false, None)?;
     let plain = plain.to_vec::<f64>()?;
     assert!(close(&out[..2], &plain[..2], 1e-12) && close(&out[4..], &plain[4..], 1e-12));
     y.sum_all()?.backward()?;
@@ -451,8 +453,8 @@ fn half_nn_functions_compute_in_f32_and_round_once() -> Result<()> {
             h(&[2, 7, 8], 8, 1.0)?,
         );
         same(
-            &nn::scaled_dot_product_attention(&q, &k, &v, None, true, None)?,
-            &nn::scaled_dot_product_attention(&f(&q)?, &f(&k)?, &f(&v)?, None, true, None)?,
+            &nn::scaled_dot_product_attention(&q, &k, &v, None, 0.0, true, None)?,
+            &nn::scaled_dot_product_attention(&f(&q)?, &f(&k)?, &f(&v)?, None, 0.0, true, None)?,
         )?;
     }
     Ok(())

@@ -83,6 +83,7 @@ pub(crate) fn run_composite(op: &str, a: &[Arg]) -> Result<Option<Vec<Tensor>>> 
             a[1].tensor(),
             a[2].tensor(),
             a[3].opt_tensor(),
+            0.0,
             a[4].bool(),
             a[5].opt_float(),
         )?,

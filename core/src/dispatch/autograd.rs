@@ -46,7 +46,9 @@ impl Layer for Autograd {
                     Saved::Nothing => vec![],
                     Saved::Inputs => inputs.iter().copied().cloned().collect(),
                     Saved::Outputs => outs.clone(),
-                    Saved::All => inputs.iter().copied().chain(&outs).cloned().collect(),
+                    Saved::All | Saved::AllAsData => {
+                        inputs.iter().copied().chain(&outs).cloned().collect()
+                    }
                 };
                 let saved: Vec<&Tensor> = saved.iter().collect();
                 let backward = Box::new(BuiltinBackward {

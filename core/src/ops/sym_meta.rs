@@ -234,7 +234,8 @@ impl SymCtx<'_> {
     }
 }
 
-/// `_fused_attention` (output `batch ++ [L, Ev]`, log-sum-exp `batch ++ [L]`) and its backward
+/// `_fused_attention` (output `batch ++ [L, Ev]`, log-sum-exp `batch ++ [L]`, the 0-d dropout
+/// seed) and its backward
 /// (the gradients take the query's, key's and value's shapes), when query, key and value share
 /// their batch dims exactly (broadcast batch dims get no rule).
 fn attention(args: &[SymArg], forward: bool) -> Option<Vec<Vec<SymExpr>>> {
@@ -254,7 +255,7 @@ fn attention(args: &[SymArg], forward: bool) -> Option<Vec<Vec<SymExpr>>> {
     }
     let mut out = q[..r - 1].to_vec();
     out.push(v[r - 1]);
-    Some(vec![out, q[..r - 1].to_vec()])
+    Some(vec![out, q[..r - 1].to_vec(), Vec::new()])
 }
 
 /// `conv2d`'s output `[N, O, OH, OW]`, each spatial size

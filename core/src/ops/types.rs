@@ -55,6 +55,11 @@ pub enum Saved {
     Inputs,
     Outputs,
     All,
+    /// Inputs and outputs, the outputs read as data only (the derivative never differentiates
+    /// through them): under `create_graph` the forward is not recomputed to make them
+    /// differentiable, so outputs holding a random draw (`_fused_attention`'s dropout seed)
+    /// keep the one the forward made.
+    AllAsData,
 }
 
 /// What autocast does with an op's floating inputs (PyTorch's policy, reduced to our op set).

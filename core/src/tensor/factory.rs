@@ -38,7 +38,7 @@ impl SplitMix64 {
 }
 
 /// Draws a fresh stream seed from the global state (so successive calls differ).
-fn next_stream() -> u64 {
+pub(crate) fn next_stream() -> u64 {
     SEED.fetch_add(0x2545_f491_4f6c_dd1d, Ordering::SeqCst)
 }
 

@@ -13,9 +13,11 @@ use crate::module::Forward;
 /// starts at zero). Heads attend through [`nn::scaled_dot_product_attention`].
 ///
 /// Inputs are `[L, N, E]` (PyTorch's default) or `[N, L, E]` with `batch_first`, or unbatched
-/// `[L, E]`. Differences from PyTorch: no attention dropout, no `key_padding_mask`, separate
-/// key/value sizes (`kdim`/`vdim`) or bias-kv; the call returns the output only (no averaged
-/// attention weights).
+/// `[L, E]`. Attention dropout ([`MultiheadAttention::with_dropout`], PyTorch's `dropout`
+/// argument, 0 by default) drops attention probabilities in training mode only (the fused
+/// kernel's dropout, from the global generator). Differences from PyTorch: no
+/// `key_padding_mask`, separate key/value sizes (`kdim`/`vdim`) or bias-kv; the call returns
+/// the output only (no averaged attention weights).
 ///
 /// ```
 /// use tensorplay_nn::{Forward, Module, MultiheadAttention};
@@ -43,6 +45,10 @@ pub struct MultiheadAttention {
     pub num_heads: usize,
     /// Inputs are `[N, L, E]` (else `[L, N, E]`).
     pub batch_first: bool,
+    /// The attention dropout probability (applied in training mode only).
+    pub dropout: f64,
+    /// Training mode (attention dropout active) or evaluation mode.
+    pub training: bool,
 }
 
 impl MultiheadAttention {
@@ -85,13 +91,47 @@ impl MultiheadAttention {
             embed_dim,
             num_heads,
             batch_first,
+            dropout: 0.0,
+            training: true,
         })
+    }
+
+    /// The layer with attention dropout `p` in `[0, 1]` (PyTorch's `dropout` argument), active
+    /// in training mode only.
+    ///
+    /// ```
+    /// use tensorplay_nn::{Forward, Module, MultiheadAttention};
+    /// use tensorplay_runtime::{DType, Tensor, manual_seed};
+    /// let mut mha = MultiheadAttention::new(8, 2, true)?.with_dropout(0.5)?;
+    /// let x = Tensor::randn_seeded(&[2, 5, 8], DType::F32, 0)?;
+    /// manual_seed(1);
+    /// let a = mha.forward(&x)?.to_vec::<f32>()?;
+    /// manual_seed(1);
+    /// assert_eq!(mha.forward(&x)?.to_vec::<f32>()?, a); // the same masks
+    /// mha.eval(); // no dropout: the plain attention
+    /// let plain = MultiheadAttention { dropout: 0.0, ..mha.clone() };
+    /// assert_eq!(mha.forward(&x)?.to_vec::<f32>()?, plain.forward(&x)?.to_vec::<f32>()?);
+    /// assert!(MultiheadAttention::new(8, 2, true)?.with_dropout(1.5).is_err());
+    /// # Ok::<(), tensorplay_runtime::Error>(())
+    /// ```
+    pub fn with_dropout(mut self, p: f64) -> Result<Self> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(Error::argument(
+                "MultiheadAttention",
+                "dropout",
+                "a probability in [0, 1]",
+                p.to_string(),
+            ));
+        }
+        self.dropout = p;
+        Ok(self)
     }
 
     /// Attention of `query` over `key`/`value`. `attn_mask` follows PyTorch's
     /// `MultiheadAttention`: a bool mask is **true where attending is not allowed**, a float
     /// mask is added to the scores; `[L, S]` or `[N * num_heads, L, S]`. `is_causal` masks
-    /// future positions instead (and excludes `attn_mask`).
+    /// future positions instead (and excludes `attn_mask`). In training mode the attention
+    /// probabilities are dropped with probability [`MultiheadAttention::dropout`].
     pub fn attend(
         &self,
         query: &Tensor,
@@ -139,7 +179,8 @@ impl MultiheadAttention {
         let (q, k, v) = (proj(query, 0)?, proj(key, 1)?, proj(value, 2)?);
         let (n, l) = (q.shape()[0], q.shape()[2]);
         let mask = attn_mask.map(|m| sdpa_mask(m, n, h)).transpose()?;
-        let y = nn::scaled_dot_product_attention(&q, &k, &v, mask.as_ref(), is_causal, None)?;
+        let p = if self.training { self.dropout } else { 0.0 };
+        let y = nn::scaled_dot_product_attention(&q, &k, &v, mask.as_ref(), p, is_causal, None)?;
         let y = self
             .out_proj
             .forward(&y.transpose(1, 2)?.reshape(&[n, l, e])?)?;

@@ -1,10 +1,10 @@
 //! Neural-network functions (PyTorch's `torch.nn.functional`): `linear`, `embedding` (and
 //! `embedding_padded`), `layer_norm`, `rms_norm`, `dropout`, `mse_loss`, `nll_loss`,
 //! `cross_entropy` (and their class-`weight` forms `nll_loss_weighted`,
-//! `cross_entropy_weighted`), `scaled_dot_product_attention`, and the CNN functions of the
-//! submodules, re-exported here: `conv1d`/`conv2d`/`conv_transpose2d` (`conv`), `max_pool2d`(`_with_indices`),
-//! `avg_pool2d`, `adaptive_avg_pool2d` (`pool`), `batch_norm`, `group_norm` (`norm`), `pad`
-//! (`pad`) and `interpolate` (`interpolate`).
+//! `cross_entropy_weighted`), `scaled_dot_product_attention` (with attention dropout), and the
+//! CNN functions of the submodules, re-exported here: `conv1d`/`conv2d`/`conv_transpose2d`
+//! (`conv`), `max_pool2d`(`_with_indices`), `avg_pool2d`, `adaptive_avg_pool2d` (`pool`),
+//! `batch_norm`, `group_norm` (`norm`), `pad` (`pad`) and `interpolate` (`interpolate`).
 //!
 //! Each is a composite of op-table ops, as PyTorch decomposes them: there is no kernel here, so
 //! autograd differentiates the ops they are made of, vmap batches them, and the compiler fuses
@@ -722,21 +722,37 @@ pub fn cross_entropy_weighted(
 }
 
 /// Attention `softmax(q @ k^T * scale + mask) @ v` over the last two dims (`q: [..., L, E]`,
-/// `k: [..., S, E]`, `v: [..., S, Ev]`, leading dims broadcast). `attn_mask` is a bool mask
-/// (true = attend) or a float mask added to the scores; `is_causal` masks out positions
-/// `s > l` (and excludes `attn_mask`, as in PyTorch); `scale` defaults to `1 / sqrt(E)`. A
-/// query row the mask blocks entirely gives 0 (PyTorch's safe softmax). f16/bf16 inputs compute
-/// both products and the softmax in f32 and round once.
+/// `k: [..., S, E]`, `v: [..., S, Ev]`, leading dims broadcast), with PyTorch's argument order.
+/// `attn_mask` is a bool mask (true = attend) or a float mask added to the scores;
+/// `dropout_p` (in `[0, 1]`) drops each attention probability with that probability and
+/// scales the kept ones by `1 / (1 - p)` (always, as PyTorch's functional form: pass 0 outside
+/// training); `is_causal` masks out positions `s > l` (and excludes `attn_mask`, as in
+/// PyTorch); `scale` defaults to `1 / sqrt(E)`. A query row the mask blocks entirely gives 0
+/// (PyTorch's safe softmax). f16/bf16 inputs compute both products and the softmax in f32 and
+/// round once.
+///
+/// Dropout draws one seed per call from the global generator ([`crate::manual_seed`] makes it
+/// reproducible; compiled calls draw a fresh one each, as eager ones); on CPU the fused kernel
+/// derives each decision from that seed without a mask tensor, and its backward regenerates
+/// them. `dropout_p = 0` draws nothing.
 ///
 /// ```
 /// use tensorplay_runtime::{nn, DType, Tensor};
 /// let q = Tensor::randn_seeded(&[2, 4, 8], DType::F32, 0)?;
 /// let v = Tensor::randn_seeded(&[2, 4, 8], DType::F32, 1)?;
-/// let y = nn::scaled_dot_product_attention(&q, &q, &v, None, true, None)?;
+/// let y = nn::scaled_dot_product_attention(&q, &q, &v, None, 0.0, true, None)?;
 /// assert_eq!(y.shape(), &[2, 4, 8]);
 /// // The first position attends only to itself.
 /// let first = y.select(1, 0)?.to_vec::<f32>()?;
 /// assert_eq!(first, v.select(1, 0)?.to_vec::<f32>()?);
+/// // With dropout, the first position's only probability is dropped (zero row) or kept
+/// // (scaled by 1 / (1 - p) = 2).
+/// tensorplay_runtime::manual_seed(3);
+/// let d = nn::scaled_dot_product_attention(&q, &q, &v, None, 0.5, true, None)?;
+/// let row = d.select(1, 0)?.to_vec::<f32>()?;
+/// let twice: Vec<f32> = first.iter().map(|x| 2.0 * x).collect();
+/// assert!(row.iter().all(|&x| x == 0.0) || row == twice);
+/// assert!(nn::scaled_dot_product_attention(&q, &q, &v, None, 1.5, true, None).is_err());
 /// # Ok::<(), tensorplay_runtime::Error>(())
 /// ```
 pub fn scaled_dot_product_attention(
@@ -744,10 +760,19 @@ pub fn scaled_dot_product_attention(
     k: &Tensor,
     v: &Tensor,
     attn_mask: Option<&Tensor>,
+    dropout_p: f64,
     is_causal: bool,
     scale: Option<f64>,
 ) -> Result<Tensor> {
     const OP: &str = "scaled_dot_product_attention";
+    if !(0.0..=1.0).contains(&dropout_p) {
+        return Err(Error::argument(
+            OP,
+            "dropout_p",
+            "a probability in [0, 1]",
+            dropout_p.to_string(),
+        ));
+    }
     for (arg, t) in [("query", q), ("key", k), ("value", v)] {
         if t.rank() < 2 {
             return Err(Error::argument(
@@ -787,6 +812,7 @@ pub fn scaled_dot_product_attention(
             Value::Tensor(k.clone()),
             Value::Tensor(v.clone()),
             Value::OptionalTensor(attn_mask.cloned()),
+            Value::Float(dropout_p),
             Value::Bool(is_causal),
             Value::Float(scale),
         ];
@@ -806,11 +832,21 @@ pub fn scaled_dot_product_attention(
             &up(k)?,
             &up(v)?,
             mask.as_ref(),
+            dropout_p,
             is_causal,
             Some(scale),
         )?;
         return y.to_dtype(dt);
     }
+    // The decomposed formula (tensors off the CPU): dropout on the probabilities, with a mask
+    // from the global generator.
+    let drop = |p: Tensor| -> Result<Tensor> {
+        if dropout_p > 0.0 {
+            dropout_global(&p, dropout_p, true)
+        } else {
+            Ok(p)
+        }
+    };
     let scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
     let scores = if is_causal {
         let future = col_minus_row(q.sym_size(-2)?, k.sym_size(-2)?)?.gt_scalar(0)?;
@@ -825,7 +861,7 @@ pub fn scaled_dot_product_attention(
         }
     };
     if attn_mask.is_none() {
-        return scores.softmax(-1)?.matmul(v);
+        return drop(scores.softmax(-1)?)?.matmul(v);
     }
     // A row the mask blocks entirely attends to nothing: its weights are 0 (PyTorch's safe
     // softmax), not the NaN of softmax over all -inf. The row's scores are replaced by 0 before
@@ -835,5 +871,5 @@ pub fn scaled_dot_product_attention(
         .any(&[-1], true)?
         .logical_not()?;
     let safe = scores.masked_fill(&blocked, 0.0)?;
-    safe.softmax(-1)?.masked_fill(&blocked, 0.0)?.matmul(v)
+    drop(safe.softmax(-1)?.masked_fill(&blocked, 0.0)?)?.matmul(v)
 }

@@ -15,11 +15,17 @@
 //! upper triangle. Rows that see no key (every score masked) produce a zero output row, a
 //! log-sum-exp of `-inf` and zero gradients, as PyTorch 2.15's fused kernels do.
 //!
+//! With attention dropout, each row's probabilities are dropped after its log-sum-exp (which
+//! stays the undropped one) by the counter-based decisions of [`super::dropout`]; the backward
+//! regenerates them per element (no mask tensor in either direction).
+//!
 //! Products are accumulated with fused multiply-adds (`mul_add`) and row sums over eight
 //! partial sums, in one order on every host.
 
 use tensorplay_math::MathFn;
 use tensorplay_math::bulk::{self, BulkOp, UnaryFn};
+
+use super::dropout::Dropout;
 
 /// The floating types the loops run in: `f32` (also the compute type of f16/bf16) and `f64`.
 pub(super) trait Real:
@@ -108,6 +114,10 @@ pub(super) struct Dims<F> {
     pub ev: usize,
     pub causal: bool,
     pub scale: F,
+    /// Attention dropout (`None` when `dropout_p` is 0) and the head's index among the call's
+    /// heads (the dropout counter's high part).
+    pub dropout: Option<Dropout<F>>,
+    pub head: usize,
 }
 
 /// A head's operand: row `i` starts at `data[i * rs]` (its elements are contiguous).
@@ -336,6 +346,12 @@ impl<F: Real> Dims<F> {
         }
     }
 
+    /// The dropout counter of row `i`'s first key.
+    #[inline(always)]
+    fn counter(&self, i: usize) -> u64 {
+        ((self.head * self.l + i) * self.s) as u64
+    }
+
     /// The query blocks: first row, rows, and the keys the block's rows can see at most.
     fn blocks(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
         (0..self.l).step_by(ROWS).map(move |i0| {
@@ -384,6 +400,18 @@ pub(super) fn forward<F: Real>(
             }
             totals[r] = row_sum(&sc[r * sp..r * sp + keys]);
             lse[i] = maxes[r] + totals[r].ln();
+            if let Some(d) = &dims.dropout {
+                // The log-sum-exp and the totals are the undropped ones; the kept
+                // probabilities are scaled by 1 / (1 - p).
+                let n = dims.counter(i);
+                for (j, x) in sc[r * sp..r * sp + keys].iter_mut().enumerate() {
+                    *x = if d.keep(n + j as u64) {
+                        *x * d.inv_keep
+                    } else {
+                        F::ZERO
+                    };
+                }
+            }
         }
         let pa = Mat {
             data: &sc,
@@ -467,8 +495,24 @@ pub(super) fn backward<F: Real>(
                 .fold(F::ZERO, |a, (&x, &y)| x.fma(y, a))
                 - glse[i];
             let seen = dims.visible(i);
-            for (d, &pj) in dr[..seen].iter_mut().zip(pr.iter()) {
-                *d = pj * (*d - delta) * dims.scale;
+            match &dims.dropout {
+                None => {
+                    for (d, &pj) in dr[..seen].iter_mut().zip(pr.iter()) {
+                        *d = pj * (*d - delta) * dims.scale;
+                    }
+                }
+                Some(drop) => {
+                    // With dropout the product gave dP̃ (of the dropped probabilities P̃):
+                    // dP = dP̃ ∘ keep / (1 - p), and P becomes P̃ for dV = P̃ᵀ dO. delta is
+                    // unchanged: Σ_j p_j dp_j = Σ_j p̃_j dp̃_j = g_i . out_i.
+                    let n = dims.counter(i);
+                    for (j, (d, pj)) in dr[..seen].iter_mut().zip(pr.iter_mut()).enumerate() {
+                        let keep = drop.keep(n + j as u64);
+                        let dp = if keep { *d * drop.inv_keep } else { F::ZERO };
+                        *d = *pj * (dp - delta) * dims.scale;
+                        *pj = if keep { *pj * drop.inv_keep } else { F::ZERO };
+                    }
+                }
             }
             dr[seen..].iter_mut().for_each(|x| *x = F::ZERO);
         }

@@ -15,15 +15,27 @@
 //! rounded once. The log-sum-exp output is f32 (f64 for f64 inputs); its gradient is supported
 //! by the fused backward (not under `create_graph`).
 //!
+//! Attention dropout (`dropout_p > 0`): the probabilities (after the log-sum-exp, which stays
+//! the undropped one) are zeroed with probability `p` and the kept ones scaled by `1 / (1 - p)`.
+//! No mask tensor exists: each decision is a counter-based hash of a seed drawn once per call
+//! from the global generator (`manual_seed`) and the element's `(head, i, j)` ([`dropout`]); the
+//! seed is the forward's third output, which the backward takes to regenerate the decisions.
+//! The op draws it when it runs, so a compiled graph (where the op is opaque) draws a fresh one
+//! per call, as eager does. `dropout_p = 0` draws nothing and runs the kernels unchanged.
+//!
 //! Derivative: the fused backward op when the backward is not itself recorded; under
-//! `create_graph` the gradients come from the decomposed formula (differentiable again).
+//! `create_graph` the gradients come from the decomposed formula (differentiable again), with
+//! the dropout mask materialized from the seed ([`dropout_keep_mask`]).
 
+mod dropout;
 mod kernel;
 
 use rayon::prelude::*;
 use tensorplay_ir::shape::{broadcast_shapes, fmt_shape};
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
+pub use self::dropout::dropout_keep_mask;
+use self::dropout::{Dropout, check_dropout_p, draw_seed};
 use self::kernel::{Dims, Mask, Real, Rows};
 use crate::autograd::is_grad_enabled;
 use crate::dispatch::call;
@@ -34,18 +46,23 @@ use crate::tensor::Tensor;
 use crate::value::{Args, Value};
 
 /// `_fused_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None,
-/// bool is_causal=False, float? scale=None) -> (Tensor output, Tensor logsumexp)`.
+/// float dropout_p=0.0, bool is_causal=False, float? scale=None) -> (Tensor output,
+/// Tensor logsumexp, Tensor seed)`. `seed` is the 0-d i64 seed of the call's dropout (drawn from
+/// the global generator when `dropout_p > 0`, else 0, drawing nothing).
 pub static FUSED_ATTENTION: OpDef = OpDef {
     name: "_fused_attention",
     schema: "_fused_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, \
-             bool is_causal=False, float? scale=None) -> (Tensor output, Tensor logsumexp)",
+             float dropout_p=0.0, bool is_causal=False, float? scale=None) -> (Tensor output, \
+             Tensor logsumexp, Tensor seed)",
     class: OpClass::Opaque,
     kernel: Kernel::Compute {
         meta: forward_meta,
         fill: forward_fill,
     },
     derivative: Some(attention_grad),
-    saved: Saved::All,
+    // The outputs are read as data (the fused backward's operands, the seed): `create_graph`
+    // must not recompute the forward, which would draw another dropout seed.
+    saved: Saved::AllAsData,
     lower: Lower::None,
     autocast: AutocastPolicy::Keep,
     vmap: VmapRule::Derived,
@@ -53,13 +70,15 @@ pub static FUSED_ATTENTION: OpDef = OpDef {
 
 /// `_fused_attention_backward(Tensor grad_output, Tensor query, Tensor key, Tensor value,
 /// Tensor? attn_mask, Tensor output, Tensor logsumexp, bool is_causal, float scale,
-/// Tensor? grad_logsumexp=None) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value)`.
+/// Tensor? grad_logsumexp=None, float dropout_p=0.0, Tensor? seed=None) -> (Tensor grad_query,
+/// Tensor grad_key, Tensor grad_value)`: `dropout_p` and the forward's `seed` regenerate its
+/// dropout decisions.
 pub static FUSED_ATTENTION_BACKWARD: OpDef = OpDef {
     name: "_fused_attention_backward",
     schema: "_fused_attention_backward(Tensor grad_output, Tensor query, Tensor key, \
              Tensor value, Tensor? attn_mask, Tensor output, Tensor logsumexp, bool is_causal, \
-             float scale, Tensor? grad_logsumexp=None) -> (Tensor grad_query, Tensor grad_key, \
-             Tensor grad_value)",
+             float scale, Tensor? grad_logsumexp=None, float dropout_p=0.0, \
+             Tensor? seed=None) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value)",
     class: OpClass::Opaque,
     kernel: Kernel::Compute {
         meta: backward_meta,
@@ -183,10 +202,12 @@ fn lse_dtype(dtype: DType) -> DType {
 
 fn forward_meta(a: Args) -> Result<Vec<OutSpec>> {
     let g = geometry(a.op, a, 0)?;
+    check_dropout_p(a.op, a.float(4)?)?;
     let dtype = a.tensor(0)?.dtype();
     Ok(vec![
         OutSpec::new(&g.shape(&[g.l, g.ev]), dtype),
         OutSpec::new(&g.shape(&[g.l]), lse_dtype(dtype)),
+        OutSpec::new(&[], DType::I64),
     ])
 }
 
@@ -198,7 +219,18 @@ fn backward_meta(a: Args) -> Result<Vec<OutSpec>> {
         ("output", 5, g.shape(&[g.l, g.ev])),
         ("logsumexp", 6, g.shape(&[g.l])),
         ("grad_logsumexp", 9, g.shape(&[g.l])),
+        ("seed", 11, Vec::new()),
     ];
+    let p = a.float(10)?;
+    check_dropout_p(a.op, p)?;
+    if p > 0.0 && a.opt_tensor(11)?.is_none_or(|t| t.dtype() != DType::I64) {
+        return Err(Error::argument(
+            a.op,
+            "seed",
+            "the forward's 0-d i64 seed when dropout_p > 0",
+            "none or another dtype",
+        ));
+    }
     for (name, i, shape) in expect {
         let Some(t) = a.opt_tensor(i)? else {
             continue;
@@ -405,8 +437,15 @@ fn forward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     let g = geometry(a.op, a, 0)?;
     let dtype = a.tensor(0)?.dtype();
     let compute = lse_dtype(dtype);
-    let scale = resolved_scale(a, 5, g.e)?;
-    let causal = a.bool(4)?;
+    let scale = resolved_scale(a, 6, g.e)?;
+    let causal = a.bool(5)?;
+    let p = a.float(4)?;
+    // One seed per call, drawn only with dropout (p = 0 leaves the generator alone).
+    let seed = if p > 0.0 { draw_seed() } else { 0 };
+    let at = outs[2].data_ptr(a.op)? as *mut i64;
+    // SAFETY: `outs[2]` is the fresh 0-d i64 output: one element at `at`, no other reference.
+    unsafe { at.write(seed as i64) };
+    let drop = (p, seed);
     let [q, k, v] = [(0, [g.l, g.e]), (1, [g.s, g.e]), (2, [g.s, g.ev])]
         .map(|(i, tail)| a.tensor(i).and_then(|t| operand(t, &g, &tail, compute)));
     let (q, k, v) = (q?, k?, v?);
@@ -428,6 +467,7 @@ fn forward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
             (&out, &outs[1]),
             causal,
             scale,
+            drop,
         )?,
         _ => forward_heads::<f32>(
             a.op,
@@ -437,6 +477,7 @@ fn forward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
             (&out, &outs[1]),
             causal,
             scale,
+            drop,
         )?,
     }
     if dtype != compute {
@@ -454,6 +495,7 @@ fn forward_heads<F: Real + Element>(
     (out, lse): (&Tensor, &Tensor),
     causal: bool,
     scale: f64,
+    drop: (f64, u64),
 ) -> Result<()> {
     let (q, k, v) = (
         Heads::<F>::of(op, q)?,
@@ -468,6 +510,8 @@ fn forward_heads<F: Real + Element>(
         ev: g.ev,
         causal,
         scale: F::of(scale),
+        dropout: call_dropout(drop),
+        head: 0,
     };
     let (po, pl) = (
         Base(out.data_ptr(op)? as *mut F),
@@ -479,6 +523,7 @@ fn forward_heads<F: Real + Element>(
         // SAFETY: `out` and `lse` are fresh contiguous outputs of `heads x L x Ev` and
         // `heads x L` elements; head `h` writes only its own block.
         let (o, m) = unsafe { (po.block(h * l * ev, l * ev), pl.block(h * l, l)) };
+        let dims = Dims { head: h, ..dims };
         run_forward(&dims, ins, head_mask(md.as_ref(), h), o, m);
     });
     Ok(())
@@ -489,6 +534,11 @@ fn backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     let dtype = a.tensor(1)?.dtype();
     let compute = lse_dtype(dtype);
     let (causal, scale) = (a.bool(7)?, a.float(8)?);
+    let p = a.float(10)?;
+    let seed = match a.opt_tensor(11)? {
+        Some(t) if p > 0.0 => t.item::<i64>()? as u64,
+        _ => 0,
+    };
     let tails = [
         (0, [g.l, g.ev]),
         (1, [g.l, g.e]),
@@ -517,8 +567,28 @@ fn backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     let ins = (&q?, &k?, &v?);
     let saved = (&o?, &lse, &gr?, &glse);
     match compute {
-        DType::F64 => backward_heads::<f64>(a.op, &g, ins, &mask, saved, &grads, causal, scale)?,
-        _ => backward_heads::<f32>(a.op, &g, ins, &mask, saved, &grads, causal, scale)?,
+        DType::F64 => backward_heads::<f64>(
+            a.op,
+            &g,
+            ins,
+            &mask,
+            saved,
+            &grads,
+            causal,
+            scale,
+            (p, seed),
+        )?,
+        _ => backward_heads::<f32>(
+            a.op,
+            &g,
+            ins,
+            &mask,
+            saved,
+            &grads,
+            causal,
+            scale,
+            (p, seed),
+        )?,
     }
     if dtype != compute {
         for (dst, src) in outs.iter().zip(&grads) {
@@ -538,6 +608,7 @@ fn backward_heads<F: Real + Element>(
     grads: &[Tensor],
     causal: bool,
     scale: f64,
+    drop: (f64, u64),
 ) -> Result<()> {
     let (q, k, v) = (
         Heads::<F>::of(op, q)?,
@@ -554,6 +625,8 @@ fn backward_heads<F: Real + Element>(
         ev: g.ev,
         causal,
         scale: F::of(scale),
+        dropout: call_dropout(drop),
+        head: 0,
     };
     let [pq, pk, pv] = [0, 1, 2].map(|i| grads[i].data_ptr(op).map(|p| Base(p as *mut F)));
     let (pq, pk, pv) = (pq?, pk?, pv?);
@@ -575,9 +648,15 @@ fn backward_heads<F: Real + Element>(
                 pv.block(h * s * ev, s * ev),
             )
         };
+        let dims = Dims { head: h, ..dims };
         run_backward(&dims, ins, head_mask(md.as_ref(), h), saved, (dq, dk, dv));
     });
     Ok(())
+}
+
+/// A call's dropout from `(dropout_p, seed)`: none when `dropout_p` is 0.
+fn call_dropout<F: Real>((p, seed): (f64, u64)) -> Option<Dropout<F>> {
+    (p > 0.0).then(|| Dropout::new(p, seed, F::of(1.0 / (1.0 - p))))
 }
 
 /// The forward of one head, built for the widest vector ISA the host has.
@@ -703,6 +782,35 @@ pub fn attention_composite(
     causal: bool,
     scale: f64,
 ) -> Result<Tensor> {
+    attention_composite_dropout(q, k, v, mask, causal, scale, None)
+}
+
+/// [`attention_composite`] with attention dropout: `dropout` is the keep mask (`true` = kept,
+/// broadcastable to the probabilities' `batch ++ [L, S]`, e.g. [`dropout_keep_mask`] of the
+/// fused op's seed) and `dropout_p`; the kept probabilities are scaled by `1 / (1 - p)`.
+///
+/// ```
+/// use tensorplay_core::ops::attention::{attention_composite_dropout, dropout_keep_mask};
+/// use tensorplay_core::{DType, Tensor};
+/// let q = Tensor::randn_seeded(&[2, 4, 8], DType::F64, 0)?;
+/// let keep = dropout_keep_mask(&[2], 4, 4, 0.5, 9)?;
+/// let y = attention_composite_dropout(&q, &q, &q, None, true, 0.3, Some((&keep, 0.5)))?;
+/// assert_eq!(y.shape(), &[2, 4, 8]);
+/// // Dropping everything gives zeros.
+/// let none = dropout_keep_mask(&[2], 4, 4, 1.0, 9)?;
+/// let z = attention_composite_dropout(&q, &q, &q, None, true, 0.3, Some((&none, 1.0)))?;
+/// assert!(z.to_vec::<f64>()?.iter().all(|&x| x == 0.0));
+/// # Ok::<(), tensorplay_core::Error>(())
+/// ```
+pub fn attention_composite_dropout(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    causal: bool,
+    scale: f64,
+    dropout: Option<(&Tensor, f64)>,
+) -> Result<Tensor> {
     let scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
     let keep = if causal {
         let (l, s) = (q.size(-2)?, k.size(-2)?);
@@ -720,14 +828,24 @@ pub fn attention_composite(
     let p = scores.softmax(-1)?;
     // A row with no visible key is NaN after softmax; PyTorch's fused kernels give zeros.
     let p = p.masked_fill(&p.isnan()?, 0.0)?;
+    let p = match dropout {
+        None => p,
+        // Nothing kept: zeros (not 0 · inf).
+        Some((_, prob)) if prob >= 1.0 => p.mul_scalar(0.0)?,
+        Some((keep, prob)) => p
+            .masked_fill(&keep.logical_not()?, 0.0)?
+            .mul_scalar(1.0 / (1.0 - prob))?,
+    };
     p.matmul(v)
 }
 
 fn attention_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
     let glse = c.grads.get(1).cloned().flatten();
     let mask = c.args.opt_tensor(3)?;
-    let causal = c.args.bool(4)?;
-    let scale = resolved_scale(c.args, 5, c.args.tensor(0)?.size(-1)?)?;
+    let p = c.args.float(4)?;
+    let causal = c.args.bool(5)?;
+    let scale = resolved_scale(c.args, 6, c.args.tensor(0)?.size(-1)?)?;
+    let seed = (p > 0.0).then(|| c.outputs[2].clone());
     let g = c.grad(0)?;
     let record = is_grad_enabled();
     let mask_grad = mask.is_some_and(|m| m.dtype() != DType::Bool && m.requires_grad());
@@ -741,7 +859,7 @@ fn attention_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
                  that requires grad",
             ));
         }
-        return composite_grad(c, mask_grad, causal, scale, g, record);
+        return composite_grad(c, mask_grad, (causal, scale, p), g, record);
     }
     let mut args = vec![Value::Tensor(g)];
     args.extend(c.args.values[..4].iter().cloned());
@@ -751,6 +869,8 @@ fn attention_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
         Value::Bool(causal),
         Value::Float(scale),
         Value::OptionalTensor(glse),
+        Value::Float(p),
+        Value::OptionalTensor(seed),
     ]);
     let grads = call(&FUSED_ATTENTION_BACKWARD, &args)?;
     // Broadcast batch dims: each input's gradient sums over the dims it was expanded along.
@@ -765,16 +885,25 @@ fn attention_grad(c: &GradCtx) -> Result<Vec<Option<Tensor>>> {
 }
 
 /// The gradients of the tensor arguments (query, key, value, then the mask when present)
-/// through [`attention_composite`], recorded when `record` (`create_graph`).
+/// through [`attention_composite_dropout`], recorded when `record` (`create_graph`). With
+/// dropout the forward's keep mask is materialized from its seed (this rare path only).
 fn composite_grad(
     c: &GradCtx,
     mask_grad: bool,
-    causal: bool,
-    scale: f64,
+    (causal, scale, p): (bool, f64, f64),
     g: Tensor,
     record: bool,
 ) -> Result<Vec<Option<Tensor>>> {
     let (q, k, v) = (c.args.tensor(0)?, c.args.tensor(1)?, c.args.tensor(2)?);
+    let keep = if p > 0.0 {
+        let out = &c.outputs[0];
+        let r = out.rank();
+        let seed = c.outputs[2].item::<i64>()? as u64;
+        let (l, s) = (q.size(-2)?, k.size(-2)?);
+        Some(dropout_keep_mask(&out.shape()[..r - 2], l, s, p, seed)?)
+    } else {
+        None
+    };
     let mask = c.args.opt_tensor(3)?;
     let mut wanted: Vec<Tensor> = [q, k, v]
         .into_iter()
@@ -787,7 +916,7 @@ fn composite_grad(
     }
     let out = {
         let _on = crate::autograd::enable_grad();
-        attention_composite(q, k, v, mask, causal, scale)?
+        attention_composite_dropout(q, k, v, mask, causal, scale, keep.as_ref().map(|m| (m, p)))?
     };
     let mut got = crate::autograd::grad(&[out], &wanted, &[Some(g)], record)?.into_iter();
     let mut grads: Vec<Option<Tensor>> = slots
