@@ -6,6 +6,11 @@ per thread count, and prints a Markdown table of the medians over rounds and the
 ratio TensorPlay / PyTorch (PyTorch time / TensorPlay time).
 
     python3 scripts/bench/conv.py --threads 1,2 --torch-python /path/to/venv/bin/python
+
+`--variant NAME:VAR=VALUE[,VAR=VALUE]` (repeatable) adds a run of our binary with those
+environment variables to every round (A/B of kernel choices in the same session, e.g.
+`--variant per-image:TP_CONV_COLS=1 --variant direct:TP_CONV_ALGO=direct`); each variant gets
+its own rows, its ratio against the same rounds' PyTorch.
 """
 
 import argparse
@@ -76,30 +81,41 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--torch-python", default=sys.executable)
+    ap.add_argument("--variant", action="append", default=[])
     args = ap.parse_args()
+    variants = [("default", {})]
+    for v in args.variant:
+        name, _, assigns = v.partition(":")
+        variants.append((name, dict(a.split("=", 1) for a in assigns.split(",") if a)))
     exe = bench_binary()
     table = shapes()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    print("| threads | shape | TP fwd ms | PT fwd ms | TP fwd+bwd ms | PT fwd+bwd ms | "
+    print("| threads | shape | variant | TP fwd ms | PT fwd ms | TP fwd+bwd ms | PT fwd+bwd ms | "
           "fwd ratio | fwd+bwd ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for th in args.threads.split(","):
-        ours, theirs = {}, {}
+        ours, theirs = {v: {} for v, _ in variants}, {}
         for _ in range(args.rounds):
-            env = dict(os.environ, TP_NUM_THREADS=th)
-            o = subprocess.run([exe], env=env, capture_output=True, text=True, check=True)
+            runs = []
+            for v, extra in variants:
+                env = dict(os.environ, TP_NUM_THREADS=th, **extra)
+                o = subprocess.run([exe], env=env, capture_output=True, text=True, check=True)
+                runs.append((ours[v], o.stdout))
             t = subprocess.run([args.torch_python, "-c", TWIN, th, json.dumps(table)],
                                capture_output=True, text=True, check=True)
-            for d, out in [(ours, o.stdout), (theirs, t.stdout)]:
+            runs.append((theirs, t.stdout))
+            for d, out in runs:
                 for k, r in parse(out).items():
                     d.setdefault(k, []).append(r)
-        for name in ours:
-            med = lambda rs, f: statistics.median(r[f] for r in rs)
-            a, b = ours[name], theirs[name]
-            af, bf = med(a, "fwd_ms"), med(b, "fwd_ms")
-            ab, bb = med(a, "fwd_bwd_ms"), med(b, "fwd_bwd_ms")
-            print(f"| {th} | {name} | {af:.1f} | {bf:.1f} | {ab:.1f} | {bb:.1f} | "
-                  f"{bf / af:.2f} | {bb / ab:.2f} |")
+        med = lambda rs, f: statistics.median(r[f] for r in rs)
+        for name in theirs:
+            b = theirs[name]
+            bf, bb = med(b, "fwd_ms"), med(b, "fwd_bwd_ms")
+            for v, _ in variants:
+                a = ours[v][name]
+                af, ab = med(a, "fwd_ms"), med(a, "fwd_bwd_ms")
+                print(f"| {th} | {name} | {v} | {af:.1f} | {bf:.1f} | {ab:.1f} | {bb:.1f} | "
+                      f"{bf / af:.2f} | {bb / ab:.2f} |")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

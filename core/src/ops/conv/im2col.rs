@@ -1,7 +1,9 @@
 //! The layout changes a convolution's products need: `im2col` gathers, for one image and one
 //! group, every input value each output position reads into a `[C_g * kH * kW, OH * OW]`
 //! matrix (zeros where the window overhangs the padding); `col2im` is its adjoint, adding such
-//! a matrix back onto an image (overlapping windows accumulate).
+//! a matrix back onto an image (overlapping windows accumulate). Both take the matrix's row
+//! stride, so the columns of several images can sit side by side in one wider matrix (one
+//! product over a batch of images).
 
 use super::geometry::Geometry;
 
@@ -26,8 +28,9 @@ fn valid_range(out: usize, size: usize, stride: usize, pad: usize, off: usize) -
     (lo.min(out), hi.min(out).max(lo.min(out)))
 }
 
-/// Fills `col` (`[cg * kh * kw, oh * ow]`, row-major) from `img` (`[cg, h, w]`, contiguous).
-pub(crate) fn im2col<F: Real>(g: &Geometry, img: &[F], col: &mut [F]) {
+/// Fills `col` (`[cg * kh * kw, oh * ow]`, rows `ld` apart) from `img` (`[cg, h, w]`,
+/// contiguous).
+pub(crate) fn im2col<F: Real>(g: &Geometry, img: &[F], col: &mut [F], ld: usize) {
     let l = g.oh * g.ow;
     let mut row = 0;
     for c in 0..g.cg() {
@@ -36,7 +39,7 @@ pub(crate) fn im2col<F: Real>(g: &Geometry, img: &[F], col: &mut [F]) {
             let (ylo, yhi) = valid_range(g.oh, g.h, g.sh, g.pt, ki * g.dh);
             for kj in 0..g.kw {
                 let (xlo, xhi) = valid_range(g.ow, g.w, g.sw, g.pl, kj * g.dw);
-                let dst = &mut col[row * l..(row + 1) * l];
+                let dst = &mut col[row * ld..row * ld + l];
                 row += 1;
                 dst[..ylo * g.ow].fill(F::default());
                 dst[yhi * g.ow..].fill(F::default());
@@ -63,9 +66,9 @@ pub(crate) fn im2col<F: Real>(g: &Geometry, img: &[F], col: &mut [F]) {
     }
 }
 
-/// Adds `col` (`[cg * kh * kw, oh * ow]`) onto `img` (`[cg, h, w]`): the adjoint of
-/// [`im2col`].
-pub(crate) fn col2im<F: Real>(g: &Geometry, col: &[F], img: &mut [F]) {
+/// Adds `col` (`[cg * kh * kw, oh * ow]`, rows `ld` apart) onto `img` (`[cg, h, w]`): the
+/// adjoint of [`im2col`].
+pub(crate) fn col2im<F: Real>(g: &Geometry, col: &[F], img: &mut [F], ld: usize) {
     let l = g.oh * g.ow;
     let mut row = 0;
     for c in 0..g.cg() {
@@ -74,7 +77,7 @@ pub(crate) fn col2im<F: Real>(g: &Geometry, col: &[F], img: &mut [F]) {
             let (ylo, yhi) = valid_range(g.oh, g.h, g.sh, g.pt, ki * g.dh);
             for kj in 0..g.kw {
                 let (xlo, xhi) = valid_range(g.ow, g.w, g.sw, g.pl, kj * g.dw);
-                let src = &col[row * l..(row + 1) * l];
+                let src = &col[row * ld..row * ld + l];
                 row += 1;
                 if xlo >= xhi {
                     continue;

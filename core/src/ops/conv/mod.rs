@@ -9,12 +9,16 @@
 //! needs no separate pad). The unbatched `[C, H, W]` form, 1-D convolution and the `"same"` /
 //! `"valid"` spellings are handled by `nn`.
 //!
-//! Kernels ([`kernel`]): each image is lowered to a `[C/g * kH * kW, OH * OW]` matrix
-//! ([`im2col`]) and multiplied by the group's `[O/g, C/g * kH * kW]` weight through the `gemm`
-//! crate; images run in parallel when there are enough of them, otherwise the product itself
-//! is parallel. The backward computes the input gradient as `W^T · grad` folded back with
-//! `col2im`, the weight gradient as `grad · col^T` summed over the batch, and the bias gradient
-//! as a sum. f16/bf16 compute in f32 and round once.
+//! Kernels ([`kernel`], [`products`]): each image is lowered to a `[C/g * kH * kW, OH * OW]`
+//! matrix ([`im2col`]) and multiplied by the group's `[O/g, C/g * kH * kW]` weight through the
+//! `gemm` crate; the batch is cut into one chunk of images per pool thread, otherwise (fewer
+//! images than threads) the product itself is parallel. A stride-1, undilated, ungrouped
+//! forward whose padding adds little work runs the direct kernel instead ([`direct`]: shifted
+//! products over the zero-padded image, no im2col matrix); `docs/PERFORMANCE.md`
+//! ("Convolution") has the measurements behind both choices and behind one image a product.
+//! The backward computes the input gradient as `W^T · grad` folded back with `col2im`, the
+//! weight gradient as `grad · col^T` summed over the batch, and the bias gradient as a sum.
+//! f16/bf16 compute in f32 and round once.
 //!
 //! Derivatives: `conv2d`'s is `conv2d_backward` (only the gradients that are needed). The
 //! backward is linear in each of its operands, so its own derivative is made of `conv2d` and
@@ -28,9 +32,11 @@
 //!
 //! Both ops are opaque in compiled graphs (barriers, like matmul).
 
+mod direct;
 mod geometry;
 mod im2col;
 mod kernel;
+mod products;
 mod transpose;
 
 pub use self::transpose::{CONV_TRANSPOSE2D, CONV_TRANSPOSE2D_BACKWARD};
