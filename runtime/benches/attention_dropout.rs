@@ -35,7 +35,7 @@ fn main() -> Result<()> {
     let go = Tensor::ones(&shape, DType::F32);
     let sdpa = |p: f64| nn::scaled_dot_product_attention(&q, &k, &v, None, p, true, None);
     for (what, backward) in [("forward", false), ("forward_backward", true)] {
-        let mut run = |p: f64| -> Result<()> {
+        let run = |p: f64| -> Result<()> {
             if backward {
                 let y = sdpa(p)?;
                 let leaves = [q.clone(), k.clone(), v.clone()];
