@@ -359,7 +359,9 @@ fn dropout_backward_matches_the_decomposed_formula_with_the_same_mask() -> Resul
     let _g = generator();
     let bool_mask = randn(&[7, 9], 5).gt_scalar(-0.8)?;
     let float_mask = randn(&[2, 1, 7, 9], 6);
-    let cases: [(Vec<usize>, Vec<usize>, Option<&Tensor>, bool); 5] = [
+    /// Query shape, key/value shape, mask, causal.
+    type Case<'a> = (Vec<usize>, Vec<usize>, Option<&'a Tensor>, bool);
+    let cases: [Case; 5] = [
         (vec![2, 3, 7, 5], vec![2, 3, 9, 5], None, false),
         (vec![2, 3, 9, 5], vec![2, 3, 9, 5], None, true),
         (vec![2, 3, 7, 5], vec![2, 3, 9, 5], Some(&bool_mask), false),
