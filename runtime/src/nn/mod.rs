@@ -745,13 +745,15 @@ pub fn cross_entropy_weighted(
 /// // The first position attends only to itself.
 /// let first = y.select(1, 0)?.to_vec::<f32>()?;
 /// assert_eq!(first, v.select(1, 0)?.to_vec::<f32>()?);
-/// // With dropout, the first position's only probability is dropped (zero row) or kept
-/// // (scaled by 1 / (1 - p) = 2).
+/// // With dropout, each batch entry's first position has one probability, dropped (a zero
+/// // row) or kept (scaled by 1 / (1 - p) = 2).
 /// tensorplay_runtime::manual_seed(3);
 /// let d = nn::scaled_dot_product_attention(&q, &q, &v, None, 0.5, true, None)?;
-/// let row = d.select(1, 0)?.to_vec::<f32>()?;
+/// let rows = d.select(1, 0)?.to_vec::<f32>()?;
 /// let twice: Vec<f32> = first.iter().map(|x| 2.0 * x).collect();
-/// assert!(row.iter().all(|&x| x == 0.0) || row == twice);
+/// for (row, kept) in rows.chunks(8).zip(twice.chunks(8)) {
+///     assert!(row.iter().all(|&x| x == 0.0) || row == kept);
+/// }
 /// assert!(nn::scaled_dot_product_attention(&q, &q, &v, None, 1.5, true, None).is_err());
 /// # Ok::<(), tensorplay_runtime::Error>(())
 /// ```
