@@ -1,5 +1,8 @@
-//! Matmul epilogues: a 2-D matrix product whose result feeds only the pointwise region right
-//! after it (the `matmul → + bias → activation` of an MLP layer) runs together with that region:
+//! Product epilogues: a 2-D matrix product or a convolution whose result feeds only the
+//! pointwise region right after it (the `matmul → + bias → activation` of an MLP layer, the
+//! `conv2d → + bias → batch norm (eval) → relu` of a CNN layer) runs together with that region.
+//!
+//! A matmul:
 //! the product's rows are split into one panel per pool thread, and each thread computes its
 //! panel (its own `gemm` call) and runs the region's kernel over the same rows right after. The
 //! product and its epilogue cost one pool dispatch instead of two (the product's own split, then
@@ -10,15 +13,22 @@
 //! on this project's machines that repacking costs what the cache saves (`docs/PERFORMANCE.md`,
 //! "Matmul epilogues").
 //!
+//! A convolution ([`ConvImages`]): its images are split into the chunks its eager kernel
+//! uses (one per pool thread), and each thread computes its chunk and runs the region's kernel
+//! over the chunk's elements (whole images: leading-dim rows of the region's `[N, C, H, W]`
+//! iteration) right after.
+//!
 //! Which step pairs qualify is decided by the executor when a graph is compiled
-//! (`CompiledGraph::explain` lists them; `TP_MATMUL_EPILOGUE=0` turns fusion off), and the
-//! executor calls [`run`]: the dependency goes one way, this module knows nothing of the
-//! executor. Whether a call can take the fused path is decided per call
-//! ([`RowPanels::new`]: 2-D `f32`/`f64` CPU operands). A call that cannot runs the product
-//! through the dispatcher and the region after it, as without fusion.
+//! (`CompiledGraph::explain` lists them; `TP_MATMUL_EPILOGUE=0` / `TP_CONV_EPILOGUE=0` turn
+//! fusion off), and the executor calls [`run`]: the dependency goes one way, this module knows
+//! nothing of the executor. Whether a call can take the fused path is decided per call
+//! ([`RowPanels::new`]: 2-D `f32`/`f64` CPU operands; [`ConvImages::new`]: `f32`/`f64` CPU
+//! operands). A call that cannot runs the product through the dispatcher and the region after
+//! it, as without fusion.
 
 use rayon::prelude::*;
 use tensorplay_ir::Result;
+use tensorplay_runtime::ops::conv::ConvImages;
 use tensorplay_runtime::ops::linalg::RowPanels;
 use tensorplay_runtime::parallel;
 
@@ -40,17 +50,48 @@ fn panel_rows(panels: &RowPanels, threads: usize) -> usize {
     rows.clamp(1, m.max(1))
 }
 
-/// Computes `product` and runs `kernel` over each panel of it right after: `plan` is the
-/// region's pointwise plan over the whole `m x n` iteration (made from tensors the caller
-/// still borrows, the product's output among its inputs), `row_len` its `n`.
+/// A product an epilogue region follows.
+pub(crate) enum Product {
+    /// A matmul, by panels of rows.
+    Rows(RowPanels),
+    /// A conv2d, by chunks of images.
+    Images(ConvImages),
+}
+
+/// Computes `product` and runs `kernel` over each piece of it right after: `plan` is the
+/// region's pointwise plan over the whole iteration (made from tensors the caller still
+/// borrows, the product's output among its inputs, of the product's shape).
 pub(crate) fn run(
+    product: &Product,
+    kernel: &CompiledKernel,
+    plan: &LaunchPlan,
+    params: &ScalarArgs,
+) -> Result<()> {
+    match product {
+        Product::Rows(p) => run_rows(p, kernel, plan, params),
+        Product::Images(c) => {
+            let len = c.image_len();
+            // SAFETY: the caller keeps the product's output to this call; each chunk's
+            // launch reads and writes only that chunk's images (elements), of the region's
+            // operands as of the output.
+            unsafe {
+                c.run_chunks(|imgs| {
+                    kernel.launch_plan_range(plan, params, imgs.start * len..imgs.end * len)
+                })
+            }
+        }
+    }
+}
+
+/// [`run`] for a matmul: one panel of rows per thread.
+fn run_rows(
     product: &RowPanels,
     kernel: &CompiledKernel,
     plan: &LaunchPlan,
     params: &ScalarArgs,
-    row_len: usize,
 ) -> Result<()> {
     let m = product.rows();
+    let row_len = plan.range().checked_div(m).unwrap_or(0);
     let threads = parallel::num_threads();
     let rows = panel_rows(product, threads);
     let panels = m.div_ceil(rows);

@@ -1692,6 +1692,51 @@ fn column_reductions_vectorize_across_kept_points() -> R<()> {
     Ok(())
 }
 
+/// Layer norm's weight gradient, `sum(g * xhat * rstd, dims=[0, 1])` with `rstd` of shape
+/// `[B, T, 1]`: the broadcast input is one value per reduced point (unit stride over the reduced
+/// rows, zero across the kept columns), which must not keep the reduction out of column mode.
+#[test]
+fn column_reductions_take_inputs_broadcast_across_the_columns() -> R<()> {
+    let _l = shared();
+    for dtype in [DType::F32, DType::F64] {
+        let (b, tt, c) = (16usize, 32usize, 64usize);
+        let x = randn(&[b, tt, c], dtype, 130);
+        let w = randn(&[b, tt, 1], dtype, 131);
+        let (got, want) = reduce_case(ReduceOp::Sum, &x, Some(&w), &[0, 1], false)?;
+        let tol = sum_tol(dtype, b * tt);
+        let what = format!("{dtype} sum over [0, 1] of [16, 32, 64] * [16, 32, 1]");
+        assert_close(&got, &want, tol, tol * ((b * tt) as f64).sqrt(), &what);
+        // The plan is column mode.
+        let mut g = G::new();
+        let xv = g.input("x", &[b, tt, c], dtype);
+        let wv = g.input("w", &[b, tt, 1], dtype);
+        let prod = g.op("tp::mul", vec![t(xv), t(wv)], &[b, tt, c], dtype);
+        let red = g.op(
+            "tp::sum",
+            vec![
+                t(prod),
+                BuilderArg::named("dim", vec![0i64, 1]),
+                BuilderArg::named("keepdim", false),
+            ],
+            &[c],
+            dtype,
+        );
+        let kind = RegionKind::Reduction {
+            reduction: red.node,
+            op: ReduceOp::Sum,
+            dims: vec![0, 1],
+            keepdim: false,
+        };
+        let (graph, region) = g.finish(&[red], kind);
+        let spec = lower(&graph, &region)?.spec;
+        let out = Tensor::zeros(&[c], dtype);
+        let k = cache::launch(&spec, &[&x, &w], &[&out])?;
+        assert!(k.layout().kept_inner, "{what}: {}", k.layout());
+        assert_close(&out, &want, tol, tol * ((b * tt) as f64).sqrt(), &what);
+    }
+    Ok(())
+}
+
 #[test]
 fn zero_dimensional_tensors() -> R<()> {
     let _l = shared();

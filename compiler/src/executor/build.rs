@@ -8,6 +8,8 @@ use tensorplay_ir::CompileKind;
 use parking_lot::Mutex;
 use tensorplay_ir::graph::{Constant, NodeKind, SizeGuard};
 use tensorplay_ir::{DType, Device, Dim, Error, Graph, NodeId, Result, SymExpr, ValueRef};
+use tensorplay_runtime::ops::Kernel;
+use tensorplay_runtime::ops::conv::CONV2D;
 use tensorplay_runtime::ops::linalg::MATMUL;
 use tensorplay_runtime::{Scalar, Tensor};
 
@@ -15,7 +17,7 @@ use super::guards::Guard;
 use super::node::{ArgSrc, NodeCall};
 use super::shapes::{ReplayCall, ShapeCache};
 use super::sole_region::sole_region;
-use super::{CompiledGraph, EpilogueRun, Exec, RegionRun};
+use super::{CompiledGraph, EpilogueRun, Exec, ProductKind, RegionRun};
 use crate::arena::Arena;
 use crate::codegen::cpu::ScalarArgs;
 use crate::codegen::kernel::{LoopKind, lower};
@@ -425,70 +427,136 @@ fn step_reads(s: &Exec) -> Vec<usize> {
     }
 }
 
-/// Fuses each matmul step with the pointwise region right after it ([`Exec::Epilogue`]) when
-/// that region alone reads the product (no later step, not a graph output), the product is a
-/// 2-D CPU value of the region's iteration shape (as is every region output), and the matmul is
-/// the built-in one with no kernel registered over it.
+/// The kind of product step `c` is when it can take an epilogue, and whether that kind's
+/// fusion is on (`TP_MATMUL_EPILOGUE=0` / `TP_CONV_EPILOGUE=0` keep the steps apart, for
+/// measuring what fusion changes): the built-in op with no kernel registered over it, on
+/// plain tensor operands.
+fn product_kind(c: &NodeCall) -> Option<ProductKind> {
+    static MATMUL_ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    static CONV_ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = |cell: &std::sync::OnceLock<bool>, var: &str| {
+        *cell.get_or_init(|| std::env::var(var).map_or(true, |v| v != "0"))
+    };
+    let def = c.op.builtin()?;
+    if c.op.selected_slot(Device::Cpu).is_some() {
+        return None;
+    }
+    if std::ptr::eq(def, &MATMUL)
+        && matches!(c.args.as_slice(), [ArgSrc::Tensor(_), ArgSrc::Tensor(_)])
+        && on(&MATMUL_ON, "TP_MATMUL_EPILOGUE")
+    {
+        return Some(ProductKind::Matmul);
+    }
+    if std::ptr::eq(def, &CONV2D)
+        && matches!(
+            c.args.as_slice(),
+            [ArgSrc::Tensor(_), ArgSrc::Tensor(_), ..]
+        )
+        && on(&CONV_ON, "TP_CONV_EPILOGUE")
+    {
+        return Some(ProductKind::Conv2d);
+    }
+    None
+}
+
+/// Most view steps an epilogue pair may reach over: a product and its region can be separated
+/// by steps that do not touch the product, such as batch norm's reshapes of its `[C]`
+/// statistics to `[1, C, 1, 1]` between a convolution and the region that normalises it.
+const MAX_STEPS_BETWEEN: usize = 8;
+
+/// Fuses each matmul or conv2d step with the pointwise region after it ([`Exec::Epilogue`])
+/// when that region alone reads the product (no later step, not a graph output), the product
+/// is a CPU value of the region's iteration shape (as is every region output) — 2-D for a
+/// matmul, `[N, C, H, W]` in f32 or f64 for a convolution — and the product is the built-in op
+/// with no kernel registered over it.
+///
+/// Between the product and its region there may be view steps (at most [`MAX_STEPS_BETWEEN`])
+/// that do not read the product: the fused step takes the region's place, after them. Moving
+/// the product past them changes nothing: a view reads no data and writes no buffer (views get
+/// no arena slot, so none can reuse the memory of an operand the product still has to read).
 fn fuse_epilogues(
     steps: Vec<Exec>,
     graph: &Graph,
     ids: &HashMap<ValueRef, usize>,
     output_ids: &[usize],
 ) -> Vec<Exec> {
-    // `TP_MATMUL_EPILOGUE=0` keeps the steps apart (for measuring what fusion changes).
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*ENABLED.get_or_init(|| std::env::var("TP_MATMUL_EPILOGUE").map_or(true, |v| v != "0")) {
-        return steps;
-    }
     let value_of: HashMap<usize, ValueRef> = ids.iter().map(|(&v, &i)| (i, v)).collect();
     let meta = |id: usize| value_of.get(&id).and_then(|&v| graph.meta(v));
     let reads: Vec<Vec<usize>> = steps.iter().map(step_reads).collect();
-    let fusable = |i: usize| -> bool {
-        let (Exec::Node(c), Some(Exec::Region(r))) = (&steps[i], steps.get(i + 1)) else {
-            return false;
+    // The product kind and the index of the region that step `i` fuses with, if any.
+    let pair = |i: usize| -> Option<(ProductKind, usize)> {
+        let Exec::Node(c) = &steps[i] else {
+            return None;
         };
         let [v] = c.outs.as_slice() else {
-            return false;
+            return None;
         };
-        let (Some(pm), Some(im)) = (meta(*v), meta(r.iter_value)) else {
-            return false;
+        let kind = product_kind(c)?;
+        let between = |s: &Exec, r: &[usize]| {
+            let view = |n: &NodeCall| {
+                n.op.builtin()
+                    .is_some_and(|d| matches!(d.kernel, Kernel::View(_)))
+                    && n.op.selected_slot(Device::Cpu).is_none()
+            };
+            matches!(s, Exec::Node(n) if view(n)) && !r.contains(v)
         };
-        c.op.builtin().is_some_and(|d| std::ptr::eq(d, &MATMUL))
-            && c.op.selected_slot(Device::Cpu).is_none()
-            && matches!(c.args.as_slice(), [ArgSrc::Tensor(_), ArgSrc::Tensor(_)])
+        let j = (i + 1..steps.len().min(i + 2 + MAX_STEPS_BETWEEN))
+            .find(|&j| !between(&steps[j], &reads[j]))?;
+        let Exec::Region(r) = &steps[j] else {
+            return None;
+        };
+        let (pm, im) = (meta(*v)?, meta(r.iter_value)?);
+        let rank_ok = match kind {
+            ProductKind::Matmul => pm.shape.len() == 2,
+            ProductKind::Conv2d => {
+                pm.shape.len() == 4 && matches!(pm.dtype, DType::F32 | DType::F64)
+            }
+        };
+        let ok = rank_ok
             && matches!(r.lowered.spec.kind, LoopKind::Pointwise)
             && pm.device == Device::Cpu
-            && pm.shape.len() == 2
             && pm.shape == im.shape
             && r.outs
                 .iter()
                 .all(|&o| meta(o).is_some_and(|m| m.shape == pm.shape))
             && r.ins.contains(v)
             && !output_ids.contains(v)
-            && !reads[i + 2..].iter().any(|later| later.contains(v))
+            && !reads[j + 1..].iter().any(|later| later.contains(v));
+        ok.then_some((kind, j))
     };
-    // A pair is (matmul node, region): a step is in at most one pair.
-    let fused: Vec<bool> = (0..steps.len()).map(fusable).collect();
-    let mut out = Vec::with_capacity(steps.len());
-    let mut it = steps.into_iter().zip(fused);
-    while let Some((step, fuse)) = it.next() {
-        match (step, fuse) {
-            (Exec::Node(product), true) => match it.next() {
-                Some((Exec::Region(region), _)) => {
-                    out.push(Exec::Epilogue(Box::new(EpilogueRun {
-                        product,
-                        region: *region,
-                    })))
-                }
-                // `fusable` saw a region next; keep the steps as they are otherwise.
-                next => {
-                    out.push(Exec::Node(product));
-                    out.extend(next.map(|(s, _)| s));
-                }
-            },
-            (step, _) => out.push(step),
+    // (product step, kind, region step), in order and disjoint: a step is in at most one pair.
+    let mut pairs = Vec::new();
+    let mut i = 0;
+    while i < steps.len() {
+        match pair(i) {
+            Some((kind, j)) => {
+                pairs.push((i, kind, j));
+                i = j + 1;
+            }
+            None => i += 1,
         }
     }
+    let mut slots: Vec<Option<Exec>> = steps.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(slots.len() - pairs.len());
+    let mut next = 0;
+    for (i, kind, j) in pairs {
+        out.extend(slots[next..i].iter_mut().filter_map(Option::take));
+        let product = slots[i].take();
+        out.extend(slots[i + 1..j].iter_mut().filter_map(Option::take));
+        match (product, slots[j].take()) {
+            (Some(Exec::Node(product)), Some(Exec::Region(region))) => {
+                out.push(Exec::Epilogue(Box::new(EpilogueRun {
+                    kind,
+                    product,
+                    region: *region,
+                })))
+            }
+            // `pair` saw a node and a region at these places.
+            (p, r) => out.extend(p.into_iter().chain(r)),
+        }
+        next = j + 1;
+    }
+    out.extend(slots[next..].iter_mut().filter_map(Option::take));
     out
 }
 

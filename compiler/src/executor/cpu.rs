@@ -1,20 +1,24 @@
 //! Running the steps on the CPU: op nodes through the dispatcher, regions as their CPU kernels
 //! (outputs in the buffer arena's slots, the last launch's plan reused, a region hook offered
-//! each region first), and matmul epilogues panel by panel (`crate::epilogue`).
+//! each region first), and matmul and conv epilogues piece by piece (`crate::epilogue`).
 
 use std::sync::Arc;
 
 use smallvec::SmallVec;
 use tensorplay_ir::{Device, Result, Shape};
 use tensorplay_runtime::Tensor;
+use tensorplay_runtime::ops::conv::ConvImages;
 use tensorplay_runtime::ops::linalg::RowPanels;
 
 use super::node::ArgSrc;
 use super::shapes::ShapeEntry;
-use super::{CachedLaunch, CompiledGraph, EpilogueRun, Exec, RegionRun, region_inputs};
+use super::{
+    CachedLaunch, CompiledGraph, EpilogueRun, Exec, ProductKind, RegionRun, region_inputs,
+};
 use crate::arena::Slots;
 use crate::codegen::cache;
 use crate::codegen::cpu::plan as plan_launch;
+use crate::epilogue::Product;
 use crate::passes::logging;
 
 impl CompiledGraph {
@@ -67,9 +71,10 @@ impl CompiledGraph {
         self.launch_region(r, shapes, env, outs, Device::Cpu)
     }
 
-    /// A matmul and its epilogue region on the CPU: fused panel by panel when the product is
-    /// one [`RowPanels`] computes (2-D `f32`/`f64`) and no region hook is installed, otherwise
-    /// the product through the dispatcher and then the region.
+    /// A matmul or conv2d and its epilogue region on the CPU: fused piece by piece when the
+    /// product is one [`RowPanels`] (2-D `f32`/`f64`) or [`ConvImages`] (`f32`/`f64`) computes
+    /// and no region hook is installed, otherwise the product through the dispatcher and then
+    /// the region.
     fn run_epilogue(
         &self,
         e: &EpilogueRun,
@@ -78,39 +83,34 @@ impl CompiledGraph {
         slots: &mut Slots,
     ) -> Result<()> {
         let (v, r) = (e.value(), &e.region);
-        let operands = match e.product.args.as_slice() {
-            [ArgSrc::Tensor(a), ArgSrc::Tensor(b)] => env[*a].as_ref().zip(env[*b].as_ref()),
-            _ => None,
-        };
-        // A kernel registered over matmul since compilation takes the dispatcher's path.
+        // A kernel registered over the product's op since compilation takes the dispatcher's
+        // path.
         let fusable = crate::codegen::hook::current().is_none()
             && e.product.op.selected_slot(Device::Cpu).is_none()
             && shapes.shapes[r.iter_value] == shapes.shapes[v]
-            && matches!(shapes.shapes[v].as_slice(), &[_, n] if n > 0);
+            && shapes.shapes[v].iter().all(|&d| d > 0);
         let slot = self.slot_of_id[v];
-        let fused = match operands.filter(|_| fusable) {
-            Some((a, b)) => {
-                // SAFETY: the product is written in full by `RowPanels::compute` over all its
-                // rows (in `epilogue::run`) before the region reads it; unused, it goes back to
-                // its slot unread.
-                let out = unsafe { slots.tensor(slot, &shapes.shapes[v], self.dtypes[v]) }?;
-                match RowPanels::new(a, b, &out) {
-                    Some(p) => Some((p, out)),
-                    None => {
-                        if let Some(k) = slot {
-                            slots.release(k, out);
-                        }
-                        None
+        let fused = if fusable {
+            // SAFETY: the product is written in full (in `epilogue::run`, over all its rows or
+            // images) before the region reads it; unused, it goes back to its slot unread.
+            let out = unsafe { slots.tensor(slot, &shapes.shapes[v], self.dtypes[v]) }?;
+            match self.product_of(e, &out, env, &shapes.syms)? {
+                Some(p) => Some((p, out)),
+                None => {
+                    if let Some(k) = slot {
+                        slots.release(k, out);
                     }
+                    None
                 }
             }
-            None => None,
+        } else {
+            None
         };
         let Some((product, out)) = fused else {
             logging::log("fallback", || {
                 format!(
-                    "{}: its epilogue runs unfused (not a 2-D f32/f64 CPU product, a kernel is \
-                     registered over matmul, or a region hook is installed)",
+                    "{}: its epilogue runs unfused (not an f32/f64 CPU product of the fused \
+                     kind, a kernel is registered over the op, or a region hook is installed)",
                     self.graph.describe(e.product.node)
                 )
             });
@@ -122,7 +122,7 @@ impl CompiledGraph {
         let outs: SmallVec<[Tensor; 4]> = r
             .outs
             .iter()
-            // SAFETY: the region kernel writes every element of each output, panel by panel,
+            // SAFETY: the region kernel writes every element of each output, piece by piece,
             // before anything reads it; if the launch fails, `outs` are dropped unread.
             .map(|&o| unsafe {
                 slots.tensor(self.slot_of_id[o], &shapes.shapes[o], self.dtypes[o])
@@ -139,7 +139,7 @@ impl CompiledGraph {
                 Some(c) if c.kernel.layout() == plan.layout() => c.kernel.clone(),
                 _ => cache::get_or_compile(spec, plan.layout())?,
             };
-            crate::epilogue::run(&product, &kernel, &plan, &r.params, iter_shape[1])?;
+            crate::epilogue::run(&product, &kernel, &plan, &r.params)?;
             *r.last.lock() = Some(Arc::new(CachedLaunch {
                 plan: plan.detach(),
                 kernel,
@@ -149,6 +149,30 @@ impl CompiledGraph {
             env[o] = Some(t);
         }
         Ok(())
+    }
+
+    /// The fused computation of `e`'s product into `out`, when its operands allow one.
+    fn product_of(
+        &self,
+        e: &EpilogueRun,
+        out: &Tensor,
+        env: &[Option<Tensor>],
+        syms: &[i64],
+    ) -> Result<Option<Product>> {
+        Ok(match e.kind {
+            ProductKind::Matmul => match e.product.args.as_slice() {
+                [ArgSrc::Tensor(a), ArgSrc::Tensor(b)] => env[*a]
+                    .as_ref()
+                    .zip(env[*b].as_ref())
+                    .and_then(|(a, b)| RowPanels::new(a, b, out))
+                    .map(Product::Rows),
+                _ => None,
+            },
+            ProductKind::Conv2d => {
+                let args = Self::args_of(&e.product, env, syms)?;
+                ConvImages::new(&args, out)?.map(Product::Images)
+            }
+        })
     }
 
     /// Launches region `r` over iteration shape `iter_shape` on its operands: the last launch's

@@ -21,7 +21,7 @@
 //! the public calls; `build.rs` turns a graph into the steps ([`CompiledGraph::new`]);
 //! `guards.rs` and `shapes.rs` decide whether a call's inputs fit (static guards, then shape
 //! inference and its per-shape cache); `node.rs` runs one op node through the dispatcher;
-//! `cpu.rs` runs the steps on the CPU (regions, matmul epilogues, the arena);
+//! `cpu.rs` runs the steps on the CPU (regions, matmul and conv epilogues, the arena);
 //! `sole_region.rs` serves graphs that are one region (the hot call, `run_into`,
 //! `sole_pointwise_kernel`); `device.rs` runs on a CUDA device; `interpret.rs` runs every node
 //! through the dispatcher; `profile.rs` times the steps under `TP_LOGS=profile`.
@@ -93,14 +93,38 @@ enum Exec {
     /// Boxed: a region (its lowered spec, scalar arguments and cached launch) is much larger
     /// than a node call.
     Region(Box<RegionRun>),
-    /// A matmul and the pointwise region that alone reads its product, run panel by panel
-    /// (`epilogue.rs`).
+    /// A matmul or conv2d and the pointwise region that alone reads its product, run chunk
+    /// by chunk (`epilogue.rs`).
     Epilogue(Box<EpilogueRun>),
 }
 
-/// A matmul step fused with the pointwise region after it: the product (`product.outs[0]`) is
-/// read by nothing else and has the region's iteration shape.
+/// Which product an [`EpilogueRun`] fuses with its region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ProductKind {
+    /// A 2-D `matmul`, split into panels of rows.
+    Matmul,
+    /// A `conv2d`, split into chunks of images.
+    Conv2d,
+}
+
+impl ProductKind {
+    /// The explain() line for `node` fused with region `region`.
+    fn describe(self, node: &str, region: usize) -> String {
+        let (name, piece) = match self {
+            ProductKind::Matmul => ("matmul", "a panel of the product's rows"),
+            ProductKind::Conv2d => ("conv", "a chunk of the convolution's images"),
+        };
+        format!(
+            "{name} epilogue: {node} and region {region} run as one step (each thread \
+             computes {piece}, then runs the region on it)"
+        )
+    }
+}
+
+/// A matmul or conv2d step fused with the pointwise region after it: the product
+/// (`product.outs[0]`) is read by nothing else and has the region's iteration shape.
 struct EpilogueRun {
+    kind: ProductKind,
     product: NodeCall,
     region: RegionRun,
 }
@@ -204,12 +228,11 @@ impl CompiledGraph {
             Exec::Epilogue(e) => Some(e),
             _ => None,
         }) {
-            text.push_str(&format!(
-                "matmul epilogue: {} and region {} run as one step (each thread computes a panel \
-                 of the product's rows, then runs the region on it)\n",
-                self.graph.describe(e.product.node),
-                e.region.index
-            ));
+            let line = e
+                .kind
+                .describe(&self.graph.describe(e.product.node), e.region.index);
+            text.push_str(&line);
+            text.push('\n');
         }
         let guards = self.graph.size_guards();
         if !guards.is_empty() {

@@ -89,7 +89,11 @@ impl CompiledGraph {
         })
     }
 
-    fn args_of(call: &NodeCall, env: &[Option<Tensor>], syms: &[i64]) -> Result<Vec<Value>> {
+    pub(super) fn args_of(
+        call: &NodeCall,
+        env: &[Option<Tensor>],
+        syms: &[i64],
+    ) -> Result<Vec<Value>> {
         let get = |i: usize| -> Result<Tensor> {
             env[i].clone().ok_or_else(|| {
                 Error::compile(

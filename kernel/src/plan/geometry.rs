@@ -232,15 +232,19 @@ pub(super) fn check_extremum_identity(
     Ok(())
 }
 
-/// Column mode (for a vector kernel): a strided reduced inner dim (for every input) next to a
-/// unit-stride kept inner dim (for some input) — `sum(dim=0)` of a row-major matrix.
+/// Column mode (for a vector kernel): a strided reduced inner dim (for every input that
+/// varies along the kept inner dim) next to a unit-stride kept inner dim (for some input) —
+/// `sum(dim=0)` of a row-major matrix. An input broadcast along the kept inner dim (stride 0
+/// there, such as layer norm's `[B, T, 1]` statistics in the weight gradient
+/// `sum(g * (x - mean) * rstd, dims=[0, 1])`) is one value per reduced point, splat across the
+/// columns, whatever its reduced stride.
 pub(super) fn column_mode(kind: &LoopKind, kept: &DimList, reduced: &DimList, nin: usize) -> bool {
     matches!(kind, LoopKind::Reduce { .. }) && {
         let (ksize, kst) = kept.last().expect("padded");
         let (rsize, rst) = reduced.last().expect("padded");
         *ksize >= 2
             && *rsize >= 2
-            && (0..nin).all(|op| rst[op] != 1)
+            && (0..nin).all(|op| rst[op] != 1 || kst[op] == 0)
             && (0..nin).any(|op| kst[op] == 1)
     }
 }

@@ -35,10 +35,12 @@
 mod direct;
 mod geometry;
 mod im2col;
+mod images;
 mod kernel;
 mod products;
 mod transpose;
 
+pub use self::images::ConvImages;
 pub use self::transpose::{CONV_TRANSPOSE2D, CONV_TRANSPOSE2D_BACKWARD};
 
 use self::geometry::{geometry, output_mask, output_mask_at};
