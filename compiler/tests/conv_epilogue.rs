@@ -6,31 +6,12 @@
 //! Run also as `TP_NUM_THREADS=1` (one chunk on the calling thread) and `TP_CONV_EPILOGUE=0`
 //! (fusion off: no `conv epilogue:` line, same values).
 
-use tensorplay_compiler::capture::{CaptureOptions, capture};
-use tensorplay_compiler::executor::CompiledGraph;
-use tensorplay_ir::{DType, Device, Result, TensorMeta};
+use tensorplay_ir::{DType, Result};
 use tensorplay_runtime::{Tensor, nn};
 
-/// Largest |a - b| relative to max(1, |b|) over all elements.
-fn max_rel_diff(a: &Tensor, b: &Tensor) -> Result<f64> {
-    let (x, y) = (a.to_vec_f64()?, b.to_vec_f64()?);
-    assert_eq!(x.len(), y.len());
-    Ok(x.iter()
-        .zip(&y)
-        .map(|(p, q)| (p - q).abs() / q.abs().max(1.0))
-        .fold(0.0, f64::max))
-}
-
-fn graph_of(
-    f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
-    inputs: &[Tensor],
-) -> Result<CompiledGraph> {
-    let metas: Vec<TensorMeta> = inputs
-        .iter()
-        .map(|t| TensorMeta::new(t.shape(), t.dtype(), Device::Cpu))
-        .collect();
-    CompiledGraph::new(&capture(f, &metas, CaptureOptions::default())?)
-}
+#[path = "common/graphs.rs"]
+mod graphs;
+use graphs::{graph_of, max_rel_diff};
 
 /// Whether fusion is on in this process (`TP_CONV_EPILOGUE=0` turns it off).
 fn fusion_on() -> bool {

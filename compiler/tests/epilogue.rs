@@ -5,32 +5,13 @@
 //! of epilogue input (a row bias, a column, a full residual), and the pairs that must not fuse
 //! must not.
 
-use tensorplay_compiler::capture::{CaptureOptions, capture};
 use tensorplay_compiler::compile;
-use tensorplay_compiler::executor::CompiledGraph;
-use tensorplay_ir::{DType, Device, Result, TensorMeta};
+use tensorplay_ir::{DType, Result};
 use tensorplay_runtime::Tensor;
 
-/// Largest |a - b| relative to max(1, |b|) over all elements.
-fn max_rel_diff(a: &Tensor, b: &Tensor) -> Result<f64> {
-    let (x, y) = (a.to_vec_f64()?, b.to_vec_f64()?);
-    assert_eq!(x.len(), y.len());
-    Ok(x.iter()
-        .zip(&y)
-        .map(|(p, q)| (p - q).abs() / q.abs().max(1.0))
-        .fold(0.0, f64::max))
-}
-
-fn graph_of(
-    f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
-    inputs: &[Tensor],
-) -> Result<CompiledGraph> {
-    let metas: Vec<TensorMeta> = inputs
-        .iter()
-        .map(|t| TensorMeta::new(t.shape(), t.dtype(), Device::Cpu))
-        .collect();
-    CompiledGraph::new(&capture(f, &metas, CaptureOptions::default())?)
-}
+#[path = "common/graphs.rs"]
+mod graphs;
+use graphs::{graph_of, max_rel_diff};
 
 fn layer(xs: &[Tensor]) -> Result<Vec<Tensor>> {
     // gelu(x @ w + b), then a second product with a residual and a column scale: two epilogues.
