@@ -34,8 +34,8 @@ use rayon::prelude::*;
 use tensorplay_ir::shape::{broadcast_shapes, fmt_shape};
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
-pub use self::dropout::dropout_keep_mask;
-use self::dropout::{Dropout, check_dropout_p, draw_seed};
+use self::dropout::{Dropout, draw_seed};
+pub use self::dropout::{check_dropout_p, dropout_keep_mask};
 use self::kernel::{Dims, Mask, Real, Rows};
 use crate::autograd::is_grad_enabled;
 use crate::dispatch::call;
