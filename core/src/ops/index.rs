@@ -220,20 +220,25 @@ fn index_values(op: &str, index: &Tensor, dim: usize, size: usize) -> Result<Vec
     };
     values
         .into_iter()
-        .map(|i| {
-            usize::try_from(i)
-                .ok()
-                .filter(|&u| u < size)
-                .ok_or_else(|| {
-                    Error::argument(
-                        op,
-                        "index",
-                        format!("values in [0, {size}) for dim {dim}"),
-                        format!("index {i}"),
-                    )
-                })
-        })
+        .map(|i| checked_index(op, i, dim, size))
         .collect()
+}
+
+/// Index value `i` as a position along `dim` (of length `size`): `i` itself when it is in
+/// `[0, size)`, else an argument error naming `op`, the range and `i` (the general path and
+/// the row case, `index_rows`, give the same error).
+pub(super) fn checked_index(op: &str, i: i64, dim: usize, size: usize) -> Result<usize> {
+    usize::try_from(i)
+        .ok()
+        .filter(|&u| u < size)
+        .ok_or_else(|| {
+            Error::argument(
+                op,
+                "index",
+                format!("values in [0, {size}) for dim {dim}"),
+                format!("index {i}"),
+            )
+        })
 }
 
 /// `t`'s shape, with a 0-d tensor seen as one element of a 1-d one (PyTorch's rule for the

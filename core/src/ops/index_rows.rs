@@ -6,8 +6,9 @@
 //! those of the general loop in `index.rs` bit for bit (rows are visited in the same order, and
 //! an `f32`/`f64` add rounds the exact sum once either way).
 
-use tensorplay_ir::{DType, Error, Result};
+use tensorplay_ir::{DType, Result};
 
+use super::index::checked_index;
 use crate::tensor::Tensor;
 
 /// The row ids of a row-case index, each checked against `size` (the length of dim 0).
@@ -50,17 +51,7 @@ pub(super) fn row_case(op: &str, x: &Tensor, index: &Tensor, dim: usize) -> Resu
                     _ => *(base as *const i64).offset(at),
                 }
             };
-            usize::try_from(v)
-                .ok()
-                .filter(|&u| u < size)
-                .ok_or_else(|| {
-                    Error::argument(
-                        op,
-                        "index",
-                        format!("values in [0, {size}) for dim {dim}"),
-                        format!("index {v}"),
-                    )
-                })
+            checked_index(op, v, dim, size)
         })
         .collect::<Result<Vec<_>>>()?;
     let row_len = x.shape()[1..].iter().product();

@@ -27,7 +27,7 @@ use tensorplay_ir::shape::fmt_shape;
 use tensorplay_ir::{DType, Device, Error, Result};
 
 use tensorplay_core::dispatch::call;
-use tensorplay_core::ops::attention::FUSED_ATTENTION;
+use tensorplay_core::ops::attention::{FUSED_ATTENTION, check_dropout_p};
 use tensorplay_core::ops::binary::result_type;
 use tensorplay_core::ops::compose::{col_minus_row, int_index};
 use tensorplay_core::tensor::Tensor;
@@ -767,14 +767,7 @@ pub fn scaled_dot_product_attention(
     scale: Option<f64>,
 ) -> Result<Tensor> {
     const OP: &str = "scaled_dot_product_attention";
-    if !(0.0..=1.0).contains(&dropout_p) {
-        return Err(Error::argument(
-            OP,
-            "dropout_p",
-            "a probability in [0, 1]",
-            dropout_p.to_string(),
-        ));
-    }
+    check_dropout_p(OP, dropout_p)?;
     for (arg, t) in [("query", q), ("key", k), ("value", v)] {
         if t.rank() < 2 {
             return Err(Error::argument(

@@ -58,8 +58,19 @@ fn threshold(p: f64) -> u64 {
     (p * (1u64 << 53) as f64).ceil() as u64
 }
 
-/// Checks `dropout_p` of `op`: a probability in `[0, 1]` (NaN is not).
-pub(crate) fn check_dropout_p(op: &str, p: f64) -> Result<()> {
+/// Checks the `dropout_p` argument of `op`: a probability in `[0, 1]` (NaN is not). The error
+/// names `op`, the argument, the expected range and the value got; the fused attention ops and
+/// `nn::scaled_dot_product_attention` share it.
+///
+/// ```
+/// use tensorplay_core::ops::attention::check_dropout_p;
+/// assert!(check_dropout_p("my_attention", 0.0).is_ok());
+/// assert!(check_dropout_p("my_attention", 1.0).is_ok());
+/// let err = check_dropout_p("my_attention", 1.5).unwrap_err().to_string();
+/// assert!(err.contains("my_attention") && err.contains("dropout_p") && err.contains("1.5"));
+/// assert!(check_dropout_p("my_attention", f64::NAN).is_err());
+/// ```
+pub fn check_dropout_p(op: &str, p: f64) -> Result<()> {
     if !(0.0..=1.0).contains(&p) {
         return Err(Error::argument(
             op,

@@ -34,8 +34,8 @@ use rayon::prelude::*;
 use tensorplay_ir::shape::{broadcast_shapes, fmt_shape};
 use tensorplay_ir::{DType, Error, OpClass, Result};
 
-pub use self::dropout::dropout_keep_mask;
-use self::dropout::{Dropout, check_dropout_p, draw_seed};
+use self::dropout::{Dropout, draw_seed};
+pub use self::dropout::{check_dropout_p, dropout_keep_mask};
 use self::kernel::{Dims, Mask, Real, Rows};
 use crate::autograd::is_grad_enabled;
 use crate::dispatch::call;
@@ -458,28 +458,21 @@ fn forward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     } else {
         Tensor::empty(outs[0].shape(), compute)
     };
-    match compute {
-        DType::F64 => forward_heads::<f64>(
-            a.op,
-            &g,
-            (&q, &k, &v),
-            &mask,
-            (&out, &outs[1]),
-            causal,
-            scale,
-            drop,
-        )?,
-        _ => forward_heads::<f32>(
-            a.op,
-            &g,
-            (&q, &k, &v),
-            &mask,
-            (&out, &outs[1]),
-            causal,
-            scale,
-            drop,
-        )?,
-    }
+    // The kernels instantiated for the compute type (f64, else f32).
+    let forward = match compute {
+        DType::F64 => forward_heads::<f64>,
+        _ => forward_heads::<f32>,
+    };
+    forward(
+        a.op,
+        &g,
+        (&q, &k, &v),
+        &mask,
+        (&out, &outs[1]),
+        causal,
+        scale,
+        drop,
+    )?;
     if dtype != compute {
         super::cast::copy_convert(a.op, &outs[0], &out)?;
     }
@@ -566,30 +559,22 @@ fn backward_fill(a: Args, outs: &[Tensor]) -> Result<()> {
     };
     let ins = (&q?, &k?, &v?);
     let saved = (&o?, &lse, &gr?, &glse);
-    match compute {
-        DType::F64 => backward_heads::<f64>(
-            a.op,
-            &g,
-            ins,
-            &mask,
-            saved,
-            &grads,
-            causal,
-            scale,
-            (p, seed),
-        )?,
-        _ => backward_heads::<f32>(
-            a.op,
-            &g,
-            ins,
-            &mask,
-            saved,
-            &grads,
-            causal,
-            scale,
-            (p, seed),
-        )?,
-    }
+    // The kernels instantiated for the compute type (f64, else f32).
+    let backward = match compute {
+        DType::F64 => backward_heads::<f64>,
+        _ => backward_heads::<f32>,
+    };
+    backward(
+        a.op,
+        &g,
+        ins,
+        &mask,
+        saved,
+        &grads,
+        causal,
+        scale,
+        (p, seed),
+    )?;
     if dtype != compute {
         for (dst, src) in outs.iter().zip(&grads) {
             super::cast::copy_convert(a.op, dst, src)?;

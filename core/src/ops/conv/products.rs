@@ -195,6 +195,73 @@ fn scatter<F: Real>(
     }
 }
 
+/// One chunk's scratch: the im2col matrix of a sub-batch (`[C/g * kH * kW, images * L]`,
+/// images side by side) and, when a product covers several images, the `[O/g, images * L]`
+/// block gathered from or scattered to `[images, O, L]` (empty otherwise). The forward and both
+/// gradient products run their chunk through [`Scratch::each_block`].
+struct Scratch<F> {
+    col: Vec<F>,
+    wide: Vec<F>,
+}
+
+impl<F: Real> Scratch<F> {
+    /// Buffers for the largest sub-batch of `imgs` under `s`.
+    fn new(g: &Geometry, s: &Split, imgs: &Range<usize>) -> Scratch<F> {
+        let (k, l, og) = (g.k(), g.l(), g.og());
+        let most = s.batch.min(imgs.len()).max(1);
+        let wide = if most > 1 {
+            vec![F::default(); og * most * l]
+        } else {
+            Vec::new()
+        };
+        Scratch {
+            col: vec![F::default(); k * most * l],
+            wide,
+        }
+    }
+
+    /// `step(scratch, sub, grp)` for each sub-batch `sub` of `imgs` (at most `s.batch` images)
+    /// and each group `grp`, in that order, with one scratch for the whole chunk: the loop
+    /// the forward and both gradient products share.
+    fn each_block(
+        g: &Geometry,
+        s: &Split,
+        imgs: Range<usize>,
+        mut step: impl FnMut(&mut Scratch<F>, &Range<usize>, usize),
+    ) {
+        let mut sc = Scratch::new(g, s, &imgs);
+        for sub in s.batches(imgs) {
+            for grp in 0..g.groups {
+                step(&mut sc, &sub, grp);
+            }
+        }
+    }
+
+    /// im2col of group `grp` of images `sub` of `xs` (`[N, C, H, W]`) into `col`, side by side.
+    fn im2col(&mut self, g: &Geometry, xs: &[F], sub: &Range<usize>, grp: usize) {
+        let (img, plane) = (g.c * g.h * g.w, g.cg() * g.h * g.w);
+        let ld = sub.len() * g.l();
+        for (b, i) in sub.clone().enumerate() {
+            let at = i * img + grp * plane;
+            im2col(g, &xs[at..at + plane], &mut self.col[b * g.l()..], ld);
+        }
+    }
+
+    /// Group `grp`'s gradient rows of images `sub` of `gos` (`[N, O, L]`) as one
+    /// `[O/g, images * L]` matrix (row stride `images * L`): in place for one image, else
+    /// gathered into `wide`.
+    fn grad_rows(&mut self, g: &Geometry, gos: &[F], sub: &Range<usize>, grp: usize) -> *const F {
+        let (l, og) = (g.l(), g.og());
+        if sub.len() == 1 {
+            gos[(sub.start * g.o + grp * og) * l..].as_ptr()
+        } else {
+            let nl = &gos[sub.start * g.o * l..sub.end * g.o * l];
+            gather(g, sub.len(), grp, nl, &mut self.wide);
+            self.wide.as_ptr()
+        }
+    }
+}
+
 /// The forward of images `imgs` into `out` (`[N, O, L]`, the whole output's base): per
 /// sub-batch and group, im2col side by side, one product, scattered into place with the bias.
 ///
@@ -207,54 +274,41 @@ pub(crate) unsafe fn forward_images<F: Real>(
     out: Base<F>,
     imgs: Range<usize>,
 ) {
-    let (k, l, og, cg) = (g.k(), g.l(), g.og(), g.cg());
-    let (img, plane) = (g.c * g.h * g.w, cg * g.h * g.w);
-    let most = s.batch.min(imgs.len()).max(1);
-    let mut col = vec![F::default(); k * most * l];
-    let mut wide = if most > 1 {
-        vec![F::default(); og * most * l]
-    } else {
-        Vec::new()
-    };
-    for sub in s.batches(imgs) {
+    let (k, l, og) = (g.k(), g.l(), g.og());
+    Scratch::each_block(g, s, imgs, |sc, sub, grp| {
         let ld = sub.len() * l;
-        for grp in 0..g.groups {
-            for (b, i) in sub.clone().enumerate() {
-                let at = i * img + grp * plane;
-                im2col(g, &xs[at..at + plane], &mut col[b * l..], ld);
-            }
-            let direct = sub.len() == 1;
-            let dst = if direct {
-                out.at((sub.start * g.o + grp * og) * l)
-            } else {
-                wide.as_mut_ptr()
-            };
-            // SAFETY: `dst` is this call's own block of `out` (one image, one group) or its
-            // own scratch; the weight block and `col` are live and read-only here.
-            unsafe {
-                product(
-                    (og, ld, k),
-                    (dst, ld as isize, 1),
-                    (ws[grp * og * k..].as_ptr(), k as isize, 1),
-                    (col.as_ptr(), ld as isize, 1),
-                    false,
-                    s.par,
-                );
-            }
-            // SAFETY: images `sub` of `out` are this call's to write.
-            let nl = unsafe { out.slice(sub.start * g.o * l, sub.len() * g.o * l) };
-            if direct {
-                if let Some(bias) = bias {
-                    let block = &mut nl[grp * og * l..(grp + 1) * og * l];
-                    for (row, &v) in block.chunks_mut(l).zip(&bias[grp * og..]) {
-                        row.iter_mut().for_each(|x| *x += v);
-                    }
-                }
-            } else {
-                scatter(g, sub.len(), grp, &wide, nl, bias);
-            }
+        sc.im2col(g, xs, sub, grp);
+        let direct = sub.len() == 1;
+        let dst = if direct {
+            out.at((sub.start * g.o + grp * og) * l)
+        } else {
+            sc.wide.as_mut_ptr()
+        };
+        // SAFETY: `dst` is this call's own block of `out` (one image, one group) or its
+        // own scratch; the weight block and `col` are live and read-only here.
+        unsafe {
+            product(
+                (og, ld, k),
+                (dst, ld as isize, 1),
+                (ws[grp * og * k..].as_ptr(), k as isize, 1),
+                (sc.col.as_ptr(), ld as isize, 1),
+                false,
+                s.par,
+            );
         }
-    }
+        // SAFETY: images `sub` of `out` are this call's to write.
+        let nl = unsafe { out.slice(sub.start * g.o * l, sub.len() * g.o * l) };
+        if direct {
+            if let Some(bias) = bias {
+                let block = &mut nl[grp * og * l..(grp + 1) * og * l];
+                for (row, &v) in block.chunks_mut(l).zip(&bias[grp * og..]) {
+                    row.iter_mut().for_each(|x| *x += v);
+                }
+            }
+        } else {
+            scatter(g, sub.len(), grp, &sc.wide, nl, bias);
+        }
+    });
 }
 
 /// `grad_input[i, grp] = col2im(W_grp^T · grad[i, grp])` over images `imgs` into `gi`
@@ -271,44 +325,31 @@ pub(crate) unsafe fn grad_input_images<F: Real>(
 ) {
     let (k, l, og, cg) = (g.k(), g.l(), g.og(), g.cg());
     let (img, plane) = (g.c * g.h * g.w, cg * g.h * g.w);
-    let most = s.batch.min(imgs.len()).max(1);
-    let mut col = vec![F::default(); k * most * l];
-    let mut wide = if most > 1 {
-        vec![F::default(); og * most * l]
-    } else {
-        Vec::new()
-    };
-    for sub in s.batches(imgs) {
+    Scratch::each_block(g, s, imgs, |sc, sub, grp| {
         let ld = sub.len() * l;
-        // SAFETY: images `sub` of `gi` are this call's to write.
+        // SAFETY: images `sub` of `gi` are this call's to write (one slice alive at a time).
         let dst = unsafe { gi.slice(sub.start * img, sub.len() * img) };
-        dst.fill(F::default());
-        for grp in 0..g.groups {
-            let rhs = if sub.len() == 1 {
-                gos[(sub.start * g.o + grp * og) * l..].as_ptr()
-            } else {
-                let nl = &gos[sub.start * g.o * l..sub.end * g.o * l];
-                gather(g, sub.len(), grp, nl, &mut wide);
-                wide.as_ptr()
-            };
-            // SAFETY: `col` is this call's buffer; the weight block (read transposed: row
-            // stride 1, column stride k) and `rhs` are live and read-only.
-            unsafe {
-                product(
-                    (k, ld, og),
-                    (col.as_mut_ptr(), ld as isize, 1),
-                    (ws[grp * og * k..].as_ptr(), 1, k as isize),
-                    (rhs, ld as isize, 1),
-                    false,
-                    s.par,
-                );
-            }
-            for b in 0..sub.len() {
-                let at = b * img + grp * plane;
-                col2im(g, &col[b * l..], &mut dst[at..at + plane], ld);
-            }
+        if grp == 0 {
+            dst.fill(F::default());
         }
-    }
+        let rhs = sc.grad_rows(g, gos, sub, grp);
+        // SAFETY: `col` is this call's buffer; the weight block (read transposed: row
+        // stride 1, column stride k) and `rhs` are live and read-only.
+        unsafe {
+            product(
+                (k, ld, og),
+                (sc.col.as_mut_ptr(), ld as isize, 1),
+                (ws[grp * og * k..].as_ptr(), 1, k as isize),
+                (rhs, ld as isize, 1),
+                false,
+                s.par,
+            );
+        }
+        for b in 0..sub.len() {
+            let at = b * img + grp * plane;
+            col2im(g, &sc.col[b * l..], &mut dst[at..at + plane], ld);
+        }
+    });
 }
 
 /// Copies group `grp`'s channel rows of the first `images` images of `nl`
@@ -333,43 +374,24 @@ pub(crate) fn grad_weight_images<F: Real>(
     acc: &mut [F],
     imgs: Range<usize>,
 ) {
-    let (k, l, og, cg) = (g.k(), g.l(), g.og(), g.cg());
-    let (img, plane) = (g.c * g.h * g.w, cg * g.h * g.w);
-    let most = s.batch.min(imgs.len()).max(1);
-    let mut col = vec![F::default(); k * most * l];
-    let mut wide = if most > 1 {
-        vec![F::default(); og * most * l]
-    } else {
-        Vec::new()
-    };
-    for sub in s.batches(imgs) {
+    let (k, l, og) = (g.k(), g.l(), g.og());
+    Scratch::each_block(g, s, imgs, |sc, sub, grp| {
         let ld = sub.len() * l;
-        for grp in 0..g.groups {
-            for (b, i) in sub.clone().enumerate() {
-                let at = i * img + grp * plane;
-                im2col(g, &xs[at..at + plane], &mut col[b * l..], ld);
-            }
-            let lhs = if sub.len() == 1 {
-                gos[(sub.start * g.o + grp * og) * l..].as_ptr()
-            } else {
-                let nl = &gos[sub.start * g.o * l..sub.end * g.o * l];
-                gather(g, sub.len(), grp, nl, &mut wide);
-                wide.as_ptr()
-            };
-            // SAFETY: `acc` is the caller's own `o x k` buffer; `lhs` and `col` (read
-            // transposed: row stride 1, column stride ld) are live and read-only.
-            unsafe {
-                product(
-                    (og, k, ld),
-                    (acc[grp * og * k..].as_mut_ptr(), k as isize, 1),
-                    (lhs, ld as isize, 1),
-                    (col.as_ptr(), 1, ld as isize),
-                    true,
-                    s.par,
-                );
-            }
+        sc.im2col(g, xs, sub, grp);
+        let lhs = sc.grad_rows(g, gos, sub, grp);
+        // SAFETY: `acc` is the caller's own `o x k` buffer; `lhs` and `col` (read
+        // transposed: row stride 1, column stride ld) are live and read-only.
+        unsafe {
+            product(
+                (og, k, ld),
+                (acc[grp * og * k..].as_mut_ptr(), k as isize, 1),
+                (lhs, ld as isize, 1),
+                (sc.col.as_ptr(), 1, ld as isize),
+                true,
+                s.par,
+            );
         }
-    }
+    });
 }
 
 /// `dst[c] = sum over images and positions of src[i, c, :]`, for `src` `[n, c, l]`
