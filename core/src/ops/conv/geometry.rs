@@ -7,6 +7,10 @@ use tensorplay_ir::{Error, Result};
 use crate::tensor::Tensor;
 use crate::value::{Args, Value};
 
+/// `conv2d`'s op name, here so that the modules beside the op table (`images.rs`) name the op
+/// without importing `mod.rs`.
+pub(super) const CONV2D_NAME: &str = "conv2d";
+
 /// The validated sizes of one call.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Geometry {

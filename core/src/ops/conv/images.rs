@@ -5,8 +5,7 @@ use std::ops::Range;
 
 use tensorplay_ir::{DType, Device, Error, Result};
 
-use super::CONV2D;
-use super::geometry::{Geometry, geometry};
+use super::geometry::{CONV2D_NAME, Geometry, geometry};
 use super::im2col::Real;
 use super::kernel::{elements, elements_mut, forward_chunk};
 use super::products::{Base, Split};
@@ -65,7 +64,7 @@ impl ConvImages {
     /// dtype and the output's shape sharing memory with none of them; an error when the
     /// arguments are not a valid `conv2d` call.
     pub fn new(args: &[Value], out: &Tensor) -> Result<Option<ConvImages>> {
-        let a = Args::new(CONV2D.name, args);
+        let a = Args::new(CONV2D_NAME, args);
         let (x, w, bias) = (a.tensor(0)?, a.tensor(1)?, a.opt_tensor(2)?);
         let dtype = x.dtype();
         let plain = |t: &Tensor| {
@@ -143,7 +142,7 @@ impl ConvImages {
         &self,
         after: impl Fn(Range<usize>) -> Result<()> + Send + Sync,
     ) -> Result<()> {
-        let op = CONV2D.name;
+        let op = CONV2D_NAME;
         let (xs, ws) = (elements::<F>(op, &self.x)?, elements::<F>(op, &self.w)?);
         let bs = self
             .bias

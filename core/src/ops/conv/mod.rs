@@ -57,7 +57,7 @@ use crate::value::{Args, Value};
 /// int[4] padding=[0, 0, 0, 0], int[2] dilation=[1, 1], int groups=1) -> Tensor`, with
 /// `padding` as `[top, bottom, left, right]` (a 2-list `[pad_h, pad_w]` is accepted too).
 pub static CONV2D: OpDef = OpDef {
-    name: "conv2d",
+    name: geometry::CONV2D_NAME,
     schema: "conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=[1, 1], \
              int[4] padding=[0, 0, 0, 0], int[2] dilation=[1, 1], int groups=1) -> Tensor",
     class: OpClass::Opaque,
