@@ -36,7 +36,7 @@ use tensorplay_ir::{DType, Error, OpClass, Result};
 
 use self::dropout::{Dropout, draw_seed};
 pub use self::dropout::{check_dropout_p, dropout_keep_mask};
-use self::kernel::{Dims, Mask, Real, Rows};
+use self::kernel::{Dims, Mask, Real, Rows, Workspace};
 use crate::autograd::is_grad_enabled;
 use crate::dispatch::call;
 use crate::element::Element;
@@ -320,12 +320,18 @@ fn parallel_worth(g: &Geometry) -> bool {
         && g.heads() * g.l * g.s * (g.e + g.ev) >= PAR_MIN_FLOPS
 }
 
-/// Runs `f(head)` for every head, on the pool when worth it.
-fn for_heads(g: &Geometry, f: impl Fn(usize) + Send + Sync) {
+/// Runs `f(workspace, head)` for every head, on the pool when worth it; each task reuses one
+/// [`Workspace`] across the heads it runs.
+fn for_heads<F: Send>(g: &Geometry, f: impl Fn(&mut Workspace<F>, usize) + Send + Sync) {
     if parallel_worth(g) {
-        parallel::pool().install(|| (0..g.heads()).into_par_iter().for_each(&f));
+        parallel::pool().install(|| {
+            (0..g.heads())
+                .into_par_iter()
+                .for_each_init(Workspace::new, |ws, h| f(ws, h))
+        });
     } else {
-        (0..g.heads()).for_each(f);
+        let mut ws = Workspace::new();
+        (0..g.heads()).for_each(|h| f(&mut ws, h));
     }
 }
 
@@ -511,13 +517,13 @@ fn forward_heads<F: Real + Element>(
         Base(lse.data_ptr(op)? as *mut F),
     );
     let (l, ev) = (g.l, g.ev);
-    for_heads(g, |h| {
+    for_heads(g, |ws, h| {
         let ins = (q.head(h), k.head(h), v.head(h));
         // SAFETY: `out` and `lse` are fresh contiguous outputs of `heads x L x Ev` and
         // `heads x L` elements; head `h` writes only its own block.
         let (o, m) = unsafe { (po.block(h * l * ev, l * ev), pl.block(h * l, l)) };
         let dims = Dims { head: h, ..dims };
-        run_forward(&dims, ins, head_mask(md.as_ref(), h), o, m);
+        run_forward(&dims, ins, head_mask(md.as_ref(), h), (o, m), ws);
     });
     Ok(())
 }
@@ -616,7 +622,7 @@ fn backward_heads<F: Real + Element>(
     let [pq, pk, pv] = [0, 1, 2].map(|i| grads[i].data_ptr(op).map(|p| Base(p as *mut F)));
     let (pq, pk, pv) = (pq?, pk?, pv?);
     let (l, s, e, ev) = (g.l, g.s, g.e, g.ev);
-    for_heads(g, |h| {
+    for_heads(g, |ws, h| {
         let ins = (q.head(h), k.head(h), v.head(h));
         let saved = (
             out.head(h),
@@ -634,7 +640,14 @@ fn backward_heads<F: Real + Element>(
             )
         };
         let dims = Dims { head: h, ..dims };
-        run_backward(&dims, ins, head_mask(md.as_ref(), h), saved, (dq, dk, dv));
+        run_backward(
+            &dims,
+            ins,
+            head_mask(md.as_ref(), h),
+            saved,
+            (dq, dk, dv),
+            ws,
+        );
     });
     Ok(())
 }
@@ -644,26 +657,27 @@ fn call_dropout<F: Real>((p, seed): (f64, u64)) -> Option<Dropout<F>> {
     (p > 0.0).then(|| Dropout::new(p, seed, F::of(1.0 / (1.0 - p))))
 }
 
-/// The forward of one head, built for the widest vector ISA the host has.
+/// The forward of one head (output rows and log-sum-exp), built for the widest vector ISA the
+/// host has.
 fn run_forward<F: Real>(
     d: &Dims<F>,
     ins: (Rows<F>, Rows<F>, Rows<F>),
     m: Mask<F>,
-    o: &mut [F],
-    l: &mut [F],
+    (o, l): (&mut [F], &mut [F]),
+    ws: &mut Workspace<F>,
 ) {
     #[cfg(target_arch = "x86_64")]
     {
         if isa::avx512() {
             // SAFETY: the host supports the features the function is built for.
-            return unsafe { isa::forward_avx512(d, ins, m, o, l) };
+            return unsafe { isa::forward_avx512(d, ins, m, (o, l), ws) };
         }
         if isa::avx2() {
             // SAFETY: as above.
-            return unsafe { isa::forward_avx2(d, ins, m, o, l) };
+            return unsafe { isa::forward_avx2(d, ins, m, (o, l), ws) };
         }
     }
-    kernel::forward(d, ins, m, o, l)
+    kernel::forward(d, ins, m, o, l, ws)
 }
 
 /// Output gradients of one head: query, key, value.
@@ -676,25 +690,27 @@ fn run_backward<F: Real>(
     m: Mask<F>,
     saved: (Rows<F>, &[F], Rows<F>, &[F]),
     (dq, dk, dv): HeadGrads<F>,
+    ws: &mut Workspace<F>,
 ) {
     #[cfg(target_arch = "x86_64")]
     {
         if isa::avx512() {
             // SAFETY: the host supports the features the function is built for.
-            return unsafe { isa::backward_avx512(d, ins, m, saved, dq, dk, dv) };
+            return unsafe { isa::backward_avx512(d, ins, m, saved, (dq, dk, dv), ws) };
         }
         if isa::avx2() {
             // SAFETY: as above.
-            return unsafe { isa::backward_avx2(d, ins, m, saved, dq, dk, dv) };
+            return unsafe { isa::backward_avx2(d, ins, m, saved, (dq, dk, dv), ws) };
         }
     }
-    kernel::backward(d, ins, m, saved, dq, dk, dv)
+    kernel::backward(d, ins, m, saved, dq, dk, dv, ws)
 }
 
 /// The kernels compiled for AVX-512 and AVX2 (the loops vectorize along rows).
 #[cfg(target_arch = "x86_64")]
 mod isa {
-    use super::kernel::{self, Dims, Mask, Real, Rows};
+    use super::HeadGrads;
+    use super::kernel::{self, Dims, Mask, Real, Rows, Workspace};
 
     pub(super) fn avx512() -> bool {
         std::arch::is_x86_feature_detected!("avx512f")
@@ -711,10 +727,10 @@ mod isa {
         d: &Dims<F>,
         ins: (Rows<F>, Rows<F>, Rows<F>),
         m: Mask<F>,
-        o: &mut [F],
-        l: &mut [F],
+        (o, l): (&mut [F], &mut [F]),
+        ws: &mut Workspace<F>,
     ) {
-        kernel::forward(d, ins, m, o, l)
+        kernel::forward(d, ins, m, o, l, ws)
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -722,10 +738,10 @@ mod isa {
         d: &Dims<F>,
         ins: (Rows<F>, Rows<F>, Rows<F>),
         m: Mask<F>,
-        o: &mut [F],
-        l: &mut [F],
+        (o, l): (&mut [F], &mut [F]),
+        ws: &mut Workspace<F>,
     ) {
-        kernel::forward(d, ins, m, o, l)
+        kernel::forward(d, ins, m, o, l, ws)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -735,11 +751,10 @@ mod isa {
         ins: (Rows<F>, Rows<F>, Rows<F>),
         m: Mask<F>,
         saved: (Rows<F>, &[F], Rows<F>, &[F]),
-        dq: &mut [F],
-        dk: &mut [F],
-        dv: &mut [F],
+        (dq, dk, dv): HeadGrads<F>,
+        ws: &mut Workspace<F>,
     ) {
-        kernel::backward(d, ins, m, saved, dq, dk, dv)
+        kernel::backward(d, ins, m, saved, dq, dk, dv, ws)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -749,11 +764,10 @@ mod isa {
         ins: (Rows<F>, Rows<F>, Rows<F>),
         m: Mask<F>,
         saved: (Rows<F>, &[F], Rows<F>, &[F]),
-        dq: &mut [F],
-        dk: &mut [F],
-        dv: &mut [F],
+        (dq, dk, dv): HeadGrads<F>,
+        ws: &mut Workspace<F>,
     ) {
-        kernel::backward(d, ins, m, saved, dq, dk, dv)
+        kernel::backward(d, ins, m, saved, dq, dk, dv, ws)
     }
 }
 
