@@ -405,3 +405,24 @@ fn a_chunked_projections_gradient_is_one_cat() -> Result<()> {
     assert!(!plan.contains("slice_backward"), "{plan}");
     Ok(())
 }
+
+/// A linear layer `x @ wᵀ`: the compiled backward computes the weight's gradient as the
+/// product `dyᵀ @ x`, which writes it in row order, instead of transposing `xᵀ @ dy` (a view
+/// every consumer would have to copy), and agrees with eager autograd.
+#[test]
+fn a_linear_weights_gradient_is_written_in_row_order() -> Result<()> {
+    fn body(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let y = xs[0].matmul(&xs[1].t()?)?;
+        Ok(vec![y.tanh()?.sum(&[2], false)?])
+    }
+    let f = compile(body);
+    let inputs = [leaf(&[4, 6, 5], 3)?, leaf(&[7, 5], 4)?];
+    compiled_agrees_with_eager(&f, &body, &inputs)?;
+    let out = f.call(&inputs)?;
+    let loss = out[0].sum_all()?;
+    let g = autograd::grad(&[loss], &inputs[1..], &[None], false)?;
+    let gw = g[0].as_ref().expect("the weight's gradient");
+    assert_eq!(gw.shape(), &[7, 5]);
+    assert!(gw.is_contiguous(), "strides {:?}", gw.strides());
+    Ok(())
+}

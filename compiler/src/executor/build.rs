@@ -24,6 +24,7 @@ use crate::codegen::kernel::{LoopKind, lower};
 use crate::grad_plan::GradPlan;
 use crate::passes::{
     BufferPlan, FusionPlan, RegionKind, Step, buffer_plan, dce, fusion, join_slices, logging,
+    transpose_products,
 };
 
 impl CompiledGraph {
@@ -34,6 +35,8 @@ impl CompiledGraph {
         logging::log("graph", || format!("captured graph:\n{graph}"));
         let joined = join_slices::rewritten(graph)?;
         let captured = joined.as_ref().unwrap_or(graph);
+        let transposed = transpose_products::rewritten(captured)?;
+        let captured = transposed.as_ref().unwrap_or(captured);
         let graph = dce::dce(captured)?;
         let plan = fusion::partition(&graph)?;
         let buffers = buffer_plan::plan(&graph, &plan)?;

@@ -1,7 +1,10 @@
 //! The compiler's graph passes, each a pure function of its input:
 //!
 //! 0. [`join_slices::join_slices`] (`&mut Graph`) writes a sum of `slice_backward`s that tiles
-//!    a dim (the gradient of a `chunk`ed projection) as one `cat`;
+//!    a dim (the gradient of a `chunk`ed projection) as one `cat`, and
+//!    [`transpose_products::transpose_products`] writes the transpose of a 2-D product (a
+//!    linear layer's weight gradient) as the product of the transposed operands, so the product
+//!    itself lays the result out in row order;
 //! 1. [`dce::dce`] (`Graph -> Graph`) drops computations nothing needs, keeping side effects;
 //! 2. [`fusion::partition`] (`Graph -> FusionPlan`) groups elementwise ops into maximal convex
 //!    regions (with reduction and softmax regions taking their elementwise producers as a
@@ -39,6 +42,7 @@ pub mod join_slices;
 pub mod logging;
 mod names;
 pub mod region;
+pub mod transpose_products;
 
 pub use buffer_plan::BufferPlan;
 pub use fusion::{FusionPlan, NodeStep, NodeStepKind, Step};
