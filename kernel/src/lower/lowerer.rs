@@ -1,6 +1,12 @@
 //! The lowering state ([`Lowerer`]): the body built so far and the tables that keep it small
 //! (one load per input, one cast per value and dtype, one `Param` per scalar constant and dtype,
-//! one `Const` per value and dtype), and the [`Operand`]s ops are lowered over.
+//! one `Const` per value and dtype, one instruction per distinct op on the same operands), and
+//! the [`Operand`]s ops are lowered over.
+//!
+//! The last table is common-subexpression elimination: an op's scalar expression is a tree, so
+//! a formula that names a value twice (`gelu_backward`'s `tanh(u)` appears three times, `x²`
+//! four) would otherwise compute it once per mention. Every scalar op is pure, so equal
+//! instructions over equal operands are one value.
 
 use std::collections::HashMap;
 
@@ -34,6 +40,8 @@ pub(super) struct Lowerer<'g> {
     pub(super) params: Vec<Lit>,
     casts: HashMap<(ValueId, DType), ValueId>,
     loads: HashMap<usize, ValueId>,
+    /// Every op instruction already in the body → its value.
+    ops: HashMap<Inst, ValueId>,
     /// Per operand of the op being lowered: whether it is a 0-d tensor (promotion tier).
     pub(super) zero_dim: Vec<bool>,
 }
@@ -56,13 +64,23 @@ impl<'g> Lowerer<'g> {
             params: Vec::new(),
             casts: HashMap::new(),
             loads: HashMap::new(),
+            ops: HashMap::new(),
             zero_dim: Vec::new(),
         }
     }
 
+    /// Appends `inst`, or returns the value of an equal op instruction already in the body.
     pub(super) fn push(&mut self, inst: Inst) -> ValueId {
+        let is_op = matches!(inst, Inst::Op { .. });
+        if is_op && let Some(&id) = self.ops.get(&inst) {
+            return id;
+        }
         self.insts.push(inst);
-        self.insts.len() - 1
+        let id = self.insts.len() - 1;
+        if is_op {
+            self.ops.insert(self.insts[id].clone(), id);
+        }
+        id
     }
 
     pub(super) fn dtype_of(&self, id: ValueId) -> DType {
