@@ -17,14 +17,11 @@
 //! node carries an order edge (mutation ordering) — anything else is left as captured.
 
 use tensorplay_ir::graph::{Arg, Attr, Edge, Graph, Node, NodeId, NodeKind, OpCall, ValueRef};
-use tensorplay_ir::{OpId, Result, TensorMeta};
+use tensorplay_ir::{CompileKind, Error, OpId, Result, TensorMeta};
 
 /// The op call of node `id`, when it is an op node.
 fn call_of(g: &Graph, id: NodeId) -> Option<&OpCall> {
-    match &g.node(id)?.kind {
-        NodeKind::Op(call) => Some(call),
-        _ => None,
-    }
+    g.node(id).and_then(Node::as_op)
 }
 
 /// True for `tp::permute(x, dims=[1, 0])`.
@@ -135,13 +132,25 @@ fn rewrite(g: &mut Graph, p: &Pattern) -> Result<bool> {
         g.remove_edge(src, p.product, e);
     }
     g.remove_edge(p.product, p.transpose, data(0, 0));
-    let view = g.node_mut(p.product).expect("the product's node exists");
-    *view = Node::new(NodeKind::Op(transpose), vec![view_meta]);
     let out_meta = g.meta(ValueRef::new(p.transpose, 0)).cloned();
-    let swapped_product = g
-        .node_mut(p.transpose)
-        .expect("the transpose's node exists");
-    *swapped_product = Node::new(NodeKind::Op(product), out_meta.into_iter().collect());
+    for (id, node) in [
+        (
+            p.product,
+            Node::new(NodeKind::Op(transpose), vec![view_meta]),
+        ),
+        (
+            p.transpose,
+            Node::new(NodeKind::Op(product), out_meta.into_iter().collect()),
+        ),
+    ] {
+        let slot = g.node_mut(id).ok_or_else(|| {
+            Error::compile(
+                CompileKind::Graph,
+                format!("transpose_products: node {id} vanished during its rewrite"),
+            )
+        })?;
+        *slot = node;
+    }
     g.add_edge(
         p.to_transpose.node,
         p.product,
@@ -203,6 +212,17 @@ mod tests {
         Ok(t[0])
     }
 
+    /// `matmul(a, b)` with output shape `out`.
+    fn product(b: &mut GraphBuilder, x: ValueRef, y: ValueRef, out: &[usize]) -> Result<ValueRef> {
+        let p = b.op(
+            "tp::matmul",
+            OpClass::Opaque,
+            vec![x.into(), y.into()],
+            vec![meta(out)],
+        )?;
+        Ok(p[0])
+    }
+
     /// `permute(matmul(permute(x [3, 4]), w [3, 5]), [1, 0])` (a linear layer's weight
     /// gradient), plus `extra_user` reading the product.
     fn graph(extra_user: bool) -> Result<Graph> {
@@ -210,19 +230,14 @@ mod tests {
         let x = b.input("x", meta(&[3, 4]));
         let w = b.input("w", meta(&[3, 5]));
         let xt = transpose(&mut b, x, &[4, 3])?;
-        let p = b.op(
-            "tp::matmul",
-            OpClass::Opaque,
-            vec![xt.into(), w.into()],
-            vec![meta(&[4, 5])],
-        )?;
-        let t = transpose(&mut b, p[0], &[5, 4])?;
+        let p = product(&mut b, xt, w, &[4, 5])?;
+        let t = transpose(&mut b, p, &[5, 4])?;
         let mut outs = vec![t];
         if extra_user {
             let n = b.op(
                 "tp::neg",
                 OpClass::Elementwise,
-                vec![p[0].into()],
+                vec![p.into()],
                 vec![meta(&[4, 5])],
             )?;
             outs.extend(n);
@@ -267,13 +282,8 @@ mod tests {
         let mut b = GraphBuilder::new();
         let x = b.input("x", meta(&[4, 3]));
         let w = b.input("w", meta(&[3, 5]));
-        let p = b.op(
-            "tp::matmul",
-            OpClass::Opaque,
-            vec![x.into(), w.into()],
-            vec![meta(&[4, 5])],
-        )?;
-        let t = transpose(&mut b, p[0], &[5, 4])?;
+        let p = product(&mut b, x, w, &[4, 5])?;
+        let t = transpose(&mut b, p, &[5, 4])?;
         b.output(&[t])?;
         assert!(rewritten(&b.finish()?)?.is_none());
         Ok(())
